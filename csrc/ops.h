@@ -1,0 +1,173 @@
+/* ops.h: what each op computes and its local partial derivatives.
+ *
+ * fwd_OP(x, y, &r) computes r with Python's float and math-module error
+ * rules (it returns a TA_E* status instead of raising); d_OP(x, y, r, &dx,
+ * &dy) gives dr/dx and dr/dy at that point.  For CST ops y is the constant.
+ * The sweeps multiply partials by the output adjoint, which reproduces
+ * micrograd's rounding: it computes (local partial) * out.grad too.
+ * Static inline so the forward and reverse sweeps inline the switch. */
+#ifndef TAPEAD_OPS_H
+#define TAPEAD_OPS_H
+#include <math.h>
+#include "tapead.h"
+
+#define FIN(v) (isfinite(v))
+#define UNUSED(v) (void)(v)
+
+/* Python's float ** float, less the complex results: those are ValueError,
+ * as in math.pow.  0 ** negative is ZeroDivisionError, as float.__pow__. */
+static inline int py_pow(double x, double y, double *r)
+{
+    if (FIN(x) && FIN(y)) {
+        if (x == 0.0 && y < 0.0) return TA_EZERODIV;
+        if (x < 0.0 && y != floor(y)) return TA_EDOMAIN;
+    }
+    *r = pow(x, y);
+    if (FIN(x) && FIN(y) && isinf(*r)) return TA_ERANGE;
+    return TA_OK;
+}
+/* d(x^y)/dx = y x^(y-1), written as micrograd does: (y * x**(y-1)) */
+static inline double dpow_dx(double x, double y) { return y * pow(x, y - 1.0); }
+/* d(x^y)/dy = x^y ln x; 0 where x == 0 and y >= 0 (the limit), as PyTorch */
+static inline double dpow_dy(double x, double y, double r)
+{
+    if (x == 0.0 && y >= 0.0) return 0.0;
+    return r * log(x);
+}
+
+static inline int fwd_LEAF(double x, double y, double *r) { UNUSED(y); *r = x; return TA_OK; }
+static inline void d_LEAF(double x, double y, double r, double *dx, double *dy)
+{ UNUSED(x); UNUSED(y); UNUSED(r); *dx = 0; *dy = 0; }
+#define fwd_DEAD fwd_LEAF
+#define d_DEAD d_LEAF
+
+static inline int fwd_ADD(double x, double y, double *r) { *r = x + y; return TA_OK; }
+static inline void d_ADD(double x, double y, double r, double *dx, double *dy)
+{ UNUSED(x); UNUSED(y); UNUSED(r); *dx = 1.0; *dy = 1.0; }
+
+static inline int fwd_SUB(double x, double y, double *r) { *r = x - y; return TA_OK; }
+static inline void d_SUB(double x, double y, double r, double *dx, double *dy)
+{ UNUSED(x); UNUSED(y); UNUSED(r); *dx = 1.0; *dy = -1.0; }
+
+static inline int fwd_MUL(double x, double y, double *r) { *r = x * y; return TA_OK; }
+static inline void d_MUL(double x, double y, double r, double *dx, double *dy)
+{ UNUSED(r); *dx = y; *dy = x; }
+
+static inline int fwd_DIV(double x, double y, double *r)
+{ if (y == 0.0) return TA_EZERODIV; *r = x / y; return TA_OK; }
+static inline void d_DIV(double x, double y, double r, double *dx, double *dy)
+{ UNUSED(x); *dx = 1.0 / y; *dy = -r / y; }
+
+static inline int fwd_POW(double x, double y, double *r) { return py_pow(x, y, r); }
+static inline void d_POW(double x, double y, double r, double *dx, double *dy)
+{ *dx = dpow_dx(x, y); *dy = dpow_dy(x, y, r); }
+
+static inline int fwd_ADDC(double x, double c, double *r) { *r = x + c; return TA_OK; }
+static inline void d_ADDC(double x, double c, double r, double *dx, double *dy)
+{ UNUSED(x); UNUSED(c); UNUSED(r); *dx = 1.0; *dy = 0; }
+
+static inline int fwd_RSUBC(double x, double c, double *r) { *r = c - x; return TA_OK; }
+static inline void d_RSUBC(double x, double c, double r, double *dx, double *dy)
+{ UNUSED(x); UNUSED(c); UNUSED(r); *dx = -1.0; *dy = 0; }
+
+static inline int fwd_MULC(double x, double c, double *r) { *r = x * c; return TA_OK; }
+static inline void d_MULC(double x, double c, double r, double *dx, double *dy)
+{ UNUSED(x); UNUSED(r); *dx = c; *dy = 0; }
+
+static inline int fwd_RDIVC(double x, double c, double *r)
+{ if (x == 0.0) return TA_EZERODIV; *r = c / x; return TA_OK; }
+static inline void d_RDIVC(double x, double c, double r, double *dx, double *dy)
+{ UNUSED(c); *dx = -r / x; *dy = 0; }
+
+static inline int fwd_POWC(double x, double c, double *r) { return py_pow(x, c, r); }
+static inline void d_POWC(double x, double c, double r, double *dx, double *dy)
+{ UNUSED(r); *dx = dpow_dx(x, c); *dy = 0; }
+
+static inline int fwd_RPOWC(double x, double c, double *r) { return py_pow(c, x, r); }
+static inline void d_RPOWC(double x, double c, double r, double *dx, double *dy)
+{ *dx = dpow_dy(c, x, r); *dy = 0; }
+
+/* micrograd: 0 if x < 0 else x; so relu(nan) = nan and relu(-0.0) = -0.0 */
+static inline int fwd_RELU(double x, double y, double *r)
+{ UNUSED(y); *r = x < 0.0 ? 0.0 : x; return TA_OK; }
+static inline void d_RELU(double x, double y, double r, double *dx, double *dy)
+{ UNUSED(x); UNUSED(y); *dx = r > 0.0 ? 1.0 : 0.0; *dy = 0; }
+
+static inline int fwd_TANH(double x, double y, double *r)
+{ UNUSED(y); *r = tanh(x); return TA_OK; }
+static inline void d_TANH(double x, double y, double r, double *dx, double *dy)
+{ UNUSED(x); UNUSED(y); *dx = 1.0 - r * r; *dy = 0; }
+
+static inline int fwd_EXP(double x, double y, double *r)
+{ UNUSED(y); *r = exp(x); return (FIN(x) && isinf(*r)) ? TA_ERANGE : TA_OK; }
+static inline void d_EXP(double x, double y, double r, double *dx, double *dy)
+{ UNUSED(x); UNUSED(y); *dx = r; *dy = 0; }
+
+static inline int fwd_LOG(double x, double y, double *r)
+{ UNUSED(y); if (x <= 0.0) return TA_EDOMAIN; *r = log(x); return TA_OK; }
+static inline void d_LOG(double x, double y, double r, double *dx, double *dy)
+{ UNUSED(y); UNUSED(r); *dx = 1.0 / x; *dy = 0; }
+
+/* evaluated so that neither branch can overflow */
+static inline int fwd_SIGMOID(double x, double y, double *r)
+{
+    UNUSED(y);
+    if (x >= 0.0) *r = 1.0 / (1.0 + exp(-x));
+    else { double e = exp(x); *r = e / (1.0 + e); }
+    return TA_OK;
+}
+static inline void d_SIGMOID(double x, double y, double r, double *dx, double *dy)
+{ UNUSED(x); UNUSED(y); *dx = r * (1.0 - r); *dy = 0; }
+
+static inline int fwd_SIN(double x, double y, double *r)
+{ UNUSED(y); if (isinf(x)) return TA_EDOMAIN; *r = sin(x); return TA_OK; }
+static inline void d_SIN(double x, double y, double r, double *dx, double *dy)
+{ UNUSED(y); UNUSED(r); *dx = cos(x); *dy = 0; }
+
+static inline int fwd_COS(double x, double y, double *r)
+{ UNUSED(y); if (isinf(x)) return TA_EDOMAIN; *r = cos(x); return TA_OK; }
+static inline void d_COS(double x, double y, double r, double *dx, double *dy)
+{ UNUSED(y); UNUSED(r); *dx = -sin(x); *dy = 0; }
+
+static inline int fwd_SQRT(double x, double y, double *r)
+{ UNUSED(y); if (x < 0.0) return TA_EDOMAIN; *r = sqrt(x); return TA_OK; }
+static inline void d_SQRT(double x, double y, double r, double *dx, double *dy)
+{ UNUSED(x); UNUSED(y); *dx = 0.5 / r; *dy = 0; }
+
+static inline int fwd_ABS(double x, double y, double *r)
+{ UNUSED(y); *r = fabs(x); return TA_OK; }
+static inline void d_ABS(double x, double y, double r, double *dx, double *dy)
+{ UNUSED(y); UNUSED(r); *dx = x > 0.0 ? 1.0 : (x < 0.0 ? -1.0 : 0.0); *dy = 0; }
+
+/* Python's max(x, y) returns x unless y > x; nan follows that rule too */
+static inline int fwd_MAX(double x, double y, double *r)
+{ *r = (y > x) ? y : x; return TA_OK; }
+static inline void d_MAX(double x, double y, double r, double *dx, double *dy)
+{ UNUSED(r); if (x == y) { *dx = *dy = 0.5; } else if (y > x) { *dx = 0; *dy = 1.0; } else { *dx = 1.0; *dy = 0; } }
+
+static inline int fwd_MIN(double x, double y, double *r)
+{ *r = (y < x) ? y : x; return TA_OK; }
+static inline void d_MIN(double x, double y, double r, double *dx, double *dy)
+{ UNUSED(r); if (x == y) { *dx = *dy = 0.5; } else if (y < x) { *dx = 0; *dy = 1.0; } else { *dx = 1.0; *dy = 0; } }
+
+static inline int ta_forward(int op, double x, double y, double *r)
+{
+    switch (op) {
+#define TA_OP(NAME, KIND, SYM) case TA_##NAME: return fwd_##NAME(x, y, r);
+#include "ops.def"
+#undef TA_OP
+    }
+    return TA_EBADOP;
+}
+
+static inline void ta_partials(int op, double x, double y, double r, double *dx, double *dy)
+{
+    switch (op) {
+#define TA_OP(NAME, KIND, SYM) case TA_##NAME: d_##NAME(x, y, r, dx, dy); return;
+#include "ops.def"
+#undef TA_OP
+    }
+    *dx = 0; *dy = 0;
+}
+
+#endif

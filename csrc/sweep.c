@@ -1,0 +1,72 @@
+/* sweep.c: the reverse sweep.
+ *
+ * One descending loop over the tape from the root: a node's adjoint is
+ * final once every later node has been visited, so no sort, no recursion
+ * and no Python.  Nodes reached from the root carry TA_MARK; an
+ * intermediate's adjoint is zeroed when it is first reached (it holds this
+ * pass's adjoint afterwards), a leaf's is not (leaves accumulate across
+ * passes, as micrograd's zero_grad loop expects).  The loop stops as soon
+ * as no reached node remains unvisited. */
+#include "tapead.h"
+#include "ops.h"
+
+/* First arrival at a node: mark it and count it as pending. */
+static inline void ta_reach(ta_seg *s, uint32_t o, uint64_t *pending)
+{
+    uint8_t b = s->op[o];
+    if (b & TA_MARK) return;
+    s->op[o] = (uint8_t)(b | TA_MARK);
+    if ((b & TA_OPMASK) != TA_LEAF) s->adj[o] = 0.0;
+    ++*pending;
+}
+
+int ta_backward(int64_t root)
+{
+    ta_tape *T = ta_self();
+    ta_seg *rs;
+    uint32_t ro, p, lowpos;
+    uint64_t pending = 1;
+    int st;
+    if (!T) return TA_ENOMEM;
+    if ((st = ta_resolve(T, root, &rs, &ro)) != TA_OK) return st;
+
+    rs->op[ro] |= TA_MARK;
+    rs->adj[ro] = 1.0;
+    lowpos = rs->pos;
+    for (p = rs->pos + 1; p-- > 0 && pending;) {
+        ta_seg *s = T->segs[T->order[p]];
+        uint32_t i = (s == rs) ? ro + 1 : s->n;
+        lowpos = p;
+        while (i-- > 0) {
+            uint8_t b = s->op[i];
+            int op, kind;
+            double g, xv, yv, dx, dy;
+            ta_seg *sx, *sy = NULL;
+            uint32_t xr, yr = 0;
+            if (!(b & TA_MARK)) continue;
+            --pending;
+            op = b & TA_OPMASK;
+            kind = ta_kinds[op];
+            if (kind == TA_K_LEAF) continue;
+            g = s->adj[i];
+            xr = s->x[i]; sx = TA_SEGOF(T, xr); xv = sx->val[TA_OFF(xr)];
+            if (kind == TA_K_BIN) { yr = s->aux[i].y; sy = TA_SEGOF(T, yr); yv = sy->val[TA_OFF(yr)]; }
+            else yv = (kind == TA_K_CST) ? s->aux[i].c : 0.0;
+            ta_partials(op, xv, yv, s->val[i], &dx, &dy);
+            ta_reach(sx, TA_OFF(xr), &pending);
+            sx->adj[TA_OFF(xr)] += dx * g;
+            if (kind == TA_K_BIN) {
+                ta_reach(sy, TA_OFF(yr), &pending);
+                sy->adj[TA_OFF(yr)] += dy * g;
+            }
+            if (!pending) break;
+        }
+    }
+    /* clear the marks this pass set */
+    for (p = lowpos; p <= rs->pos; p++) {
+        ta_seg *s = T->segs[T->order[p]];
+        uint32_t i;
+        for (i = 0; i < s->n; i++) s->op[i] &= (uint8_t)~TA_MARK;
+    }
+    return TA_OK;
+}

@@ -1,0 +1,14 @@
+"""tapead: micrograd's API, recorded on a C tape and differentiated in C.
+
+    >>> from tapead import Value
+    >>> x = Value(-4.0); y = (x * x + x).relu()
+    >>> y.backward(); (y.data, x.grad)
+    (12.0, -7.0)
+"""
+from ._core import TapeadError, TapeError, set_limit
+from ._core import stats as tape_stats
+from .engine import Value, maximum, minimum, collect
+
+__all__ = ["Value", "maximum", "minimum", "tape_stats", "collect", "set_limit",
+           "TapeadError", "TapeError"]
+__version__ = "0.1.0"

@@ -1,0 +1,196 @@
+"""The one module that touches the compiled library.
+
+It owns the FFI boundary: the C functions bound once as module globals (the
+per-op hot path reads them directly), the mapping from C status codes to
+Python exceptions, and the per-thread tape owners and per-segment tokens
+that tell C which segments Python can still reach (see csrc/tape.c).
+"""
+import threading
+
+from ._tapead_c import ffi, lib
+
+
+class TapeadError(Exception):
+    """Base class of tapead's own exceptions."""
+
+
+class TapeError(TapeadError, RuntimeError):
+    """A Value used where its node does not exist: another thread's tape, or a forged handle."""
+
+
+# ---------------------------------------------------------------- op table
+OP_NAMES = tuple(ffi.string(lib.ta_op_name(i)).decode() for i in range(lib.ta_nops()))
+OP_KINDS = tuple(lib.ta_op_kind(i) for i in range(lib.ta_nops()))
+
+
+# Python's Op codes come from the C table, the single source (csrc/ops.def).
+OP = {ffi.string(lib.ta_op_ident(i)).decode(): i for i in range(lib.ta_nops())}
+
+# ------------------------------------------------------- hot-path bindings
+leaf = lib.ta_leaf
+op1 = lib.ta_op1
+op2 = lib.ta_op2
+opc = lib.ta_opc
+val = lib.ta_val
+adj = lib.ta_adj
+set_val = lib.ta_set_val
+set_adj = lib.ta_set_adj
+NEWSEG = lib.TA_NEWSEG
+SHIFT = lib.TA_SHIFT
+
+# -------------------------------------------------------------- errors
+_ZERO_POW = "0.0 cannot be raised to a negative power"
+
+
+def _op_error(code):
+    opn, x, y = ffi.new("int *"), ffi.new("double *"), ffi.new("double *")
+    lib.ta_last_error(opn, x, y)
+    name, x, y = OP_NAMES[opn[0]], x[0], y[0]
+    pow_like = name in ("**", "**c", "c**")
+    if name == "c**":
+        x, y = y, x  # the constant is the base
+    if code == lib.TA_EZERODIV:
+        return ZeroDivisionError(_ZERO_POW if pow_like else "float division by zero")
+    if code == lib.TA_EDOMAIN:
+        if pow_like:
+            return ValueError(f"math domain error: negative number {x!r} cannot be raised "
+                              f"to the fractional power {y!r}")
+        return ValueError(f"math domain error: {name}({x!r})")
+    if pow_like:
+        return OverflowError(f"math range error: {x!r} ** {y!r} overflows")
+    return OverflowError(f"math range error: {name}({x!r}) overflows")
+
+
+def error(code):
+    """The exception for a negative C status code."""
+    if code in (lib.TA_EZERODIV, lib.TA_EDOMAIN, lib.TA_ERANGE):
+        return _op_error(code)
+    if code == lib.TA_ENOMEM:
+        return MemoryError("tapead: could not allocate tape memory")
+    if code == lib.TA_ELIMIT:
+        st = stats()
+        return MemoryError(f"tapead: the tape node limit ({st['limit']}) is reached "
+                           f"({st['nodes']} nodes held); see tapead.set_limit")
+    if code == lib.TA_ETHREAD:
+        return TapeError("this Value was recorded by another thread: each thread records on "
+                         "its own tape, so use Values only in the thread that made them")
+    if code == lib.TA_EBADID:
+        return TapeError("this Value names no node on the tape (a handle not made by tapead?)")
+    if code == lib.TA_EBADOP:
+        return TapeError("internal error: op code unknown or of the wrong kind")
+    return TapeError(f"tapead: unexpected status {code}")
+
+
+def check(status):
+    if status:
+        raise error(status)
+
+
+# ------------------------------------------------- tapes and segment tokens
+_tl = threading.local()
+_ack = lib.ta_ack
+_release = lib.ta_release
+
+
+class _Tape:
+    """Owns one thread's C tape; freed when the thread and every token of it are gone."""
+    __slots__ = ("ptr", "pending")
+
+    def __init__(self):
+        self.ptr = lib.ta_tape_current()
+        if self.ptr == ffi.NULL:
+            raise MemoryError("tapead: could not allocate a tape")
+        self.pending = []   # segments released from other threads
+
+    def __del__(self):
+        try:
+            lib.ta_tape_free(self.ptr)
+        except Exception:  # interpreter shutdown
+            pass
+
+
+class _Token:
+    """One per tape segment, shared by every Value whose node lives there.
+
+    Its single __del__ (when the last such Value dies) tells C the segment
+    has no Python handle left, which is what lets the collector reclaim it.
+    """
+    __slots__ = ("tape", "slot")
+
+    def __del__(self):
+        try:
+            if getattr(_tl, "tape", None) is self.tape:
+                _release(self.slot)
+            else:  # dying in another thread: the owner thread releases it
+                self.tape.pending.append(self.slot)
+        except Exception:  # interpreter shutdown
+            pass
+
+
+def new_token(slot):
+    """Make this thread's token for tape segment `slot` and tell C about it.
+
+    Returns (token, fast): fast is True when this thread owns the fast path
+    (its current token may live in engine's module global)."""
+    try:
+        tape = _tl.tape
+    except AttributeError:
+        tape = _tl.tape = _Tape()
+        _tl.exit_guard = _ThreadExit(tape)
+    pending = tape.pending
+    while pending:
+        _release(pending.pop())
+    tok = _Token()
+    tok.tape = tape
+    tok.slot = slot
+    fast = _ack(slot)
+    if fast < 0:
+        raise error(fast)
+    _tl.tok = tok
+    return tok, fast == 1
+
+
+on_thread_exit = []  # callables(tape) run when a recording thread ends
+
+
+class _ThreadExit:
+    """Lives in the thread's threading.local: its __del__ runs when the thread ends."""
+    __slots__ = ("tape",)
+
+    def __init__(self, tape):
+        self.tape = tape
+
+    def __del__(self):
+        for f in on_thread_exit:
+            try:
+                f(self.tape)
+            except Exception:
+                pass
+
+
+def stats():
+    """Counters of this thread's tape."""
+    st = ffi.new("ta_stats_t *")
+    check(lib.ta_stats(st))
+    return {k: getattr(st, k) for k in
+            ("nodes", "capacity", "bytes", "segments", "collections", "limit", "peak_nodes")}
+
+
+def collect():
+    """Reclaim every segment no Value can reach now; returns segments freed."""
+    tape = getattr(_tl, "tape", None)
+    if tape is not None:
+        while tape.pending:
+            _release(tape.pending.pop())
+    n = lib.ta_collect()
+    if n < 0:
+        raise error(n)
+    return n
+
+
+def set_limit(max_nodes):
+    """Cap this thread's tape at max_nodes nodes (None or 0: no cap)."""
+    n = 0 if max_nodes is None else int(max_nodes)
+    if n < 0:
+        raise ValueError("the node limit must be >= 0")
+    check(lib.ta_set_limit(n))

@@ -1,0 +1,388 @@
+"""Value: micrograd's scalar, recorded on a C tape.
+
+A Value is a handle: the id of its node on this thread's tape and the
+token of the tape segment that node lives in (which keeps the segment
+alive).  Every operator records one node with one C call and returns a new
+handle; backward() is one C sweep.  Values hold no references to other
+Values, so plain reference counting frees them and the cyclic garbage
+collector has nothing to chase.
+
+The operator bodies are written out rather than routed through a helper:
+each extra Python call would cost about a tenth of an op.
+"""
+import numbers
+
+from . import _core
+from ._core import OP, NEWSEG, SHIFT, check, error
+
+_leaf, _op1, _op2, _opc = _core.leaf, _core.op1, _core.op2, _core.opc
+_val, _adj, _set_val, _set_adj = _core.val, _core.adj, _core.set_val, _core.set_adj
+_tl = _core._tl
+_backward = _core.lib.ta_backward
+_ta_check = _core.lib.ta_check
+_new = object.__new__
+_tok = None  # token of the fast-path thread's current tape segment
+
+
+def claim(code):
+    """Slow path of every recording call: raise for an error status, or find
+    the token for a node C could not vouch for (a new segment, or a thread
+    other than the fast-path owner).  Returns (id, token)."""
+    global _tok
+    if code > NEWSEG:
+        raise error(code)
+    i = NEWSEG - code
+    slot = (i & 0xFFFFFFFF) >> SHIFT
+    tok = getattr(_tl, "tok", None)
+    if tok is None or tok.slot != slot:
+        tok, fast = _core.new_token(slot)
+        if fast:
+            _tok = tok
+    return i, tok
+
+
+def _drop_fast_token(tape):
+    """A recording thread ended: the global must not keep its tape alive."""
+    global _tok
+    if _tok is not None and _tok.tape is tape:
+        _tok = None
+
+
+_core.on_thread_exit.append(_drop_fast_token)
+
+
+def release_current():
+    """Let go of the current segment's token (before an explicit collect)."""
+    global _tok
+    _tok = None
+    _tl.tok = None
+
+ADD, SUB, MUL, DIV, POW = OP["ADD"], OP["SUB"], OP["MUL"], OP["DIV"], OP["POW"]
+ADDC, RSUBC, MULC, RDIVC, POWC, RPOWC = (OP[k] for k in ("ADDC", "RSUBC", "MULC", "RDIVC", "POWC", "RPOWC"))
+RELU, TANH, EXP, LOG, SIGMOID = OP["RELU"], OP["TANH"], OP["EXP"], OP["LOG"], OP["SIGMOID"]
+SIN, COS, SQRT, ABS, MAX, MIN = OP["SIN"], OP["COS"], OP["SQRT"], OP["ABS"], OP["MAX"], OP["MIN"]
+
+
+def _real(x):
+    """x as a float if it is a real number (int, float, bool, numpy scalar), else TypeError."""
+    if isinstance(x, numbers.Real) or type(x).__name__ == "bool_":
+        return float(x)
+    raise TypeError(f"Value() needs a real number (int, float, bool or numpy scalar), "
+                    f"not {type(x).__name__}")
+
+
+def _checked(i):
+    """Raise for a handle whose id is unusable (foreign thread, forged)."""
+    st = _ta_check(i)
+    if st:
+        raise error(st)
+
+
+class Value:
+    """A scalar that records how it was computed, so backward() can differentiate it.
+
+    >>> a = Value(2.0); b = a * a + 3 * a
+    >>> b.backward(); (b.data, a.grad)
+    (10.0, 7.0)
+    """
+    __slots__ = ("_i", "_t", "__weakref__")
+    __array_ufunc__ = None  # numpy scalars defer to our reflected operators
+
+    def __init__(self, data, _children=(), _op="", label=""):
+        if _children:
+            raise TypeError("tapead records the graph itself: build Values with operators, "
+                            "not with _children")
+        if type(data) is not float:
+            data = _real(data)
+        i = _leaf(data)
+        if i < 0:
+            i, t = claim(i)
+        else:
+            t = _tok
+        self._i = i
+        self._t = t
+        if label:
+            from .wengert import set_label
+            set_label(self, label)
+
+    # ------------------------------------------------------------ data, grad
+    @property
+    def data(self):
+        x = _val(self._i)
+        if x != x:
+            _checked(self._i)
+        return x
+
+    @data.setter
+    def data(self, x):
+        st = _set_val(self._i, x)
+        if st:
+            raise error(st)
+
+    @property
+    def grad(self):
+        x = _adj(self._i)
+        if x != x:
+            _checked(self._i)
+        return x
+
+    @grad.setter
+    def grad(self, x):
+        st = _set_adj(self._i, x)
+        if st:
+            raise error(st)
+
+    def backward(self):
+        """Seed this node's gradient with 1 and sweep the tape back, in C."""
+        st = _backward(self._i)
+        if st:
+            raise error(st)
+
+    # ------------------------------------------------------------- operators
+    def __add__(self, other):
+        if type(other) is Value:
+            i = _op2(ADD, self._i, other._i)
+        else:
+            try:
+                i = _opc(ADDC, self._i, other)
+            except TypeError:
+                return _fallback(self, other, Value.__add__)
+        if i < 0:
+            i, t = claim(i)
+        else:
+            t = _tok
+        v = _new(Value); v._i = i; v._t = t
+        return v
+
+    __radd__ = __add__  # other + self: x + c == c + x exactly
+
+    def __mul__(self, other):
+        if type(other) is Value:
+            i = _op2(MUL, self._i, other._i)
+        else:
+            try:
+                i = _opc(MULC, self._i, other)
+            except TypeError:
+                return _fallback(self, other, Value.__mul__)
+        if i < 0:
+            i, t = claim(i)
+        else:
+            t = _tok
+        v = _new(Value); v._i = i; v._t = t
+        return v
+
+    __rmul__ = __mul__  # other * self
+
+    def __sub__(self, other):
+        if type(other) is Value:
+            i = _op2(SUB, self._i, other._i)
+        else:
+            try:
+                i = _opc(ADDC, self._i, -other)  # x - c == x + (-c) exactly
+            except TypeError:
+                return _fallback(self, other, Value.__sub__)
+        if i < 0:
+            i, t = claim(i)
+        else:
+            t = _tok
+        v = _new(Value); v._i = i; v._t = t
+        return v
+
+    def __rsub__(self, other):  # other - self
+        try:
+            i = _opc(RSUBC, self._i, other)
+        except TypeError:
+            return NotImplemented
+        if i < 0:
+            i, t = claim(i)
+        else:
+            t = _tok
+        v = _new(Value); v._i = i; v._t = t
+        return v
+
+    def __truediv__(self, other):
+        if type(other) is Value:
+            i = _op2(DIV, self._i, other._i)
+        else:
+            try:
+                c = _const(other)
+            except TypeError:
+                return _fallback(self, other, Value.__truediv__)
+            if c == 0.0:
+                raise ZeroDivisionError("float division by zero")
+            i = _opc(MULC, self._i, 1.0 / c)  # micrograd: self * other**-1, bit for bit
+        if i < 0:
+            i, t = claim(i)
+        else:
+            t = _tok
+        v = _new(Value); v._i = i; v._t = t
+        return v
+
+    def __rtruediv__(self, other):  # other / self
+        try:
+            i = _opc(RDIVC, self._i, other)
+        except TypeError:
+            return NotImplemented
+        if i < 0:
+            i, t = claim(i)
+        else:
+            t = _tok
+        v = _new(Value); v._i = i; v._t = t
+        return v
+
+    def __pow__(self, other, modulo=None):
+        if modulo is not None:
+            return NotImplemented
+        if type(other) is Value:
+            i = _op2(POW, self._i, other._i)
+        else:
+            try:
+                i = _opc(POWC, self._i, other)
+            except TypeError:
+                return _fallback(self, other, Value.__pow__)
+        if i < 0:
+            i, t = claim(i)
+        else:
+            t = _tok
+        v = _new(Value); v._i = i; v._t = t
+        return v
+
+    def __rpow__(self, other, modulo=None):  # other ** self
+        if modulo is not None:
+            return NotImplemented
+        try:
+            i = _opc(RPOWC, self._i, other)
+        except TypeError:
+            return NotImplemented
+        if i < 0:
+            i, t = claim(i)
+        else:
+            t = _tok
+        v = _new(Value); v._i = i; v._t = t
+        return v
+
+    def __neg__(self):  # -self, as micrograd: self * -1
+        return self._unary_c(MULC, -1.0)
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return self._unary(ABS)
+
+    # ------------------------------------------------------------- functions
+    def _unary(self, op):
+        i = _op1(op, self._i)
+        if i < 0:
+            i, t = claim(i)
+        else:
+            t = _tok
+        v = _new(Value); v._i = i; v._t = t
+        return v
+
+    def _unary_c(self, op, c):
+        i = _opc(op, self._i, c)
+        if i < 0:
+            i, t = claim(i)
+        else:
+            t = _tok
+        v = _new(Value); v._i = i; v._t = t
+        return v
+
+    def relu(self):
+        """max(0, x), with micrograd's conventions: relu(-0.0) is -0.0, d/dx at 0 is 0."""
+        return self._unary(RELU)
+
+    def tanh(self):
+        """tanh(x) (C's tanh: accurate near 0 and never overflows, unlike micrograd's formula)."""
+        return self._unary(TANH)
+
+    def exp(self):
+        """e**x; OverflowError when it overflows, as math.exp."""
+        return self._unary(EXP)
+
+    def log(self):
+        """Natural log; ValueError for x <= 0, as math.log."""
+        return self._unary(LOG)
+
+    def sigmoid(self):
+        """1 / (1 + e**-x), evaluated without overflow."""
+        return self._unary(SIGMOID)
+
+    def sin(self):
+        """sin(x); ValueError for infinite x, as math.sin."""
+        return self._unary(SIN)
+
+    def cos(self):
+        """cos(x); ValueError for infinite x, as math.cos."""
+        return self._unary(COS)
+
+    def sqrt(self):
+        """sqrt(x); ValueError for x < 0, as math.sqrt."""
+        return self._unary(SQRT)
+
+    def abs(self):
+        """|x|; its derivative at 0 is taken as 0."""
+        return self._unary(ABS)
+
+    def maximum(self, other):
+        """max(self, other); at a tie each input gets half the gradient."""
+        return _binary_fn(MAX, self, other)
+
+    def minimum(self, other):
+        """min(self, other); at a tie each input gets half the gradient."""
+        return _binary_fn(MIN, self, other)
+
+    def __repr__(self):
+        return f"Value(data={self.data}, grad={self.grad})"
+
+
+def _const(c):
+    """A plain-number operand as a float; TypeError for anything else."""
+    if type(c) is float or type(c) is int:
+        return float(c)
+    return _real(c)
+
+
+def _fallback(self, other, method):
+    """Slow path when `other` is not a plain number: a Value subclass, or unsupported."""
+    if isinstance(other, Value):  # a subclass instance: lift it to the base class handle
+        o = _new(Value); o._i = other._i; o._t = other._t
+        return method(self, o)
+    return NotImplemented
+
+
+def as_value(x):
+    """x itself if it is a Value, else a new leaf holding x."""
+    return x if isinstance(x, Value) else Value(x)
+
+
+def _binary_fn(op, a, b):
+    a, b = as_value(a), as_value(b)
+    i = _op2(op, a._i, b._i)
+    if i < 0:
+        i, t = claim(i)
+    else:
+        t = _tok
+    v = _new(Value); v._i = i; v._t = t
+    return v
+
+
+def maximum(a, b):
+    """max(a, b) as a Value (either may be a plain number)."""
+    return _binary_fn(MAX, a, b)
+
+
+def minimum(a, b):
+    """min(a, b) as a Value (either may be a plain number)."""
+    return _binary_fn(MIN, a, b)
+
+
+def collect():
+    """Reclaim now every tape segment no live Value can reach; returns segments freed.
+
+    Never needed for bounded memory (the tape reclaims itself as it grows);
+    useful before measuring memory.
+    """
+    release_current()
+    return _core.collect()
