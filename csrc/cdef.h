@@ -50,9 +50,11 @@ int     ta_node(int64_t id, int *op, int64_t *x, int64_t *y, double *c);
 
 int     ta_backward(int64_t root);     /* seed root with 1, one reverse sweep       */
 
-int     ta_ack(uint32_t slot);         /* Python now owns a token for this segment;
-                                          1 if this thread may use the fast path */
-int     ta_release(uint32_t slot);     /* that token died                           */
+/* Python made a token for segment `slot`; current = it is the token new
+ * nodes in the current segment will share.  Returns 1 if this thread may
+ * take the fast path, 0 if not, or a negative status. */
+int     ta_ack(uint32_t slot, int current);
+int     ta_release(uint32_t slot, int current);   /* that token died       */
 void   *ta_tape_current(void);
 int64_t ta_tape_tag(void);
 void    ta_tape_free(void *tape);      /* after its thread and all tokens are gone   */

@@ -183,6 +183,7 @@ static int ta_new_seg(ta_tape *T)
     T->segs[k] = s;
     T->order[T->norder++] = k;
     T->cur = s;
+    T->cur_token = 0;
     return TA_OK;
 }
 
@@ -205,7 +206,7 @@ int64_t ta_append(ta_tape *T, int op, uint32_t x, ta_aux aux, double val)
     s->val[o] = val; s->adj[o] = 0.0;
     if (++T->nodes > T->peak) T->peak = T->nodes;
     id = (int64_t)((T->tag << 32) | TA_REF(s, o));
-    return (s->owned && T->tag == TA_OWNER()) ? id : TA_NEWSEG - id;
+    return (T->cur_token && T->tag == TA_OWNER()) ? id : TA_NEWSEG - id;
 }
 
 /* --------------------------------------------------------------- lookup */
@@ -321,22 +322,24 @@ int ta_node(int64_t id, int *op, int64_t *x, int64_t *y, double *c)
 
 /* ------------------------------------------------------ Python tokens */
 
-int ta_ack(uint32_t slot)
+int ta_ack(uint32_t slot, int current)
 {
     ta_tape *T = ta_self();
     if (!T) return TA_ENOMEM;
     if (slot >= T->nslots || !T->segs[slot]) return TA_EBADID;
     T->segs[slot]->owned++;
+    if (current && T->segs[slot] == T->cur) T->cur_token = 1;
     TA_OWNER_CLAIM(T->tag);
     return T->tag == TA_OWNER();
 }
 
-int ta_release(uint32_t slot)
+int ta_release(uint32_t slot, int current)
 {
     ta_tape *T = ta_self();
     if (!T) return TA_ENOMEM;
     if (slot >= T->nslots || !T->segs[slot] || T->segs[slot]->owned <= 0) return TA_EBADID;
     T->segs[slot]->owned--;
+    if (current && T->segs[slot] == T->cur) T->cur_token = 0;
     return TA_OK;
 }
 

@@ -50,6 +50,8 @@ typedef struct ta_tape {
     uint32_t *order;      uint32_t norder;    /* live segments, oldest first; capacity = capslots */
     ta_seg   *cur;               /* segment being appended to               */
     ta_seg   *spare;             /* one freed segment kept for reuse        */
+    int       cur_token;         /* Python's current token is for cur: new
+                                    nodes in cur may take the fast path     */
     uint64_t  tag;
     uint64_t  nodes, peak, limit, collections;
     uint32_t  gc_at;             /* collect when norder reaches this        */

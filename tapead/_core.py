@@ -115,20 +115,24 @@ class _Token:
     Its single __del__ (when the last such Value dies) tells C the segment
     has no Python handle left, which is what lets the collector reclaim it.
     """
-    __slots__ = ("tape", "slot")
+    __slots__ = ("tape", "slot", "current")
 
     def __del__(self):
         try:
             if getattr(_tl, "tape", None) is self.tape:
-                _release(self.slot)
+                _release(self.slot, self.current)
             else:  # dying in another thread: the owner thread releases it
-                self.tape.pending.append(self.slot)
+                self.tape.pending.append((self.slot, self.current))
         except Exception:  # interpreter shutdown
             pass
 
 
-def new_token(slot):
+def new_token(slot, current=1):
     """Make this thread's token for tape segment `slot` and tell C about it.
+
+    current=1: the token for the segment being appended to (shared by the
+    Values the fast path makes next); current=0: an extra token for a node
+    C created elsewhere (results of a sweep that records).
 
     Returns (token, fast): fast is True when this thread owns the fast path
     (its current token may live in engine's module global)."""
@@ -139,14 +143,16 @@ def new_token(slot):
         _tl.exit_guard = _ThreadExit(tape)
     pending = tape.pending
     while pending:
-        _release(pending.pop())
+        _release(*pending.pop())
     tok = _Token()
     tok.tape = tape
     tok.slot = slot
-    fast = _ack(slot)
+    tok.current = current
+    fast = _ack(slot, current)
     if fast < 0:
         raise error(fast)
-    _tl.tok = tok
+    if current:
+        _tl.tok = tok
     return tok, fast == 1
 
 
@@ -181,7 +187,7 @@ def collect():
     tape = getattr(_tl, "tape", None)
     if tape is not None:
         while tape.pending:
-            _release(tape.pending.pop())
+            _release(*tape.pending.pop())
     n = lib.ta_collect()
     if n < 0:
         raise error(n)

@@ -41,6 +41,25 @@ def claim(code):
     return i, tok
 
 
+def handles(ids):
+    """Values for node ids that C made in one call (e.g. a sweep that records).
+
+    Each gets a token of its own segment (one per distinct segment), never
+    the fast path's current token, so the fast path stays consistent."""
+    toks = {}
+    out = []
+    for i in ids:
+        if i < 0:
+            raise error(i)
+        slot = (i & 0xFFFFFFFF) >> SHIFT
+        t = toks.get(slot)
+        if t is None:
+            t = toks[slot] = _core.new_token(slot, 0)[0]
+        v = _new(Value); v._i = i; v._t = t
+        out.append(v)
+    return out
+
+
 def _drop_fast_token(tape):
     """A recording thread ended: the global must not keep its tape alive."""
     global _tok
