@@ -2,6 +2,7 @@
 
 Set TAPEAD_SANITIZE=1 to build with -fsanitize=address,undefined (see README).
 """
+import glob
 import os
 import sys
 
@@ -9,7 +10,7 @@ from cffi import FFI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CSRC = os.path.join("csrc")
-SOURCES = [os.path.join(CSRC, f) for f in ("tape.c", "ops.c", "sweep.c")]
+SOURCES = sorted(glob.glob(os.path.join(CSRC, "*.c")))
 
 if sys.platform == "win32":
     cflags, ldflags = ["/O2"], []

@@ -62,3 +62,13 @@ int     ta_collect(void);
 int     ta_stats(ta_stats_t *out);
 int     ta_set_limit(uint64_t max_nodes);
 int     ta_last_error(int *op, double *x, double *y);
+
+/* optim.c: bulk access and optimizer steps; every id is checked before
+ * anything is written.  what: 0 = data (val), 1 = grad (adj). */
+int ta_fill_adj(const int64_t *ids, size_t n, double x);
+int ta_gather(const int64_t *ids, size_t n, int what, double *out);
+int ta_scatter(const int64_t *ids, size_t n, int what, const double *in);
+int ta_sgd_step(const int64_t *ids, size_t n, double lr, double momentum, double wd,
+                double *buf, int first);
+int ta_adam_step(const int64_t *ids, size_t n, double lr, double b1, double b2, double eps,
+                 double wd, int64_t t, double *m, double *v);

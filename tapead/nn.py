@@ -3,14 +3,16 @@ call order (the same seed gives the same weights), same parameters() order,
 same reprs."""
 import random
 
+from . import _core
 from .engine import Value
 
 
 class Module:
 
     def zero_grad(self):
-        for p in self.parameters():
-            p.grad = 0
+        params = self.parameters()
+        ids = _core.ffi.new("int64_t[]", [p._i for p in params])
+        _core.check(_core.lib.ta_fill_adj(ids, len(params), 0.0))
 
     def parameters(self):
         return []

@@ -1,0 +1,320 @@
+"""python -m tapead.bench: tapead against micrograd and a pure-Python floor.
+
+Every figure is a median over repeats, and every ratio compares two
+medians measured in this same run.  Rows:
+  forward   ns per recorded op (deep chain, wide sum, micrograd's README expression)
+  backward  ns per node of one backward() over the graph just recorded
+  memory    tape bytes per node
+  demo      one training step of micrograd's demo notebook (graph rebuilt every step)
+Options: --quick (under a minute), --json FILE, --no-micrograd.
+"""
+import argparse
+import gc
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+import tapead
+import tapead.nn
+from tapead import demo
+
+try:
+    import micrograd.engine
+    import micrograd.nn
+except ImportError:  # the comparison is optional
+    micrograd = None
+
+
+class Floor:
+    """The pure-Python floor: a __slots__ scalar whose operators return a new instance, no graph."""
+    __slots__ = ("data",)
+
+    def __init__(self, data):
+        self.data = data
+
+    def __add__(self, other):
+        return Floor(self.data + (other.data if type(other) is Floor else other))
+
+    __radd__ = __add__
+
+    def __mul__(self, other):
+        return Floor(self.data * (other.data if type(other) is Floor else other))
+
+    __rmul__ = __mul__
+
+    def __sub__(self, other):
+        return Floor(self.data - (other.data if type(other) is Floor else other))
+
+    def __rsub__(self, other):
+        return Floor(other - self.data)
+
+    def __neg__(self):
+        return Floor(-self.data)
+
+    def __truediv__(self, other):
+        return Floor(self.data / (other.data if type(other) is Floor else other))
+
+    def __rtruediv__(self, other):
+        return Floor(other / self.data)
+
+    def __pow__(self, other):
+        return Floor(self.data ** other)
+
+    def relu(self):
+        return Floor(0.0 if self.data < 0 else self.data)
+
+
+# ------------------------------------------------------------- workloads
+def chain(V, n):
+    s, x = V(1.0), V(0.5)
+    for _ in range(n):
+        s = s * 0.9999 + x
+    return s, 2 * n
+
+
+def wide(V, n):
+    vals = [V(i * 1e-3) for i in range(n)]
+    t0 = time.perf_counter()
+    s = sum(vals)
+    return s, n, time.perf_counter() - t0
+
+
+def readme_expr(V):
+    a = V(-4.0)
+    b = V(2.0)
+    c = a + b
+    d = a * b + b**3
+    c += c + 1
+    c += 1 + c + (-a)
+    d += d * 2 + (b + a).relu()
+    d += 3 * d + (b - a).relu()
+    e = c - d
+    f = e**2
+    g = f / 2.0
+    g += 10.0 / f
+    return g
+
+
+class Roots:
+    """Several roots whose backward() is timed together."""
+
+    def __init__(self, roots):
+        self.roots = roots
+
+    def backward(self):
+        for r in self.roots:
+            r.backward()
+
+
+def readme(V, reps):
+    return Roots([readme_expr(V) for _ in range(reps)]), reps * 24  # 24 ops in micrograd's spelling
+
+
+def timed(fn, repeats):
+    """Median wall time of fn() over repeats, with the graph it returns kept until timed."""
+    ts = []
+    for _ in range(repeats):
+        gc.collect()
+        t0 = time.perf_counter()
+        r = fn()
+        ts.append(time.perf_counter() - t0)
+        del r
+    return statistics.median(ts)
+
+
+def fwd_bwd(V, build, repeats, backward=True):
+    """Median forward ns/op and backward ns/node for the graph build() records."""
+    fw, bw = [], []
+    for _ in range(repeats):
+        gc.collect()
+        t0 = time.perf_counter()
+        res = build(V)
+        t1 = time.perf_counter()
+        root, nops = res[0], res[1]
+        fw.append((res[2] if len(res) > 2 else t1 - t0) / nops)
+        if backward and hasattr(root, "backward"):
+            t0 = time.perf_counter()
+            root.backward()
+            bw.append((time.perf_counter() - t0) / nops)
+        del root, res
+    return statistics.median(fw) * 1e9, (statistics.median(bw) * 1e9 if bw else None)
+
+
+def demo_step(nn, V, steps, use_optim=False):
+    """Median seconds of one eager demo training step (forward, backward, update)."""
+    model, X, y = demo.setup(nn)
+    opt = None
+    if use_optim:
+        from tapead.optim import SGD
+        opt = SGD(model.parameters(), lr=1.0)
+    ts = []
+    for k in range(steps):
+        t0 = time.perf_counter()
+        if opt is None:
+            demo.step(model, X, y, V, k)
+        else:
+            total, _ = demo.loss(model, X, y, V)
+            opt.zero_grad()
+            total.backward()
+            opt.lr = 1.0 - 0.9 * k / 100
+            opt.step()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+_PEAK_CODE = r"""
+import resource, sys, gc
+lib = sys.argv[1]
+import tapead.demo as demo
+if lib == "tapead":
+    import tapead, tapead.nn as nn; V = tapead.Value
+else:
+    import micrograd.nn as nn, micrograd.engine; V = micrograd.engine.Value
+model, X, y = demo.setup(nn)
+demo.loss(model, X[:2], y[:2], V)     # warm up code paths on a tiny batch
+gc.collect()
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+demo.step(model, X, y, V, 0)          # one full step: forward, backward, update
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print((peak - base) * 1024)
+"""
+
+
+def peak_step_bytes(lib):
+    """Growth of peak RSS over the first demo step, in a fresh process (same code for both)."""
+    out = subprocess.run([sys.executable, "-c", _PEAK_CODE, lib], capture_output=True, text=True)
+    if out.returncode != 0:
+        return None
+    return int(out.stdout.strip().splitlines()[-1])
+
+
+# ------------------------------------------------------------------ main
+def fmt_ns(x):
+    return "-" if x is None else (f"{x:,.0f}" if x >= 100 else f"{x:.1f}")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m tapead.bench", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats (under a minute)")
+    ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    ap.add_argument("--no-micrograd", action="store_true", help="skip the micrograd comparison")
+    args = ap.parse_args(argv)
+
+    mg = None if args.no_micrograd else micrograd
+    q = args.quick
+    n = 20_000 if q else 100_000
+    n_mg = 5_000 if q else 20_000       # micrograd: ~15 us/op and recursive backward
+    reps = 3 if q else 7
+    demo_steps = 3 if q else 9
+    mg_demo_steps = 1 if q else 3
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10 * n_mg + 1000))
+    rows, res = [], {"python": platform.python_version(), "machine": platform.machine(),
+                     "quick": q, "results": {}}
+
+    def note(msg):
+        print(f"  ... {msg}", file=sys.stderr, flush=True)
+
+    if mg is None:
+        print("micrograd is not installed: timing tapead and the floor only "
+              "(pip install \".[bench]\" adds the micrograd comparison)\n")
+
+    workloads = [
+        ("deep chain", lambda V, m=n: chain(V, m), lambda V, m=n_mg: chain(V, m)),
+        ("wide sum", lambda V, m=n: wide(V, m), lambda V, m=n_mg: wide(V, m)),
+        ("README expression", lambda V: readme(V, n // 24), lambda V: readme(V, n_mg // 24)),
+    ]
+    for name, build, build_mg in workloads:
+        note(f"{name}: floor")
+        f_fw, _ = fwd_bwd(Floor, build, reps, backward=False)
+        note(f"{name}: tapead")
+        t_fw, t_bw = fwd_bwd(tapead.Value, build, reps)
+        m_fw = m_bw = None
+        if mg is not None:
+            note(f"{name}: micrograd")
+            m_fw, m_bw = _in_big_stack(lambda: fwd_bwd(micrograd.engine.Value, build_mg, max(3, reps // 2)))
+        res["results"][name] = dict(floor_fwd_ns=f_fw, tapead_fwd_ns=t_fw, tapead_bwd_ns=t_bw,
+                                    micrograd_fwd_ns=m_fw, micrograd_bwd_ns=m_bw)
+        rows.append((f"{name}: forward ns/op", fmt_ns(f_fw), fmt_ns(t_fw), fmt_ns(m_fw),
+                     f"{t_fw / f_fw:.2f}x floor" + (f", {m_fw / t_fw:.0f}x faster than micrograd" if m_fw else "")))
+        rows.append((f"{name}: backward ns/node", "", fmt_ns(t_bw), fmt_ns(m_bw),
+                     f"{m_bw / t_bw:.0f}x faster than micrograd" if m_bw else ""))
+
+    tapead.collect()
+    s, nodes = chain(tapead.Value, n)
+    st = tapead.tape_stats()
+    bpn = 29  # op 1 + x 4 + aux 8 + val 8 + adj 8 bytes per slot, as laid out in csrc/tapead.h
+    measured = st["bytes"] / max(st["nodes"], 1)
+    res["results"]["memory"] = dict(nodes=st["nodes"], bytes=st["bytes"], bytes_per_node=measured)
+    rows.append(("tape memory bytes/node", "", f"{measured:.1f}", "", f"{bpn} per slot + segment tables"))
+    del s
+
+    note("demo step: tapead")
+    t_demo = demo_step(tapead.nn, tapead.Value, demo_steps)
+    note("demo step: tapead + tapead.optim.SGD")
+    t_demo_opt = demo_step(tapead.nn, tapead.Value, demo_steps, use_optim=True)
+    m_demo = None
+    if mg is not None:
+        note("demo step: micrograd")
+        m_demo = demo_step(micrograd.nn, micrograd.engine.Value, mg_demo_steps)
+    res["results"]["demo_step_s"] = dict(tapead=t_demo, tapead_optim=t_demo_opt, micrograd=m_demo)
+    rows.append(("demo training step, ms", "", f"{t_demo * 1e3:.1f}", fmt_ms(m_demo),
+                 f"{m_demo / t_demo:.1f}x faster than micrograd" if m_demo else ""))
+    rows.append(("demo step with optim.SGD, ms", "", f"{t_demo_opt * 1e3:.1f}", fmt_ms(m_demo),
+                 f"{m_demo / t_demo_opt:.1f}x faster than micrograd" if m_demo else ""))
+
+    note("peak memory of one demo step (fresh processes)")
+    t_peak = peak_step_bytes("tapead")
+    m_peak = peak_step_bytes("micrograd") if mg is not None else None
+    res["results"]["demo_step_peak_rss_bytes"] = dict(tapead=t_peak, micrograd=m_peak)
+    rows.append(("demo step peak RSS growth, MB", "", fmt_mb(t_peak), fmt_mb(m_peak),
+                 f"{m_peak / t_peak:.0f}x less than micrograd" if (t_peak and m_peak) else ""))
+
+    extra_sections(rows, res, args)
+
+    head = ("measure (median)", "floor", "tapead", "micrograd", "ratio")
+    widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(5)]
+    print(f"\ntapead {tapead.__version__}, Python {res['python']} on {res['machine']}, "
+          f"{os.cpu_count()} cores{' (--quick)' if q else ''}\n")
+    for r in [head, tuple("-" * w for w in widths)] + rows:
+        print("| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths)) + " |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(res, f, indent=2)
+        print(f"\nresults written to {args.json}")
+    return res
+
+
+def extra_sections(rows, res, args):
+    """Rows from later capabilities (replay, higher order), when present."""
+    return None
+
+
+def fmt_ms(s):
+    return "-" if s is None else f"{s * 1e3:,.0f}"
+
+
+def fmt_mb(b):
+    return "-" if b is None else f"{b / 2**20:.1f}"
+
+
+def _in_big_stack(fn):
+    """Run fn in a thread with a large stack: micrograd's backward recurses once per node."""
+    out = []
+    old = threading.stack_size(512 * 2**20)
+    try:
+        t = threading.Thread(target=lambda: out.append(fn()))
+        t.start()
+        t.join()
+    finally:
+        threading.stack_size(old)
+    return out[0]
+
+
+if __name__ == "__main__":
+    main()

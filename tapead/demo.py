@@ -1,0 +1,59 @@
+"""micrograd's demo notebook as functions, shared by the example, the
+benchmark and the tests, so tapead and micrograd run literally the same code.
+
+The data is scikit-learn's make_moons algorithm (shuffle, then Gaussian
+noise, both from numpy's global random state), so no scikit-learn needed.
+"""
+import random
+
+import numpy as np
+
+
+def make_moons(n_samples=100, noise=0.1):
+    """sklearn.datasets.make_moons(n_samples, noise=noise) with random_state=None."""
+    n_out = n_samples // 2
+    n_in = n_samples - n_out
+    outer = np.linspace(0, np.pi, n_out)
+    inner = np.linspace(0, np.pi, n_in)
+    X = np.vstack([np.append(np.cos(outer), 1 - np.cos(inner)),
+                   np.append(np.sin(outer), 1 - np.sin(inner) - 0.5)]).T
+    y = np.hstack([np.zeros(n_out, dtype=np.intp), np.ones(n_in, dtype=np.intp)])
+    idx = np.arange(n_samples)
+    np.random.shuffle(idx)
+    X, y = X[idx], y[idx]
+    X = X + np.random.normal(scale=noise, size=X.shape)
+    return X, y
+
+
+def setup(nn, seed=1337):
+    """Seed both generators as the notebook does; returns (model, X, y) with y in {-1, 1}."""
+    np.random.seed(seed)
+    random.seed(seed)
+    X, y = make_moons(n_samples=100, noise=0.1)
+    y = y * 2 - 1
+    model = nn.MLP(2, [16, 16, 1])
+    return model, X, y
+
+
+def loss(model, X, y, Value):
+    """The notebook's loss: SVM max-margin loss + 1e-4 L2, and accuracy."""
+    inputs = [list(map(Value, xrow)) for xrow in X]
+    scores = list(map(model, inputs))
+    losses = [(1 + -yi * scorei).relu() for yi, scorei in zip(y, scores)]
+    data_loss = sum(losses) * (1.0 / len(losses))
+    alpha = 1e-4
+    reg_loss = alpha * sum((p * p for p in model.parameters()))
+    total_loss = data_loss + reg_loss
+    accuracy = [(yi > 0) == (scorei.data > 0) for yi, scorei in zip(y, scores)]
+    return total_loss, sum(accuracy) / len(accuracy)
+
+
+def step(model, X, y, Value, k):
+    """One eager training step exactly as in the notebook; returns (loss, accuracy)."""
+    total_loss, acc = loss(model, X, y, Value)
+    model.zero_grad()
+    total_loss.backward()
+    learning_rate = 1.0 - 0.9 * k / 100
+    for p in model.parameters():
+        p.data -= learning_rate * p.grad
+    return total_loss.data, acc
