@@ -28,6 +28,9 @@ typedef struct {
 #define TA_EBADID   -6    /* id names no node of this tape             */
 #define TA_ETHREAD  -7    /* id belongs to another thread's tape       */
 #define TA_EBADOP   -8    /* op code unknown or of the wrong kind      */
+#define TA_ENOGRAD  -9    /* a no_grad value has no graph              */
+#define TA_EANOMALY -10   /* detect_anomaly: nan/inf produced           */
+#define TA_ECORRUPT -11   /* ta_validate found a broken invariant        */
 #define TA_NEWSEG   -16
 #define TA_SHIFT    11
 
@@ -53,8 +56,9 @@ int     ta_backward(int64_t root);     /* seed root with 1, one reverse sweep   
 /* Python made a token for segment `slot`; current = it is the token new
  * nodes in the current segment will share.  Returns 1 if this thread may
  * take the fast path, 0 if not, or a negative status. */
-int     ta_ack(uint32_t slot, int current);
-int     ta_release(uint32_t slot, int current);   /* that token died       */
+int     ta_ack(int64_t key, int current);   /* key = node id >> TA_SHIFT;
+                                              2 = a segment of the no_grad arena */
+int     ta_release(int64_t key, int current);   /* that token died       */
 void   *ta_tape_current(void);
 int64_t ta_tape_tag(void);
 void    ta_tape_free(void *tape);      /* after its thread and all tokens are gone   */
@@ -62,6 +66,10 @@ int     ta_collect(void);
 int     ta_stats(ta_stats_t *out);
 int     ta_set_limit(uint64_t max_nodes);
 int     ta_last_error(int *op, double *x, double *y);
+int     ta_nograd(int delta);          /* enter (+1) / leave (-1) no_grad; returns depth */
+int     ta_anomaly(int delta);         /* enter (+1) / leave (-1) detect_anomaly         */
+uint64_t ta_nograd_nodes(void);        /* leaves held by the no_grad arena              */
+int     ta_validate(void);             /* TA_OK, or TA_ECORRUPT if an invariant fails   */
 
 /* optim.c: bulk access and optimizer steps; every id is checked before
  * anything is written.  what: 0 = data (val), 1 = grad (adj). */

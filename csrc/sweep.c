@@ -6,7 +6,10 @@
  * intermediate's adjoint is zeroed when it is first reached (it holds this
  * pass's adjoint afterwards), a leaf's is not (leaves accumulate across
  * passes, as micrograd's zero_grad loop expects).  The loop stops as soon
- * as no reached node remains unvisited. */
+ * as no reached node remains unvisited.  Inside detect_anomaly() the first
+ * nan adjoint contribution stops the sweep with TA_EANOMALY (adjoints then
+ * hold the partial sums of the aborted pass). */
+#include <math.h>
 #include "tapead.h"
 #include "ops.h"
 
@@ -53,6 +56,11 @@ int ta_backward(int64_t root)
             if (kind == TA_K_BIN) { yr = s->aux[i].y; sy = TA_SEGOF(T, yr); yv = sy->val[TA_OFF(yr)]; }
             else yv = (kind == TA_K_CST) ? s->aux[i].c : 0.0;
             ta_partials(op, xv, yv, s->val[i], &dx, &dy);
+            if (T->anomaly && (isnan(dx * g) || (kind == TA_K_BIN && isnan(dy * g)))) {
+                T->err_op = op; T->err_x = xv; T->err_y = yv;
+                st = TA_EANOMALY;
+                break;
+            }
             ta_reach(sx, TA_OFF(xr), &pending);
             sx->adj[TA_OFF(xr)] += dx * g;
             if (kind == TA_K_BIN) {
@@ -61,6 +69,7 @@ int ta_backward(int64_t root)
             }
             if (!pending) break;
         }
+        if (st != TA_OK) break;
     }
     /* clear the marks this pass set */
     for (p = lowpos; p <= rs->pos; p++) {
@@ -68,5 +77,5 @@ int ta_backward(int64_t root)
         uint32_t i;
         for (i = 0; i < s->n; i++) s->op[i] &= (uint8_t)~TA_MARK;
     }
-    return TA_OK;
+    return st;
 }

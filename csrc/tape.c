@@ -83,6 +83,7 @@ void ta_tape_free(void *tape)
     for (k = 0; k < T->nslots; k++) free(T->segs[k]);
     free(T->spare);
     free(T->segs); free(T->freeslots); free(T->order);
+    if (T->ng) ta_tape_free(T->ng);
     if (ta_tls == T) ta_tls = NULL;
     TA_OWNER_DROP(T->tag);
     free(T);
@@ -211,50 +212,112 @@ int64_t ta_append(ta_tape *T, int op, uint32_t x, ta_aux aux, double val)
 
 /* --------------------------------------------------------------- lookup */
 
-int ta_resolve(ta_tape *T, int64_t id, ta_seg **ps, uint32_t *po)
+static int ta_resolve_in(ta_tape *T, int64_t id, ta_seg **ps, uint32_t *po)
 {
-    uint32_t ref, k;
+    uint32_t ref = (uint32_t)id, k = ref >> TA_SHIFT;
     ta_seg *s;
-    if (id < 0) return TA_EBADID;
-    if (((uint64_t)id >> 32) != T->tag) return TA_ETHREAD;
-    ref = (uint32_t)id; k = ref >> TA_SHIFT;
     if (k >= T->nslots || !(s = T->segs[k]) || TA_OFF(ref) >= s->n) return TA_EBADID;
     *ps = s; *po = TA_OFF(ref);
     return TA_OK;
 }
 
+int ta_resolve(ta_tape *T, int64_t id, ta_seg **ps, uint32_t *po)
+{
+    uint64_t tag;
+    if (id < 0) return TA_EBADID;
+    tag = (uint64_t)id >> 32;
+    if (tag == T->tag) return ta_resolve_in(T, id, ps, po);
+    return (T->ng && tag == T->ng->tag) ? TA_ENOGRAD : TA_ETHREAD;
+}
+
+int ta_resolve_any(ta_tape *T, int64_t id, ta_seg **ps, uint32_t *po, int *ng)
+{
+    *ng = 0;
+    if (id >= 0 && T->ng && ((uint64_t)id >> 32) == T->ng->tag) {
+        *ng = 1;
+        return ta_resolve_in(T->ng, id, ps, po);
+    }
+    return ta_resolve(T, id, ps, po);
+}
+
 int ta_check(int64_t id)
 {
     ta_tape *T = ta_self();
-    ta_seg *s; uint32_t o;
-    return T ? ta_resolve(T, id, &s, &o) : TA_ENOMEM;
+    ta_seg *s; uint32_t o; int ng;
+    return T ? ta_resolve_any(T, id, &s, &o, &ng) : TA_ENOMEM;
 }
 
 /* ------------------------------------------------------- recording ops */
+
+/* Undo the last append (it must be in the current segment). */
+static void ta_unappend(ta_tape *T)
+{
+    T->cur->n--;
+    T->nodes--;
+}
+
+/* An input from the no_grad arena enters the graph as a fresh leaf holding
+ * its value (a constant, as a detached tensor would be).  *ref gets it. */
+static int ta_promote(ta_tape *T, double v, uint32_t *ref)
+{
+    ta_aux aux;
+    int64_t id;
+    aux.c = 0.0;
+    id = ta_append(T, TA_LEAF, 0, aux, v);
+    if (id < 0 && id > TA_NEWSEG) return (int)id;
+    if (id < 0) id = TA_NEWSEG - id;
+    *ref = (uint32_t)id;
+    return TA_OK;
+}
+
+static int ta_no_grad_arena(ta_tape *T)
+{
+    if (!T->ng && !(T->ng = ta_tape_new())) return TA_ENOMEM;
+    return TA_OK;
+}
 
 static int64_t ta_record(int op, int kind, int64_t x, double y, int64_t yid)
 {
     ta_tape *T = ta_self();
     ta_seg *sx, *sy;
-    uint32_t ox, oy;
+    uint32_t ox, oy, xref = (uint32_t)x;
     double vx, vy = y, r;
     ta_aux aux;
-    int st;
+    int st, xng = 0, yng = 0, promoted = 0;
+    int64_t id;
     if (!T) return TA_ENOMEM;
     if (op < 0 || op >= TA_NOPS || ta_kinds[op] != kind) return TA_EBADOP;
-    if ((st = ta_resolve(T, x, &sx, &ox)) != TA_OK) return st;
+    if ((st = ta_resolve_any(T, x, &sx, &ox, &xng)) != TA_OK) return st;
     vx = sx->val[ox];
     aux.c = y;
     if (kind == TA_K_BIN) {
-        if ((st = ta_resolve(T, yid, &sy, &oy)) != TA_OK) return st;
+        if ((st = ta_resolve_any(T, yid, &sy, &oy, &yng)) != TA_OK) return st;
         vy = sy->val[oy];
         aux.y = (uint32_t)yid;
     }
-    if ((st = ta_forward(op, vx, vy, &r)) != TA_OK) {
+    st = ta_forward(op, vx, vy, &r);
+    if (st == TA_OK && T->anomaly && !isfinite(r)) st = TA_EANOMALY;
+    if (st != TA_OK) {
         T->err_op = op; T->err_x = vx; T->err_y = vy;
         return st;
     }
-    return ta_append(T, op, (uint32_t)x, aux, r);
+    if (T->nograd) {                      /* compute, record nothing */
+        if ((st = ta_no_grad_arena(T)) != TA_OK) return st;
+        aux.c = 0.0;
+        return ta_append(T->ng, TA_LEAF, 0, aux, r);
+    }
+    if (xng) {
+        if ((st = ta_promote(T, vx, &xref)) != TA_OK) return st;
+        promoted++;
+    }
+    if (yng) {
+        if (kind == TA_K_BIN && x == yid) aux.y = xref;
+        else if ((st = ta_promote(T, vy, &aux.y)) != TA_OK) { while (promoted--) ta_unappend(T); return st; }
+        else promoted++;
+    }
+    id = ta_append(T, op, xref, aux, r);
+    if (id < 0 && id > TA_NEWSEG) while (promoted--) ta_unappend(T);
+    return id;
 }
 
 int64_t ta_op1(int op, int64_t x)           { return ta_record(op, TA_K_UN, x, 0.0, 0); }
@@ -282,29 +345,29 @@ int ta_last_error(int *op, double *x, double *y)
 
 double ta_val(int64_t id)
 {
-    ta_tape *T = ta_self(); ta_seg *s; uint32_t o;
-    return (T && ta_resolve(T, id, &s, &o) == TA_OK) ? s->val[o] : NAN;
+    ta_tape *T = ta_self(); ta_seg *s; uint32_t o; int ng;
+    return (T && ta_resolve_any(T, id, &s, &o, &ng) == TA_OK) ? s->val[o] : NAN;
 }
 
 double ta_adj(int64_t id)
 {
-    ta_tape *T = ta_self(); ta_seg *s; uint32_t o;
-    return (T && ta_resolve(T, id, &s, &o) == TA_OK) ? s->adj[o] : NAN;
+    ta_tape *T = ta_self(); ta_seg *s; uint32_t o; int ng;
+    return (T && ta_resolve_any(T, id, &s, &o, &ng) == TA_OK) ? s->adj[o] : NAN;
 }
 
 int ta_set_val(int64_t id, double x)
 {
-    ta_tape *T = ta_self(); ta_seg *s; uint32_t o; int st;
+    ta_tape *T = ta_self(); ta_seg *s; uint32_t o; int st, ng;
     if (!T) return TA_ENOMEM;
-    if ((st = ta_resolve(T, id, &s, &o)) == TA_OK) s->val[o] = x;
+    if ((st = ta_resolve_any(T, id, &s, &o, &ng)) == TA_OK) s->val[o] = x;
     return st;
 }
 
 int ta_set_adj(int64_t id, double x)
 {
-    ta_tape *T = ta_self(); ta_seg *s; uint32_t o; int st;
+    ta_tape *T = ta_self(); ta_seg *s; uint32_t o; int st, ng;
     if (!T) return TA_ENOMEM;
-    if ((st = ta_resolve(T, id, &s, &o)) == TA_OK) s->adj[o] = x;
+    if ((st = ta_resolve_any(T, id, &s, &o, &ng)) == TA_OK) s->adj[o] = x;
     return st;
 }
 
@@ -322,24 +385,96 @@ int ta_node(int64_t id, int *op, int64_t *x, int64_t *y, double *c)
 
 /* ------------------------------------------------------ Python tokens */
 
-int ta_ack(uint32_t slot, int current)
+/* The tape (this thread's, or its no_grad arena) and slot a token key names. */
+static ta_tape *ta_keyed(int64_t key, uint32_t *slot)
 {
     ta_tape *T = ta_self();
-    if (!T) return TA_ENOMEM;
+    uint64_t tag;
+    if (!T || key < 0) return NULL;
+    tag = (uint64_t)key >> (32 - TA_SHIFT);
+    *slot = (uint32_t)key & (TA_MAXSLOTS - 1u);
+    if (tag == T->tag) return T;
+    if (T->ng && tag == T->ng->tag) return T->ng;
+    return NULL;
+}
+
+int ta_ack(int64_t key, int current)
+{
+    uint32_t slot;
+    ta_tape *T = ta_keyed(key, &slot);
+    if (!T) return TA_EBADID;
     if (slot >= T->nslots || !T->segs[slot]) return TA_EBADID;
     T->segs[slot]->owned++;
+    if (T != ta_tls) return 2;              /* no_grad arena: never the fast path */
     if (current && T->segs[slot] == T->cur) T->cur_token = 1;
     TA_OWNER_CLAIM(T->tag);
     return T->tag == TA_OWNER();
 }
 
-int ta_release(uint32_t slot, int current)
+int ta_release(int64_t key, int current)
 {
-    ta_tape *T = ta_self();
-    if (!T) return TA_ENOMEM;
+    uint32_t slot;
+    ta_tape *T = ta_keyed(key, &slot);
+    if (!T) return TA_EBADID;
     if (slot >= T->nslots || !T->segs[slot] || T->segs[slot]->owned <= 0) return TA_EBADID;
     T->segs[slot]->owned--;
     if (current && T->segs[slot] == T->cur) T->cur_token = 0;
+    return TA_OK;
+}
+
+/* ------------------------------------------------------------- modes */
+
+int ta_nograd(int delta)
+{
+    ta_tape *T = ta_self();
+    if (!T) return TA_ENOMEM;
+    if (T->nograd + delta < 0) return TA_EBADOP;
+    return T->nograd += delta;
+}
+
+int ta_anomaly(int delta)
+{
+    ta_tape *T = ta_self();
+    if (!T) return TA_ENOMEM;
+    if (T->anomaly + delta < 0) return TA_EBADOP;
+    return T->anomaly += delta;
+}
+
+uint64_t ta_nograd_nodes(void)
+{
+    ta_tape *T = ta_self();
+    return (T && T->ng) ? T->ng->nodes : 0;
+}
+
+/* Every invariant the sweeps rely on: order[]/pos consistent, counts add up,
+ * and each input of a non-DEAD node exists and precedes it. */
+int ta_validate(void)
+{
+    ta_tape *T = ta_self();
+    uint32_t p, i;
+    uint64_t nodes = 0;
+    if (!T) return TA_ENOMEM;
+    for (p = 0; p < T->norder; p++) {
+        uint32_t k = T->order[p];
+        ta_seg *s;
+        if (k >= T->nslots || !(s = T->segs[k]) || s->pos != p || s->slot != k || s->n > TA_SEG)
+            return TA_ECORRUPT;
+        nodes += s->n;
+        for (i = 0; i < s->n; i++) {
+            int op = s->op[i] & TA_OPMASK, kind, a;
+            uint32_t refs[2];
+            if (op >= TA_NOPS || (s->op[i] & (TA_MARK | TA_LIVE))) return TA_ECORRUPT;
+            kind = ta_kinds[op];
+            refs[0] = s->x[i]; refs[1] = s->aux[i].y;
+            for (a = 0; a < (kind == TA_K_BIN ? 2 : kind == TA_K_LEAF ? 0 : 1); a++) {
+                uint32_t r = refs[a], rk = r >> TA_SHIFT;
+                ta_seg *rs;
+                if (rk >= T->nslots || !(rs = T->segs[rk]) || TA_OFF(r) >= rs->n) return TA_ECORRUPT;
+                if (rs->pos > p || (rs == s && TA_OFF(r) >= i)) return TA_ECORRUPT;
+            }
+        }
+    }
+    if (nodes != T->nodes || (T->cur && T->segs[T->cur->slot] != T->cur)) return TA_ECORRUPT;
     return TA_OK;
 }
 

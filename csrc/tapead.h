@@ -56,6 +56,9 @@ typedef struct ta_tape {
     uint64_t  nodes, peak, limit, collections;
     uint32_t  gc_at;             /* collect when norder reaches this        */
     int       err_op;  double err_x, err_y;   /* last forward error         */
+    int       nograd;            /* > 0 inside tapead.no_grad()             */
+    int       anomaly;           /* > 0 inside tapead.detect_anomaly()      */
+    struct ta_tape *ng;          /* leaf-only arena for no_grad results     */
 } ta_tape;
 
 extern const uint8_t ta_kinds[TA_NOPS];
@@ -67,8 +70,11 @@ ta_tape *ta_self(void);          /* this thread's tape, created on demand  */
 #define TA_OFF(ref)      ((ref) & TA_MASK)
 #define TA_REF(s, off)   (((s)->slot << TA_SHIFT) | (uint32_t)(off))
 
-/* Look up an id from Python: checks tag, slot and offset. */
+/* Look up an id from Python: checks tag, slot and offset.  Only nodes of
+ * T itself resolve; an id of T's no_grad arena gives TA_ENOGRAD. */
 int ta_resolve(ta_tape *T, int64_t id, ta_seg **s, uint32_t *off);
+/* As ta_resolve, but no_grad values resolve too (*ng set to 1 for them). */
+int ta_resolve_any(ta_tape *T, int64_t id, ta_seg **s, uint32_t *off, int *ng);
 
 int ta_gc(ta_tape *T);        /* reclaim; returns segments freed */
 

@@ -5,10 +5,11 @@
     >>> y.backward(); (y.data, x.grad)
     (12.0, -7.0)
 """
-from ._core import TapeadError, TapeError, set_limit
+from ._core import AnomalyError, TapeadError, TapeError, set_limit
+from .modes import detect_anomaly, no_grad
 from ._core import stats as tape_stats
 from .engine import Value, maximum, minimum, collect
 
 __all__ = ["Value", "maximum", "minimum", "tape_stats", "collect", "set_limit",
-           "TapeadError", "TapeError"]
+           "no_grad", "detect_anomaly", "TapeadError", "TapeError", "AnomalyError"]
 __version__ = "0.1.0"

@@ -18,6 +18,10 @@ class TapeError(TapeadError, RuntimeError):
     """A Value used where its node does not exist: another thread's tape, or a forged handle."""
 
 
+class AnomalyError(TapeadError, FloatingPointError):
+    """Raised inside detect_anomaly() by the first op or adjoint that goes non-finite."""
+
+
 # ---------------------------------------------------------------- op table
 OP_NAMES = tuple(ffi.string(lib.ta_op_name(i)).decode() for i in range(lib.ta_nops()))
 OP_KINDS = tuple(lib.ta_op_kind(i) for i in range(lib.ta_nops()))
@@ -76,6 +80,16 @@ def error(code):
                          "its own tape, so use Values only in the thread that made them")
     if code == lib.TA_EBADID:
         return TapeError("this Value names no node on the tape (a handle not made by tapead?)")
+    if code == lib.TA_ENOGRAD:
+        return TapeadError("this Value was computed under tapead.no_grad(): it has no graph "
+                           "to differentiate or replay")
+    if code == lib.TA_EANOMALY:
+        opn, x, y = ffi.new("int *"), ffi.new("double *"), ffi.new("double *")
+        lib.ta_last_error(opn, x, y)
+        return AnomalyError(f"detect_anomaly: op {OP_NAMES[opn[0]]!r} with inputs "
+                            f"({x[0]!r}, {y[0]!r}) produced a non-finite value")
+    if code == lib.TA_ECORRUPT:
+        return TapeError("tape invariant broken (please report this as a bug)")
     if code == lib.TA_EBADOP:
         return TapeError("internal error: op code unknown or of the wrong kind")
     return TapeError(f"tapead: unexpected status {code}")
@@ -115,27 +129,30 @@ class _Token:
     Its single __del__ (when the last such Value dies) tells C the segment
     has no Python handle left, which is what lets the collector reclaim it.
     """
-    __slots__ = ("tape", "slot", "current")
+    __slots__ = ("tape", "key", "current")
 
     def __del__(self):
         try:
+            if self.current < 0:
+                return
             if getattr(_tl, "tape", None) is self.tape:
-                _release(self.slot, self.current)
+                _release(self.key, self.current)
             else:  # dying in another thread: the owner thread releases it
-                self.tape.pending.append((self.slot, self.current))
+                self.tape.pending.append((self.key, self.current))
         except Exception:  # interpreter shutdown
             pass
 
 
-def new_token(slot, current=1):
-    """Make this thread's token for tape segment `slot` and tell C about it.
+def new_token(key, current=1):
+    """Make this thread's token for the tape segment `key` (node id >> SHIFT) and tell C.
 
     current=1: the token for the segment being appended to (shared by the
     Values the fast path makes next); current=0: an extra token for a node
     C created elsewhere (results of a sweep that records).
 
     Returns (token, fast): fast is True when this thread owns the fast path
-    (its current token may live in engine's module global)."""
+    (its current token may live in engine's module global).  Segments of the
+    no_grad arena get their own cached token (_tl.ngtok)."""
     try:
         tape = _tl.tape
     except AttributeError:
@@ -146,12 +163,15 @@ def new_token(slot, current=1):
         _release(*pending.pop())
     tok = _Token()
     tok.tape = tape
-    tok.slot = slot
+    tok.key = key
     tok.current = current
-    fast = _ack(slot, current)
+    fast = _ack(key, current)
     if fast < 0:
+        tok.current = -1  # never acknowledged: nothing to release
         raise error(fast)
-    if current:
+    if fast == 2:
+        _tl.ngtok = tok
+    elif current:
         _tl.tok = tok
     return tok, fast == 1
 

@@ -32,12 +32,14 @@ def claim(code):
     if code > NEWSEG:
         raise error(code)
     i = NEWSEG - code
-    slot = (i & 0xFFFFFFFF) >> SHIFT
+    key = i >> SHIFT
     tok = getattr(_tl, "tok", None)
-    if tok is None or tok.slot != slot:
-        tok, fast = _core.new_token(slot)
-        if fast:
-            _tok = tok
+    if tok is None or tok.key != key:
+        tok = getattr(_tl, "ngtok", None)
+        if tok is None or tok.key != key:
+            tok, fast = _core.new_token(key)
+            if fast:
+                _tok = tok
     return i, tok
 
 
@@ -51,10 +53,10 @@ def handles(ids):
     for i in ids:
         if i < 0:
             raise error(i)
-        slot = (i & 0xFFFFFFFF) >> SHIFT
-        t = toks.get(slot)
+        key = i >> SHIFT
+        t = toks.get(key)
         if t is None:
-            t = toks[slot] = _core.new_token(slot, 0)[0]
+            t = toks[key] = _core.new_token(key, 0)[0]
         v = _new(Value); v._i = i; v._t = t
         out.append(v)
     return out
@@ -354,6 +356,21 @@ class Value:
 
     def __repr__(self):
         return f"Value(data={self.data}, grad={self.grad})"
+
+    # ------------------------------------------------------ detach, pickle, copy
+    def detach(self):
+        """A new leaf with the same data (its grad starts at 0)."""
+        return Value(self.data)
+
+    def __reduce__(self):
+        # pickle, copy.copy and copy.deepcopy: a detached leaf, same data and grad
+        return (_restore, (self.data, self.grad))
+
+
+def _restore(data, grad):
+    v = Value(data)
+    v.grad = grad
+    return v
 
 
 def _const(c):

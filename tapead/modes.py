@@ -1,0 +1,53 @@
+"""Thread-local recording modes: no_grad() and detect_anomaly().
+
+Both are context managers and decorators, and nest.  They are per thread,
+as the tapes are.
+"""
+import functools
+
+from . import _core
+
+
+class _Mode:
+    """Base of a context manager / decorator that bumps a C per-thread counter."""
+    _toggle = None  # lib function taking +1 / -1
+
+    def __enter__(self):
+        st = self._toggle(1)
+        if st < 0:
+            raise _core.error(st)
+        return self
+
+    def __exit__(self, *exc):
+        self._toggle(-1)
+        return False
+
+    def __call__(self, fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with self.__class__():
+                return fn(*args, **kwargs)
+        return wrapper
+
+
+class no_grad(_Mode):
+    """Compute without recording, like torch.no_grad().
+
+    Results are Values with no graph: they live in a small leaf-only arena
+    beside the tape, so the tape itself does not grow.  Used later in
+    recorded code they enter as constants.
+
+    >>> import tapead
+    >>> w = tapead.Value(3.0)
+    >>> with tapead.no_grad():
+    ...     y = w * w
+    >>> y.data
+    9.0
+    """
+    _toggle = staticmethod(_core.lib.ta_nograd)
+
+
+class detect_anomaly(_Mode):
+    """Raise AnomalyError at the first op whose result is nan or inf, and at the
+    first nan adjoint in backward(), naming the op and its inputs."""
+    _toggle = staticmethod(_core.lib.ta_anomaly)
