@@ -23,9 +23,10 @@ typedef struct {
     uint32_t   ro;
     uint32_t   lowpos;           /* oldest segment holding a marked node  */
     uint32_t   n;                /* rows (marked nodes)                   */
-    uint32_t **rowof;            /* by pos - lowpos: row of each offset,
-                                    NULL for segments with no marks       */
-    uint32_t  *block;            /* storage behind rowof                  */
+    uint32_t   span;             /* segments lowpos..root's pos           */
+    uint32_t **rowof;            /* by pos - lowpos: row of each offset
+                                    (one malloc each), NULL for segments
+                                    with no marked node                   */
 } ta_sub;
 
 /* Mark every node reachable from the root (TA_MARK) and set lowpos. */
@@ -71,44 +72,40 @@ static void ta_sub_unmark(ta_sub *S)
 
 static void ta_sub_free(ta_sub *S)
 {
-    free(S->rowof); free(S->block);
-    S->rowof = NULL; S->block = NULL;
+    uint32_t k;
+    if (!S->rowof) return;
+    for (k = 0; k < S->span; k++) free(S->rowof[k]);
+    free(S->rowof);
+    S->rowof = NULL;
 }
 
 /* Resolve the root, mark its sub-tape and number the rows.  On failure
  * nothing stays marked and nothing stays allocated. */
 static int ta_sub_open(ta_sub *S, int64_t root)
 {
-    uint32_t p, span, nseg = 0, k = 0, row = 0;
+    uint32_t p, row = 0;
     int st;
-    S->rowof = NULL; S->block = NULL; S->n = 0;
+    S->rowof = NULL; S->n = 0; S->span = 0;
     if (!(S->T = ta_self())) return TA_ENOMEM;
     if ((st = ta_resolve(S->T, root, &S->rs, &S->ro)) != TA_OK) return st;
     ta_sub_mark(S);
-    span = S->rs->pos - S->lowpos + 1;
-    for (p = S->lowpos; p <= S->rs->pos; p++) {
-        ta_seg *s = S->T->segs[S->T->order[p]];
-        uint32_t i;
-        for (i = 0; i < s->n; i++)
-            if (s->op[i] & TA_MARK) { nseg++; break; }
-    }
-    S->rowof = (uint32_t **)calloc(span, sizeof *S->rowof);
-    S->block = (uint32_t *)malloc((size_t)nseg * TA_SEG * sizeof *S->block);
-    if (!S->rowof || !S->block) {
-        ta_sub_unmark(S); ta_sub_free(S);
-        return TA_ENOMEM;
-    }
+    S->span = S->rs->pos - S->lowpos + 1;
+    if (!(S->rowof = (uint32_t **)calloc(S->span, sizeof *S->rowof))) goto nomem;
     for (p = S->lowpos; p <= S->rs->pos; p++) {
         ta_seg *s = S->T->segs[S->T->order[p]];
         uint32_t i, *m = NULL;
         for (i = 0; i < s->n; i++) {
             if (!(s->op[i] & TA_MARK)) continue;
-            if (!m) m = S->rowof[p - S->lowpos] = S->block + (size_t)(k++) * TA_SEG;
+            if (!m && !(m = S->rowof[p - S->lowpos] = (uint32_t *)malloc(TA_SEG * sizeof *m)))
+                goto nomem;
             m[i] = row++;
         }
     }
     S->n = row;
     return TA_OK;
+nomem:
+    ta_sub_unmark(S); ta_sub_free(S);
+    return TA_ENOMEM;
 }
 
 static void ta_sub_close(ta_sub *S)
@@ -148,8 +145,11 @@ static void ta_seed(const ta_sub *S, int nin, const int64_t *inputs,
     }
 }
 
-/* One ascending tangent sweep: tdot[row] += dx tdot[x] + dy tdot[y]. */
-static void ta_tangent_sweep(const ta_sub *S, double *tdot)
+/* One ascending tangent sweep: tdot[row] += dx tdot[x] + dy tdot[y].
+ * clear: also clear each node's mark once visited (the sweep reads only
+ * the node's own mark; arguments are found through the row map), which
+ * saves the separate unmarking pass. */
+static void ta_tangent_sweep(const ta_sub *S, double *tdot, int clear)
 {
     ta_tape *T = S->T;
     uint32_t p;
@@ -164,6 +164,7 @@ static void ta_tangent_sweep(const ta_sub *S, double *tdot)
             double xv, yv, dx, dy, t;
             uint32_t xr;
             if (!(b & TA_MARK)) continue;
+            if (clear) s->op[i] = (uint8_t)(b & ~TA_MARK);
             op = b & TA_OPMASK;
             kind = ta_kinds[op];
             if (kind == TA_K_LEAF) continue;
@@ -195,10 +196,11 @@ int ta_jvp(int64_t root, int nin, const int64_t *inputs, const double *tangents,
     tdot = (double *)calloc(S.n, sizeof *tdot);
     if (!tdot) { ta_sub_close(&S); return TA_ENOMEM; }
     ta_seed(&S, nin, inputs, tangents, tdot);
-    ta_tangent_sweep(&S, tdot);
+    ta_tangent_sweep(&S, tdot, 1);   /* clears every mark: marks exist only
+                                        on nodes up to the root, all visited */
     *out = tdot[S.n - 1];   /* the root is the last row */
     free(tdot);
-    ta_sub_close(&S);
+    ta_sub_free(&S);
     return TA_OK;
 }
 
@@ -240,7 +242,7 @@ int64_t ta_trace(int64_t root, int64_t cap, int nin, const int64_t *inputs,
     if (out->tan) {
         for (k = 0; k < S.n; k++) out->tan[k] = 0.0;
         ta_seed(&S, nin, inputs, tangents, out->tan);
-        ta_tangent_sweep(&S, out->tan);
+        ta_tangent_sweep(&S, out->tan, 0);
     }
     ta_sub_close(&S);
     if (out->adj) {   /* a reverse sweep over the rows, into out->adj only */
