@@ -80,3 +80,34 @@ int ta_sgd_step(const int64_t *ids, size_t n, double lr, double momentum, double
                 double *buf, int first);
 int ta_adam_step(const int64_t *ids, size_t n, double lr, double b1, double b2, double eps,
                  double wd, int64_t t, double *m, double *v);
+
+/* ---- forward mode and the Wengert-list export (tangent.c) ---- */
+
+/* Directional derivative of root along `tangents` seeded on `inputs` (any
+ * nodes; seeds add, inputs not behind root contribute 0): one ascending
+ * tangent sweep.  Writes *out; returns TA_OK or a status.  Changes no
+ * node's value or adjoint. */
+int     ta_jvp(int64_t root, int nin, const int64_t *inputs, const double *tangents,
+               double *out);
+
+/* Rows of the sub-tape behind a root, in tape order (the root is last).
+ * x, y: argument rows, -1 if none; c: the constant of a CST op, else 0;
+ * id: node id.  tan (optional, may be NULL): forward tangents seeded as in
+ * ta_jvp; adj (optional): adjoints of root from a separate reverse sweep
+ * (no node's grad changes). */
+typedef struct {
+    int     *op;
+    int64_t *x;
+    int64_t *y;
+    double  *c;
+    double  *val;
+    int64_t *id;
+    double  *tan;
+    double  *adj;
+} ta_rows_t;
+
+/* Returns the number of rows n; fills *out only if out != NULL and
+ * n <= cap (call once with out = NULL to size the arrays).  Negative
+ * status on error. */
+int64_t ta_trace(int64_t root, int64_t cap, int nin, const int64_t *inputs,
+                 const double *tangents, ta_rows_t *out);

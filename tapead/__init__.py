@@ -9,7 +9,12 @@ from ._core import AnomalyError, TapeadError, TapeError, set_limit
 from .modes import detect_anomaly, no_grad
 from ._core import stats as tape_stats
 from .engine import Value, maximum, minimum, collect
+from .functions import sin, cos, sqrt, abs, exp, log, tanh, relu, sigmoid
+from .forward import jvp
+from .wengert import wengert, Wengert, set_label, get_label
 
 __all__ = ["Value", "maximum", "minimum", "tape_stats", "collect", "set_limit",
-           "no_grad", "detect_anomaly", "TapeadError", "TapeError", "AnomalyError"]
+           "no_grad", "detect_anomaly", "TapeadError", "TapeError", "AnomalyError",
+           "sin", "cos", "sqrt", "abs", "exp", "log", "tanh", "relu", "sigmoid",
+           "jvp", "wengert", "Wengert", "set_label", "get_label"]
 __version__ = "0.1.0"

@@ -1,0 +1,208 @@
+"""Labels and the Wengert-list view of the tape behind a Value.
+
+wengert(y) asks C for the rows behind y in one call (csrc/tangent.c:
+ta_trace), in tape order, with argument rows, values and, on request,
+forward tangents and adjoints computed into separate buffers (no Value's
+data or grad changes).  The table prints as aligned plain text in the
+textbook's naming (Griewank & Walther): leaves are v(1-n)..v0 in order of
+appearance, every other row v1..vl; leaves show their labels.
+
+Labels are kept here, not on the tape: a label is stored under its node id
+with a weak reference to the Value that carries it, and counts only while
+that Value is alive.  (A node id is reused once its segment is reclaimed,
+so a label must not outlive its Value.)
+"""
+import weakref
+
+from ._core import ffi, lib, error, OP_NAMES, OP_KINDS
+from .engine import Value
+from .forward import seeds
+
+_labels = {}  # node id -> (weakref to the labelled Value, label)
+
+
+def _drop(key, ref):
+    def gone(_r, key=key):
+        entry = _labels.get(key)
+        if entry is not None and entry[0] is ref[0]:
+            del _labels[key]
+    return gone
+
+
+def set_label(value, label):
+    """Give `value` a label (shown in Wengert tables); "" or None removes it."""
+    if not isinstance(value, Value):
+        raise TypeError(f"set_label needs a Value, not {type(value).__name__}")
+    key = value._i
+    if not label:
+        entry = _labels.get(key)
+        if entry is not None and entry[0]() is value:
+            del _labels[key]
+        return
+    holder = [None]
+    holder[0] = weakref.ref(value, _drop(key, holder))
+    _labels[key] = (holder[0], str(label))
+
+
+def get_label(value):
+    """The label of `value`, or "" if it has none."""
+    entry = _labels.get(value._i)
+    if entry is not None and entry[0]() is value:
+        return entry[1]
+    return ""
+
+
+def _label_of_id(i):
+    entry = _labels.get(i)
+    if entry is not None and entry[0]() is not None:
+        return entry[1]
+    return ""
+
+
+Value.label = property(get_label, set_label,
+                       doc="A name shown in Wengert tables and graph drawings ('' if none).")
+
+# ------------------------------------------------------------ the table
+_INFIX = {"+": "+", "-": "-", "*": "*", "/": "/", "**": "**"}
+_CONST = {"+c": "{x} + {c}", "c-": "{c} - {x}", "*c": "{x} * {c}", "c/": "{c} / {x}",
+          "**c": "{x} ** {c}", "c**": "{c} ** {x}"}
+
+
+def _num(x, digits):
+    return format(x, f".{digits}g")
+
+
+class Wengert:
+    """The rows of the tape behind a Value, in tape order (the output is last).
+
+    .rows is a list of plain dicts (index, name, label, op, args, const,
+    expr, value, tangent, adjoint, node); .columns the same as a dict of
+    lists; str() an aligned plain-text table.
+    """
+
+    def __init__(self, rows, has_tangent, has_adjoint):
+        self.rows = rows
+        self.has_tangent = has_tangent
+        self.has_adjoint = has_adjoint
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __iter__(self):
+        return iter(self.rows)
+
+    def __getitem__(self, k):
+        return self.rows[k]
+
+    @property
+    def columns(self):
+        """The rows as a dict of equal-length lists (pandas.DataFrame accepts it)."""
+        keys = list(self.rows[0]) if self.rows else []
+        return {k: [r[k] for r in self.rows] for k in keys}
+
+    def format(self, digits=6):
+        """The table as aligned plain text, numbers to `digits` significant digits."""
+        head = ["row", "label", "op", "expression", "value"]
+        if self.has_tangent:
+            head.append("tangent")
+        if self.has_adjoint:
+            head.append("adjoint")
+        body = []
+        for r in self.rows:
+            line = [r["name"], r["label"], r["op"], r["expr"], _num(r["value"], digits)]
+            if self.has_tangent:
+                line.append(_num(r["tangent"], digits))
+            if self.has_adjoint:
+                line.append(_num(r["adjoint"], digits))
+            body.append(line)
+        width = [max(len(str(c)) for c in col) for col in zip(head, *body)]
+        right = [False, False, False, False] + [True] * (len(head) - 4)
+
+        def fmt(cells):
+            return "  ".join(c.rjust(w) if rj else c.ljust(w)
+                             for c, w, rj in zip(cells, width, right)).rstrip()
+        rule = "  ".join("-" * w for w in width)
+        return "\n".join([fmt(head), rule] + [fmt(b) for b in body])
+
+    def __str__(self):
+        return self.format()
+
+    def __repr__(self):
+        return f"<Wengert list: {len(self.rows)} rows>\n{self.format()}"
+
+
+def wengert(output, inputs=None, tangents=None, adjoints=True):
+    """The Wengert list (tape rows) behind `output`, as a Wengert table.
+
+    inputs, tangents: seed these Values with these tangents to add a
+    forward-mode `tangent` column (as tapead.jvp).  adjoints: add the
+    `adjoint` column, d output / d row, from a separate reverse sweep
+    (leaves' .grad is not changed).
+
+    >>> from tapead import Value
+    >>> x = Value(3.0, label="x"); t = wengert(x * x + 1, [x], [1.0])
+    >>> [r["value"] for r in t.rows], t.rows[-1]["tangent"]
+    ([3.0, 9.0, 10.0], 6.0)
+    """
+    if not isinstance(output, Value):
+        raise TypeError(f"wengert: output must be a Value, not {type(output).__name__}")
+    if (inputs is None) != (tangents is None):
+        raise ValueError("wengert: give inputs and tangents together (or neither)")
+    if inputs is not None:
+        nin, ids, ts = seeds(inputs, tangents)
+    else:
+        nin, ids, ts = 0, ffi.NULL, ffi.NULL
+    n = lib.ta_trace(output._i, 0, nin, ids, ts, ffi.NULL)
+    if n < 0:
+        raise error(n)
+    out = ffi.new("ta_rows_t *")
+    keep = [ffi.new("int[]", n), ffi.new("int64_t[]", n), ffi.new("int64_t[]", n),
+            ffi.new("double[]", n), ffi.new("double[]", n), ffi.new("int64_t[]", n),
+            ffi.new("double[]", n) if inputs is not None else ffi.NULL,
+            ffi.new("double[]", n) if adjoints else ffi.NULL]
+    out.op, out.x, out.y, out.c, out.val, out.id, out.tan, out.adj = keep
+    m = lib.ta_trace(output._i, n, nin, ids, ts, out)
+    if m < 0:
+        raise error(m)
+    assert m == n
+    return _table(out, n, inputs is not None, bool(adjoints))
+
+
+def _table(out, n, has_tan, has_adj):
+    ops = list(out.op[0:n])
+    xs, ys, cs = list(out.x[0:n]), list(out.y[0:n]), list(out.c[0:n])
+    vals, ids = list(out.val[0:n]), list(out.id[0:n])
+    tans = list(out.tan[0:n]) if has_tan else None
+    adjs = list(out.adj[0:n]) if has_adj else None
+    nleaf = sum(1 for o in ops if OP_KINDS[o] == 0)
+    names, leaf_k, op_k = [], 1 - nleaf, 1
+    for o in ops:
+        if OP_KINDS[o] == 0:
+            names.append(f"v{leaf_k}"); leaf_k += 1
+        else:
+            names.append(f"v{op_k}"); op_k += 1
+    rows = []
+    for k in range(n):
+        o, kind, sym = ops[k], OP_KINDS[ops[k]], OP_NAMES[ops[k]]
+        label = _label_of_id(ids[k])
+        const = cs[k] if kind == 3 else None
+        if kind == 0:
+            args, expr = (), label or "input"
+        elif kind == 1:
+            args, expr = (xs[k],), f"{sym}({names[xs[k]]})"
+        elif kind == 2:
+            args = (xs[k], ys[k])
+            a, b = names[xs[k]], names[ys[k]]
+            expr = f"{a} {sym} {b}" if sym in _INFIX else f"{sym}({a}, {b})"
+        else:
+            args = (xs[k],)
+            expr = _CONST[sym].format(x=names[xs[k]], c=repr(const))
+        row = {"index": k, "name": names[k], "label": label, "op": sym, "args": args,
+               "const": const, "expr": expr, "value": vals[k]}
+        if has_tan:
+            row["tangent"] = tans[k]
+        if has_adj:
+            row["adjoint"] = adjs[k]
+        row["node"] = ids[k]
+        rows.append(row)
+    return Wengert(rows, has_tan, has_adj)
