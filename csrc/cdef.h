@@ -71,6 +71,12 @@ int     ta_anomaly(int delta);         /* enter (+1) / leave (-1) detect_anomaly
 uint64_t ta_nograd_nodes(void);        /* leaves held by the no_grad arena              */
 int     ta_validate(void);             /* TA_OK, or TA_ECORRUPT if an invariant fails   */
 
+/* n new leaves holding x[0..n); their ids in ids[] (always plain ids: the
+ * caller gives each segment a token).  Returns n or a negative status (a
+ * node limit is checked first, so then nothing was added; if memory runs
+ * out midway, the leaves already added are unreferenced and reclaimed). */
+int64_t ta_leaves(const double *x, size_t n, int64_t *ids);
+
 /* optim.c: bulk access and optimizer steps; every id is checked before
  * anything is written.  what: 0 = data (val), 1 = grad (adj). */
 int ta_fill_adj(const int64_t *ids, size_t n, double x);

@@ -333,6 +333,32 @@ int64_t ta_leaf(double x)
     return ta_append(T, TA_LEAF, 0, aux, x);
 }
 
+int64_t ta_leaves(const double *x, size_t n, int64_t *ids)
+{
+    ta_tape *T = ta_self();
+    ta_aux aux;
+    size_t i;
+    uint64_t start;
+    uint32_t gc_at;
+    if (!T) return TA_ENOMEM;
+    if (n > T->limit - T->nodes) return TA_ELIMIT;
+    gc_at = T->gc_at;
+    aux.c = 0.0;
+    start = T->nodes;
+    T->gc_at = UINT32_MAX;        /* the new leaves have no token until we return */
+    for (i = 0; i < n; i++) {
+        int64_t id = ta_append(T, TA_LEAF, 0, aux, x[i]);
+        if (id < 0 && id > TA_NEWSEG) {       /* out of memory: undo what we can */
+            while (T->nodes > start && T->cur && T->cur->n) ta_unappend(T);
+            T->gc_at = gc_at;
+            return id;
+        }
+        ids[i] = id < 0 ? TA_NEWSEG - id : id;
+    }
+    T->gc_at = gc_at;
+    return (int64_t)n;
+}
+
 int ta_last_error(int *op, double *x, double *y)
 {
     ta_tape *T = ta_self();

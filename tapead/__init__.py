@@ -12,9 +12,12 @@ from .engine import Value, maximum, minimum, collect
 from .functions import sin, cos, sqrt, abs, exp, log, tanh, relu, sigmoid
 from .forward import jvp
 from .wengert import wengert, Wengert, set_label, get_label
+from .draw import draw_dot, to_dot
+from .arrays import values, data, grads
 
 __all__ = ["Value", "maximum", "minimum", "tape_stats", "collect", "set_limit",
            "no_grad", "detect_anomaly", "TapeadError", "TapeError", "AnomalyError",
            "sin", "cos", "sqrt", "abs", "exp", "log", "tanh", "relu", "sigmoid",
-           "jvp", "wengert", "Wengert", "set_label", "get_label"]
+           "jvp", "wengert", "Wengert", "set_label", "get_label",
+           "draw_dot", "to_dot", "values", "data", "grads"]
 __version__ = "0.1.0"

@@ -1,0 +1,73 @@
+"""Graph drawing in the style of micrograd's trace_graph notebook.
+
+One record per value (label | data | grad) and one small node per
+operation, edges from inputs to op to output.  The rows come from the tape
+in one C call (tapead.wengert), so this needs no Python graph walk.
+
+to_dot() returns DOT source and needs nothing; draw_dot() returns a
+graphviz.Digraph (pip install "tapead[draw]", plus Graphviz's `dot` to render).
+"""
+from ._core import lib
+from .wengert import wengert
+
+
+def _elements(root):
+    """The drawing as ('node', name, label, shape) and ('edge', tail, head) items."""
+    for r in wengert(root, adjoints=False).rows:
+        nid = f"n{r['index']}"
+        grad = lib.ta_adj(r["node"])
+        label = r["label"] or ("" if r["op"] == "leaf" else r["name"])
+        yield ("node", nid, f"{{ {_esc(label)} | data {r['value']:.4f} | grad {grad:.4f} }}", "record")
+        if r["op"] != "leaf":
+            yield ("node", nid + "op", _esc(_op_text(r)), "ellipse")
+            yield ("edge", nid + "op", nid)
+            for a in r["args"]:
+                yield ("edge", f"n{a}", nid + "op")
+
+
+def to_dot(root, rankdir="LR"):
+    """DOT source of the graph behind `root`.
+
+    >>> from tapead import Value
+    >>> print(to_dot(Value(2.0, label="a") * 3).splitlines()[0])
+    digraph {
+    """
+    lines = ["digraph {", f"  graph [rankdir={rankdir}]"]
+    for e in _elements(root):
+        if e[0] == "node":
+            lines.append(f'  {e[1]} [label="{e[2]}" shape={e[3]}]')
+        else:
+            lines.append(f"  {e[1]} -> {e[2]}")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _op_text(r):
+    """The op as micrograd draws it: '+', '*', 'ReLU', '**2', ..."""
+    sym, c = r["op"], r["const"]
+    if c is None:
+        return sym
+    return {"+c": f"+{c:g}", "c-": f"{c:g}-", "*c": f"*{c:g}", "c/": f"{c:g}/",
+            "**c": f"**{c:g}", "c**": f"{c:g}**"}.get(sym, sym)
+
+
+def _esc(s):
+    for ch in '\\"{}|<>':
+        s = str(s).replace(ch, "\\" + ch)
+    return s
+
+
+def draw_dot(root, format="svg", rankdir="LR"):
+    """A graphviz.Digraph of the graph behind `root` (micrograd's draw_dot)."""
+    try:
+        import graphviz
+    except ImportError as e:
+        raise ImportError("draw_dot needs the graphviz package: pip install \"tapead[draw]\" "
+                          "(tapead.to_dot(root) gives the DOT source without it)") from e
+    dot = graphviz.Digraph(format=format, graph_attr={"rankdir": rankdir})
+    for e in _elements(root):
+        if e[0] == "node":
+            dot.node(name=e[1], label=e[2], shape=e[3])
+        else:
+            dot.edge(e[1], e[2])
+    return dot
