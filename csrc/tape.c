@@ -27,7 +27,8 @@ static uint64_t ta_next_tag(void) { return __atomic_add_fetch(&ta_tagctr, 1u, __
 #  error "tapead needs thread-local storage and an atomic increment for this compiler"
 #endif
 
-#define TA_GC_MIN 64u            /* never collect below this many segments */
+#define TA_GC_MIN 4u             /* never collect below this many segments: a
+                                    tiny live set keeps only a few segments */
 
 static TA_TLS ta_tape *ta_tls = NULL;
 

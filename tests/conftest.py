@@ -1,0 +1,49 @@
+"""Shared helpers: micrograd as the reference, extended with the tanh and exp
+that micrograd's lecture version has (0.1.0 ships without them)."""
+import math
+
+import pytest
+from hypothesis import settings
+from micrograd.engine import Value as _MG
+
+settings.register_profile("tapead", max_examples=150, deadline=None)
+settings.load_profile("tapead")
+
+
+class MG(_MG):
+    """micrograd 0.1.0 plus tanh and exp written as in micrograd's lecture."""
+
+    def __init__(self, data, _children=(), _op=""):
+        super().__init__(data, _children, _op)
+
+    def _lift(self, out):
+        out.__class__ = MG
+        return out
+
+    def __add__(self, o): return self._lift(super().__add__(o if isinstance(o, _MG) else MG(o)))
+    def __mul__(self, o): return self._lift(super().__mul__(o if isinstance(o, _MG) else MG(o)))
+    def __pow__(self, o): return self._lift(super().__pow__(o))
+    def relu(self): return self._lift(super().relu())
+
+    def tanh(self):
+        x = self.data
+        t = (math.exp(2 * x) - 1) / (math.exp(2 * x) + 1)
+        out = MG(t, (self,), "tanh")
+
+        def _backward():
+            self.grad += (1 - t ** 2) * out.grad
+        out._backward = _backward
+        return out
+
+    def exp(self):
+        out = MG(math.exp(self.data), (self,), "exp")
+
+        def _backward():
+            self.grad += out.data * out.grad
+        out._backward = _backward
+        return out
+
+
+@pytest.fixture
+def mg():
+    return MG

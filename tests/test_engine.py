@@ -1,0 +1,227 @@
+"""The drop-in API of tapead.Value, checked against micrograd and plain floats."""
+import math
+
+import numpy as np
+import pytest
+from micrograd.engine import Value as MGValue
+
+import tapead
+from tapead import Value
+
+
+# ------------------------------------------------------------ construction
+@pytest.mark.parametrize("x, expect", [
+    (3, 3.0), (-2.5, -2.5), (True, 1.0), (False, 0.0),
+    (np.float64(1.25), 1.25), (np.int64(-7), -7.0), (np.float32(0.5), 0.5),
+])
+def test_value_accepts_real_numbers(x, expect):
+    v = Value(x)
+    assert v.data == expect and type(v.data) is float
+    assert v.grad == 0
+
+
+@pytest.mark.parametrize("bad", ["1.0", None, 1 + 2j, [1.0], (1.0,)])
+def test_value_rejects_non_reals_naming_the_type(bad):
+    with pytest.raises(TypeError, match=type(bad).__name__):
+        Value(bad)
+
+
+def test_value_of_a_value_is_a_type_error():
+    with pytest.raises(TypeError, match="Value"):
+        Value(Value(1.0))
+
+
+def test_data_and_grad_read_write():
+    p = Value(2.0)
+    y = p * p
+    y.backward()
+    assert p.grad == 4.0
+    lr = 0.1
+    p.data -= lr * p.grad
+    assert p.data == 2.0 - 0.1 * 4.0
+    p.grad = 0
+    assert p.grad == 0.0
+    p.data = 5
+    assert p.data == 5.0
+
+
+def test_repr_like_micrograd():
+    v = Value(3.0)
+    assert repr(v) == repr(MGValue(3.0)).replace("grad=0", "grad=0.0")
+    assert repr(v) == "Value(data=3.0, grad=0.0)"
+    w = v * 2
+    w.backward()
+    assert repr(v) == "Value(data=3.0, grad=2.0)"
+
+
+# ------------------------------------------------------------ operators
+A, B = 1.75, -0.625
+
+
+def _pairs():
+    """(tapead result, plain-float result) for every operator form."""
+    a, b = Value(A), Value(B)
+    return [
+        (a + b, A + B), (a - b, A - B), (a * b, A * B), (a / b, A / B), (a ** 2, A ** 2),
+        (a ** 0.5, A ** 0.5), (a ** b, A ** B), (-a, -A),
+        (a + 2, A + 2), (2 + a, 2 + A), (a - 2, A - 2), (2 - a, 2 - A),
+        (a * 3, A * 3), (3 * a, 3 * A), (a / 4, A / 4), (4 / a, 4 / A),
+        (2 ** a, 2 ** A), (a + 0.5, A + 0.5), (0.5 * b, 0.5 * B),
+        (np.int64(-1) * a, -A), (np.float64(2.5) + a, 2.5 + A), (np.float64(2.5) - a, 2.5 - A),
+        (np.float32(2.0) * a, 2.0 * A), (np.float64(3.0) / a, 3.0 / A), (a * np.int64(3), 3 * A),
+        (a.relu(), A), (b.relu(), 0.0), (a.tanh(), math.tanh(A)), (a.exp(), math.exp(A)),
+        (a.log(), math.log(A)), (b.sigmoid(), 1 / (1 + math.exp(-B))),
+        (a.sin(), math.sin(A)), (a.cos(), math.cos(A)), (a.sqrt(), math.sqrt(A)),
+        (abs(b), abs(B)), (b.abs(), abs(B)),
+        (tapead.maximum(a, b), max(A, B)), (a.maximum(b), max(A, B)), (b.maximum(a), max(A, B)),
+        (tapead.minimum(a, b), min(A, B)), (a.minimum(b), min(A, B)),
+        (tapead.maximum(a, 10), 10.0), (tapead.minimum(1, b), B),
+    ]
+
+
+def test_every_operator_form_returns_a_value_with_the_float_result():
+    for v, expect in _pairs():
+        assert type(v) is Value
+        assert v.data == pytest.approx(expect, rel=1e-15, abs=0)
+
+
+def test_numpy_scalar_on_the_left_returns_a_value():
+    v = Value(2.0)
+    for r in (np.int64(-1) * v, np.float64(2) * v, np.float64(1) + v, np.int64(1) - v,
+              np.float64(1) / v, np.float32(3) * v):
+        assert type(r) is Value
+    r = np.int64(-1) * v
+    r.backward()
+    assert r.data == -2.0 and v.grad == -1.0
+
+
+def test_sum_of_values():
+    vs = [Value(float(i)) for i in range(5)]
+    s = sum(vs)
+    assert type(s) is Value and s.data == 10.0
+    s.backward()
+    assert [v.grad for v in vs] == [1.0] * 5
+
+
+def test_pow_with_value_exponent():
+    x, y = Value(2.0), Value(3.0)
+    z = x ** y
+    z.backward()
+    assert z.data == 8.0
+    assert x.grad == 3.0 * 2.0 ** 2
+    assert y.grad == pytest.approx(8.0 * math.log(2.0), rel=1e-15)
+
+
+def test_unsupported_operand_types():
+    v = Value(1.0)
+    for bad in ("a", None, [1.0]):
+        with pytest.raises(TypeError):
+            v + bad
+        with pytest.raises(TypeError):
+            bad * v
+
+
+def test_values_hash_by_identity():
+    a, b = Value(1.0), Value(1.0)
+    assert len({a, b}) == 2 and {a: 1}[a] == 1
+
+
+# --------------------------------------------------------------- backward
+def test_backward_seeds_root_with_one():
+    x = Value(3.0)
+    x.backward()
+    assert x.grad == 1.0
+    y = x * 2
+    y.backward()
+    assert y.grad == 1.0
+
+
+def test_leaves_accumulate_across_backward_calls():
+    x = Value(3.0)
+    y = x * x
+    y.backward()
+    y.backward()
+    assert x.grad == 12.0
+    x.grad = 0
+    y.backward()
+    assert x.grad == 6.0
+
+
+def test_intermediates_hold_this_passes_adjoint():
+    x = Value(3.0)
+    h = x * 2          # intermediate
+    y = h * h
+    y.backward()
+    assert h.grad == 12.0
+    y.backward()
+    assert h.grad == 12.0   # not accumulated (intended difference from micrograd)
+    assert x.grad == 48.0   # the leaf accumulates
+
+
+def test_nodes_not_reached_are_untouched():
+    x, w = Value(3.0), Value(5.0)
+    other = w * 2
+    other.backward()
+    assert w.grad == 2.0 and other.grad == 1.0
+    y = x * 4
+    y.backward()
+    assert x.grad == 4.0
+    assert w.grad == 2.0 and other.grad == 1.0
+    # a node used to build the root, but after it on the tape, is not reached
+    later = y + x
+    assert later.grad == 0.0
+
+
+def test_backward_from_an_intermediate():
+    x = Value(2.0)
+    h = x * x
+    y = h * 3
+    h.backward()
+    assert x.grad == 4.0 and y.grad == 0.0
+
+
+# ---------------------------------------------------- micrograd's examples
+def _readme(V):
+    a = V(-4.0)
+    b = V(2.0)
+    c = a + b
+    d = a * b + b**3
+    c += c + 1
+    c += 1 + c + (-a)
+    d += d * 2 + (b + a).relu()
+    d += 3 * d + (b - a).relu()
+    e = c - d
+    f = e**2
+    g = f / 2.0
+    g += 10.0 / f
+    g.backward()
+    return a, b, g
+
+
+def test_micrograd_readme_expression():
+    a, b, g = _readme(Value)
+    assert f"{g.data:.4f}" == "24.7041"
+    assert f"{a.grad:.4f}" == "138.8338"
+    assert f"{b.grad:.4f}" == "645.5773"
+    ma, mb, mgv = _readme(MGValue)
+    assert g.data == pytest.approx(mgv.data, rel=1e-14)
+    assert a.grad == pytest.approx(ma.grad, rel=1e-14)
+    assert b.grad == pytest.approx(mb.grad, rel=1e-14)
+
+
+def _sanity(V):
+    x = V(-4.0)
+    z = 2 * x + 2 + x
+    q = z.relu() + z * x
+    h = (z * z).relu()
+    y = h + q + q * x
+    y.backward()
+    return x, y
+
+
+def test_micrograd_sanity_check_exact():
+    x, y = _sanity(Value)
+    mx, my = _sanity(MGValue)
+    assert y.data == my.data
+    assert x.grad == mx.grad
+    assert (y.data, x.grad) == (-20.0, 46.0)

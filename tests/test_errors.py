@@ -1,0 +1,153 @@
+"""Bad input raises Python's own exceptions and changes nothing; NaN and inf
+as data follow IEEE as plain floats do."""
+import math
+
+import numpy as np
+import pytest
+
+import tapead
+from tapead import Value
+
+INF, NAN = math.inf, math.nan
+
+
+def snapshot(values):
+    return tapead.tape_stats()["nodes"], [(v.data, v.grad) for v in values]
+
+
+def same(a, b):
+    """Equal as floats, with NaN equal to NaN and the sign of zero checked."""
+    if a != a or b != b:
+        return a != a and b != b
+    return a == b and math.copysign(1, a) == math.copysign(1, b)
+
+
+CASES = [
+    # (exception, function of the Values dict)
+    (ZeroDivisionError, lambda v: v["x"] / 0),
+    (ZeroDivisionError, lambda v: v["x"] / 0.0),
+    (ZeroDivisionError, lambda v: v["x"] / np.float64(0)),
+    (ZeroDivisionError, lambda v: v["x"] / v["zero"]),
+    (ZeroDivisionError, lambda v: 1 / v["zero"]),
+    (ZeroDivisionError, lambda v: v["zero"] ** -1),
+    (ZeroDivisionError, lambda v: v["zero"] ** -2.5),
+    (ZeroDivisionError, lambda v: v["zero"] ** v["m1"]),
+    (ZeroDivisionError, lambda v: 0 ** v["m1"]),
+    (ValueError, lambda v: v["zero"].log()),
+    (ValueError, lambda v: v["neg"].log()),
+    (ValueError, lambda v: v["neg"] ** 0.5),
+    (ValueError, lambda v: v["neg"] ** (1 / 3)),
+    (ValueError, lambda v: v["neg"] ** v["half"]),
+    (ValueError, lambda v: (-2.0) ** v["half"]),
+    (ValueError, lambda v: v["neg"].sqrt()),
+    (ValueError, lambda v: v["m1"].sqrt()),
+    (ValueError, lambda v: v["inf"].sin()),
+    (ValueError, lambda v: v["ninf"].sin()),
+    (ValueError, lambda v: v["inf"].cos()),
+    (OverflowError, lambda v: v["big"].exp()),
+    (OverflowError, lambda v: v["x"] ** 2000),
+    (OverflowError, lambda v: v["x"] ** v["big"]),
+    (OverflowError, lambda v: 10 ** v["big"]),
+]
+
+
+@pytest.mark.parametrize("k", range(len(CASES)))
+def test_bad_input_raises_and_changes_nothing(k):
+    exc, f = CASES[k]
+    v = dict(x=Value(3.0), zero=Value(0.0), m1=Value(-1.0), neg=Value(-2.0), half=Value(0.5),
+             inf=Value(INF), ninf=Value(-INF), big=Value(1000.0))
+    y = v["x"] * v["m1"] + v["neg"]   # a recorded graph with gradients
+    y.backward()
+    values = list(v.values()) + [y]
+    before = snapshot(values)
+    with pytest.raises(exc):
+        f(v)
+    assert snapshot(values) == before
+    # the tape still works afterwards
+    z = v["x"] * 2
+    z.backward()
+    assert z.data == 6.0 and v["x"].grad == before[1][0][1] + 2.0
+
+
+def test_plain_python_agrees_on_the_error_types():
+    for exc, f in ((ZeroDivisionError, lambda: 3.0 / 0.0), (ZeroDivisionError, lambda: 0.0 ** -1),
+                   (ValueError, lambda: math.log(0.0)), (ValueError, lambda: math.sqrt(-1)),
+                   (ValueError, lambda: math.sin(INF)), (OverflowError, lambda: math.exp(1000)),
+                   (OverflowError, lambda: 3.0 ** 2000)):
+        with pytest.raises(exc):
+            f()
+
+
+def test_error_messages_name_the_problem():
+    with pytest.raises(ZeroDivisionError, match="division by zero"):
+        Value(1.0) / Value(0.0)
+    with pytest.raises(ZeroDivisionError, match="negative power"):
+        Value(0.0) ** -1
+    with pytest.raises(ValueError, match="domain"):
+        Value(-1.0).log()
+
+
+SPECIALS = [NAN, INF, -INF, 0.0, -0.0, 1.5, -2.0]
+BIN = [
+    (lambda a, b: a + b, lambda a, b: a + b),
+    (lambda a, b: a - b, lambda a, b: a - b),
+    (lambda a, b: a * b, lambda a, b: a * b),
+    (lambda a, b: tapead.maximum(a, b), max),
+    (lambda a, b: tapead.minimum(a, b), min),
+]
+UN = [
+    (lambda a: a.relu(), lambda x: 0 if x < 0 else x),   # micrograd's rule, exactly
+    (lambda a: a.tanh(), math.tanh),
+    (lambda a: a.exp(), math.exp),
+    (lambda a: a.sigmoid(), lambda x: (1 / (1 + math.exp(-x))) if x >= 0
+     else math.exp(x) / (1 + math.exp(x))),
+    (lambda a: abs(a), abs),
+    (lambda a: -a, lambda x: x * -1),
+    (lambda a: a * 2, lambda x: x * 2),
+    (lambda a: a + 1, lambda x: x + 1),
+    (lambda a: 1 - a, lambda x: 1 - x),
+    (lambda a: a ** 2, lambda x: x ** 2),
+    (lambda a: a ** 0, lambda x: x ** 0),
+]
+
+
+def test_nan_and_inf_binary_ops_follow_ieee():
+    for x in SPECIALS:
+        for y in SPECIALS:
+            for f, g in BIN:
+                r = f(Value(x), Value(y))
+                assert same(r.data, float(g(x, y))), (x, y, r.data, g(x, y))
+
+
+def test_nan_and_inf_unary_ops_follow_ieee():
+    for x in SPECIALS:
+        for f, g in UN:
+            try:
+                expect = float(g(x))
+            except (OverflowError, ValueError, ZeroDivisionError) as e:
+                with pytest.raises(type(e)):
+                    f(Value(x))
+                continue
+            assert same(f(Value(x)).data, expect), (x, f(Value(x)).data, expect)
+
+
+def test_nan_and_inf_in_unguarded_domains():
+    for x in (NAN, INF):
+        assert same(Value(x).log().data, math.log(x))
+        assert same(Value(x).sqrt().data, math.sqrt(x))
+    assert same(Value(NAN).sin().data, math.sin(NAN))
+    assert same((1 / Value(INF)).data, 1 / INF)
+    assert same((Value(INF) / Value(INF)).data, INF / INF)
+    with pytest.raises(ZeroDivisionError):
+        Value(NAN) / 0.0
+
+
+def test_nan_and_inf_gradients():
+    x = Value(INF)
+    y = x * x
+    y.backward()
+    assert y.data == INF and x.grad == INF
+    n = Value(NAN)
+    z = n * 2.0 + 1.0
+    z.backward()
+    assert z.data != z.data and n.grad == 2.0

@@ -1,0 +1,154 @@
+"""Every op's gradient against a central difference of the same function on
+plain floats, at hypothesis-drawn points away from kinks and domain edges."""
+import math
+
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+import tapead
+from tapead import Value
+
+
+def fl(lo, hi):
+    return st.floats(lo, hi, allow_nan=False, allow_infinity=False)
+
+
+def away(s, *points, gap=1e-3):
+    """s with draws at least gap from each of points."""
+    return s.filter(lambda x: all(abs(x - p) > gap for p in points))
+
+
+def sigmoid(x):
+    return 1 / (1 + math.exp(-x))
+
+
+# name -> (tapead function, float function, strategies of the arguments)
+UNARY = {
+    "neg": (lambda a: -a, lambda a: -a, fl(-5, 5)),
+    "addc": (lambda a: a + 1.5, lambda a: a + 1.5, fl(-5, 5)),
+    "raddc": (lambda a: 1.5 + a, lambda a: 1.5 + a, fl(-5, 5)),
+    "subc": (lambda a: a - 2.25, lambda a: a - 2.25, fl(-5, 5)),
+    "rsubc": (lambda a: 2.25 - a, lambda a: 2.25 - a, fl(-5, 5)),
+    "mulc": (lambda a: a * -3.5, lambda a: a * -3.5, fl(-5, 5)),
+    "rmulc": (lambda a: 0.75 * a, lambda a: 0.75 * a, fl(-5, 5)),
+    "divc": (lambda a: a / 3.0, lambda a: a / 3.0, fl(-5, 5)),
+    "rdivc": (lambda a: 2.0 / a, lambda a: 2.0 / a, away(fl(-5, 5), 0, gap=0.1)),
+    "pow2": (lambda a: a ** 2, lambda a: a ** 2, fl(-5, 5)),
+    "pow3": (lambda a: a ** 3, lambda a: a ** 3, fl(-5, 5)),
+    "pow-1": (lambda a: a ** -1, lambda a: a ** -1, away(fl(-5, 5), 0, gap=0.1)),
+    "pow-2": (lambda a: a ** -2, lambda a: a ** -2, away(fl(-5, 5), 0, gap=0.1)),
+    "pow0.5": (lambda a: a ** 0.5, lambda a: a ** 0.5, fl(0.05, 10)),
+    "pow-1.5": (lambda a: a ** -1.5, lambda a: a ** -1.5, fl(0.1, 10)),
+    "rpowc": (lambda a: 2.5 ** a, lambda a: 2.5 ** a, fl(-5, 5)),
+    "relu": (lambda a: a.relu(), lambda a: max(a, 0.0), away(fl(-5, 5), 0)),
+    "tanh": (lambda a: a.tanh(), math.tanh, fl(-5, 5)),
+    "exp": (lambda a: a.exp(), math.exp, fl(-10, 10)),
+    "log": (lambda a: a.log(), math.log, fl(0.01, 100)),
+    "sigmoid": (lambda a: a.sigmoid(), sigmoid, fl(-20, 20)),
+    "sin": (lambda a: a.sin(), math.sin, fl(-10, 10)),
+    "cos": (lambda a: a.cos(), math.cos, fl(-10, 10)),
+    "sqrt": (lambda a: a.sqrt(), math.sqrt, fl(0.01, 100)),
+    "abs": (lambda a: abs(a), abs, away(fl(-5, 5), 0)),
+    "absm": (lambda a: a.abs(), abs, away(fl(-5, 5), 0)),
+}
+
+BINARY = {
+    "add": (lambda a, b: a + b, lambda a, b: a + b, fl(-5, 5), fl(-5, 5)),
+    "sub": (lambda a, b: a - b, lambda a, b: a - b, fl(-5, 5), fl(-5, 5)),
+    "mul": (lambda a, b: a * b, lambda a, b: a * b, fl(-5, 5), fl(-5, 5)),
+    "div": (lambda a, b: a / b, lambda a, b: a / b, fl(-5, 5), away(fl(-5, 5), 0, gap=0.1)),
+    "pow": (lambda a, b: a ** b, lambda a, b: a ** b, fl(0.1, 5), fl(-3, 3)),
+    "maximum": (tapead.maximum, max, fl(-5, 5), fl(-5, 5)),
+    "maximum_m": (lambda a, b: a.maximum(b), max, fl(-5, 5), fl(-5, 5)),
+    "minimum": (tapead.minimum, min, fl(-5, 5), fl(-5, 5)),
+    "minimum_m": (lambda a, b: a.minimum(b), min, fl(-5, 5), fl(-5, 5)),
+}
+
+
+def central(f, x):
+    h = 1e-6 * max(1.0, abs(x))
+    return (f(x + h) - f(x - h)) / (2 * h)
+
+
+def close(got, fd, fx):
+    tol = 1e-5 * abs(fd) + 1e-6 * max(1.0, abs(fx))
+    return abs(got - fd) <= tol
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary_gradient_matches_central_difference(name):
+    f, g, xs = UNARY[name]
+
+    @settings(max_examples=100, deadline=None)
+    @given(xs)
+    def check(x):
+        a = Value(x)
+        y = f(a)
+        assert y.data == pytest.approx(g(x), rel=1e-15, abs=1e-300)
+        y.backward()
+        assert y.grad == 1.0
+        fd = central(g, x)
+        assert close(a.grad, fd, g(x)), (x, a.grad, fd)
+
+    check()
+
+
+@pytest.mark.parametrize("name", sorted(BINARY))
+def test_binary_gradient_matches_central_difference(name):
+    f, g, xs, ys = BINARY[name]
+
+    @settings(max_examples=100, deadline=None)
+    @given(xs, ys)
+    def check(x, y):
+        if name.startswith(("maximum", "minimum")):
+            assume(abs(x - y) > 1e-3)
+        a, b = Value(x), Value(y)
+        r = f(a, b)
+        assert r.data == pytest.approx(g(x, y), rel=1e-15, abs=1e-300)
+        r.backward()
+        assert close(a.grad, central(lambda t: g(t, y), x), g(x, y)), (x, y, a.grad)
+        assert close(b.grad, central(lambda t: g(x, t), y), g(x, y)), (x, y, b.grad)
+
+    check()
+
+
+@settings(max_examples=100, deadline=None)
+@given(away(fl(-5, 5), 0, gap=0.1), st.integers(-4, 5))
+def test_integer_power_of_negative_base(x, n):
+    a = Value(x)
+    r = a ** n
+    assert r.data == pytest.approx(x ** n, rel=1e-15)
+    r.backward()
+    assert close(a.grad, central(lambda t: t ** n, x), x ** n)
+
+
+@settings(max_examples=100, deadline=None)
+@given(fl(-3, 3), fl(0.1, 5))
+def test_constant_base_power(x, c):
+    a = Value(x)
+    r = c ** a
+    assert r.data == pytest.approx(c ** x, rel=1e-15)
+    r.backward()
+    assert close(a.grad, central(lambda t: c ** t, x), c ** x)
+
+
+def test_same_value_on_both_sides():
+    x = Value(3.0)
+    for f, d in ((lambda v: v * v, 6.0), (lambda v: v + v, 2.0), (lambda v: v - v, 0.0),
+                 (lambda v: v / v, 0.0), (lambda v: v ** v, 27 * (math.log(3) + 1))):
+        x.grad = 0
+        y = f(x)
+        y.backward()
+        assert x.grad == pytest.approx(d, rel=1e-14, abs=1e-15)
+
+
+def test_kink_conventions():
+    # relu'(0) = 0 as micrograd ((out.data > 0)); abs'(0) = 0; max/min ties split
+    for f, expect in ((lambda v: v.relu(), 0.0), (lambda v: abs(v), 0.0)):
+        x = Value(0.0)
+        f(x).backward()
+        assert x.grad == expect
+    a, b = Value(1.0), Value(1.0)
+    tapead.maximum(a, b).backward()
+    assert (a.grad, b.grad) == (0.5, 0.5)
