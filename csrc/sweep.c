@@ -5,49 +5,56 @@
  * and no Python.  Nodes reached from the root carry TA_MARK; an
  * intermediate's adjoint is zeroed when it is first reached (it holds this
  * pass's adjoint afterwards), a leaf's is not (leaves accumulate across
- * passes, as micrograd's zero_grad loop expects).  The loop stops as soon
- * as no reached node remains unvisited.  Inside detect_anomaly() the first
+ * passes, as micrograd's zero_grad loop expects).  Each segment counts its
+ * reached-but-unvisited nodes, so segments the pass never reached (an
+ * earlier step's graph awaiting reclamation) cost one test each.  Inside detect_anomaly() the first
  * nan adjoint contribution stops the sweep with TA_EANOMALY (adjoints then
  * hold the partial sums of the aborted pass). */
 #include <math.h>
 #include "tapead.h"
 #include "ops.h"
 
-/* First arrival at a node: mark it and count it as pending. */
-static inline void ta_reach(ta_seg *s, uint32_t o, uint64_t *pending)
+/* First arrival at a node: mark it and count it in its segment. */
+static inline void ta_reach(ta_seg *s, uint32_t o)
 {
     uint8_t b = s->op[o];
     if (b & TA_MARK) return;
     s->op[o] = (uint8_t)(b | TA_MARK);
     if ((b & TA_OPMASK) != TA_LEAF) s->adj[o] = 0.0;
-    ++*pending;
+    s->marked++;
 }
 
 int ta_backward(int64_t root)
 {
     ta_tape *T = ta_self();
     ta_seg *rs;
-    uint32_t ro, p, lowpos;
-    uint64_t pending = 1;
+    uint32_t ro, p;
     int st;
     if (!T) return TA_ENOMEM;
     if ((st = ta_resolve(T, root, &rs, &ro)) != TA_OK) return st;
 
     rs->op[ro] |= TA_MARK;
+    rs->marked++;
     rs->adj[ro] = 1.0;
-    lowpos = rs->pos;
-    for (p = rs->pos + 1; p-- > 0 && pending;) {
+    /* A node's mark is cleared when it is visited (no later node can reach
+     * it again), and a segment with no marked node left is skipped whole. */
+    for (p = rs->pos + 1; p-- > 0;) {
         ta_seg *s = T->segs[T->order[p]];
         uint32_t i = (s == rs) ? ro + 1 : s->n;
-        lowpos = p;
-        while (i-- > 0) {
+        if (st != TA_OK) {                 /* aborted: only clear marks */
+            for (i = 0; s->marked && i < s->n; i++)
+                if (s->op[i] & TA_MARK) { s->op[i] &= (uint8_t)~TA_MARK; s->marked--; }
+            continue;
+        }
+        while (s->marked && i-- > 0) {
             uint8_t b = s->op[i];
             int op, kind;
             double g, xv, yv, dx, dy;
             ta_seg *sx, *sy = NULL;
             uint32_t xr, yr = 0;
             if (!(b & TA_MARK)) continue;
-            --pending;
+            s->op[i] = (uint8_t)(b & ~TA_MARK);
+            s->marked--;
             op = b & TA_OPMASK;
             kind = ta_kinds[op];
             if (kind == TA_K_LEAF) continue;
@@ -59,23 +66,16 @@ int ta_backward(int64_t root)
             if (T->anomaly && (isnan(dx * g) || (kind == TA_K_BIN && isnan(dy * g)))) {
                 T->err_op = op; T->err_x = xv; T->err_y = yv;
                 st = TA_EANOMALY;
+                p++;                        /* revisit this segment to clear it */
                 break;
             }
-            ta_reach(sx, TA_OFF(xr), &pending);
+            ta_reach(sx, TA_OFF(xr));
             sx->adj[TA_OFF(xr)] += dx * g;
             if (kind == TA_K_BIN) {
-                ta_reach(sy, TA_OFF(yr), &pending);
+                ta_reach(sy, TA_OFF(yr));
                 sy->adj[TA_OFF(yr)] += dy * g;
             }
-            if (!pending) break;
         }
-        if (st != TA_OK) break;
-    }
-    /* clear the marks this pass set */
-    for (p = lowpos; p <= rs->pos; p++) {
-        ta_seg *s = T->segs[T->order[p]];
-        uint32_t i;
-        for (i = 0; i < s->n; i++) s->op[i] &= (uint8_t)~TA_MARK;
     }
     return st;
 }

@@ -181,7 +181,7 @@ static int ta_new_seg(ta_tape *T)
     /* nothing can fail from here on */
     T->spare = NULL;
     if (T->nfree) T->nfree--; else T->nslots++;
-    s->n = 0; s->owned = 0; s->slot = k; s->pos = T->norder;
+    s->n = 0; s->owned = 0; s->marked = 0; s->slot = k; s->pos = T->norder;
     T->segs[k] = s;
     T->order[T->norder++] = k;
     T->cur = s;
