@@ -9,7 +9,7 @@ from cffi import FFI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CSRC = os.path.join("csrc")
-SOURCES = [os.path.join(CSRC, f) for f in ("tape.c", "ops.c", "sweep.c")]
+SOURCES = [os.path.join(CSRC, f) for f in ("tape.c", "ops.c", "sweep.c", "replay.c")]
 
 if sys.platform == "win32":
     cflags, ldflags = ["/O2"], []

@@ -83,6 +83,7 @@ void ta_tape_free(void *tape)
     for (k = 0; k < T->nslots; k++) free(T->segs[k]);
     free(T->spare);
     free(T->segs); free(T->freeslots); free(T->order);
+    ta_guards_free(T);
     if (ta_tls == T) ta_tls = NULL;
     TA_OWNER_DROP(T->tag);
     free(T);
@@ -149,6 +150,7 @@ int ta_gc(ta_tape *T)
         T->order[w++] = k;
     }
     T->norder = w;
+    ta_guards_gc(T);
     T->collections++;
     T->gc_at = 2u * w > TA_GC_MIN ? 2u * w : TA_GC_MIN;
     return (int)freed;

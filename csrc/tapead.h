@@ -56,6 +56,7 @@ typedef struct ta_tape {
     uint64_t  nodes, peak, limit, collections;
     uint32_t  gc_at;             /* collect when norder reaches this        */
     int       err_op;  double err_x, err_y;   /* last forward error         */
+    struct ta_guards *guards;  /* replay.c: comparisons recorded as guards */
 } ta_tape;
 
 extern const uint8_t ta_kinds[TA_NOPS];
@@ -75,5 +76,9 @@ int ta_gc(ta_tape *T);        /* reclaim; returns segments freed */
 /* Append one node; returns its id or a negative status. */
 int64_t ta_append(ta_tape *T, int op, uint32_t x, ta_aux aux, double val);
 
+/* replay.c: guards die with their nodes (called at the end of ta_gc) and
+ * with the tape. */
+void ta_guards_gc(ta_tape *T);
+void ta_guards_free(ta_tape *T);
 
 #endif

@@ -8,7 +8,9 @@
 from ._core import TapeadError, TapeError, set_limit
 from ._core import stats as tape_stats
 from .engine import Value, maximum, minimum, collect
+from .replay import GuardError, recompute, compile, Program, clear_guards, guard_count
 
 __all__ = ["Value", "maximum", "minimum", "tape_stats", "collect", "set_limit",
-           "TapeadError", "TapeError"]
+           "TapeadError", "TapeError",
+           "GuardError", "recompute", "compile", "Program", "clear_guards", "guard_count"]
 __version__ = "0.1.0"
