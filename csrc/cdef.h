@@ -102,3 +102,6 @@ int64_t ta_prog_failed_guard(ta_prog *P, int *kind, int *outcome, double *xv, do
 /* Benchmark reference: the program's forward arithmetic as a plain scalar
  * loop over flat arrays, reps times. */
 int     ta_prog_ref(ta_prog *P, uint32_t reps);
+/* .data of n Values at once (all ids checked before any is written). */
+int     ta_vals_get(const int64_t *ids, uint64_t n, double *out);
+int     ta_vals_set(const int64_t *ids, uint64_t n, const double *in);

@@ -653,3 +653,35 @@ int ta_prog_ref(ta_prog *P, uint32_t reps)
         }
     return st ? TA_EDOMAIN : TA_OK;
 }
+
+/* ------------------------------------------------- bulk .data access */
+
+int ta_vals_get(const int64_t *ids, uint64_t n, double *out)
+{
+    ta_tape *T = ta_self();
+    uint64_t k;
+    if (!T) return TA_ENOMEM;
+    for (k = 0; k < n; k++) {
+        ta_seg *s; uint32_t o; int st;
+        if ((st = ta_resolve(T, ids[k], &s, &o)) != TA_OK) return st;
+        out[k] = s->val[o];
+    }
+    return TA_OK;
+}
+
+int ta_vals_set(const int64_t *ids, uint64_t n, const double *in)
+{
+    ta_tape *T = ta_self();
+    uint64_t k;
+    if (!T) return TA_ENOMEM;
+    for (k = 0; k < n; k++) {
+        ta_seg *s; uint32_t o; int st;
+        if ((st = ta_resolve(T, ids[k], &s, &o)) != TA_OK) return st;
+    }
+    for (k = 0; k < n; k++) {
+        ta_seg *s; uint32_t o;
+        ta_resolve(T, ids[k], &s, &o);
+        s->val[o] = in[k];
+    }
+    return TA_OK;
+}

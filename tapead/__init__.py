@@ -9,8 +9,9 @@ from ._core import TapeadError, TapeError, set_limit
 from ._core import stats as tape_stats
 from .engine import Value, maximum, minimum, collect
 from .replay import GuardError, recompute, compile, Program, clear_guards, guard_count
+from .replay import read_data, write_data
 
 __all__ = ["Value", "maximum", "minimum", "tape_stats", "collect", "set_limit",
            "TapeadError", "TapeError",
-           "GuardError", "recompute", "compile", "Program", "clear_guards", "guard_count"]
+           "GuardError", "recompute", "compile", "Program", "clear_guards", "guard_count", "read_data", "write_data"]
 __version__ = "0.1.0"

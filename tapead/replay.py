@@ -21,7 +21,8 @@ from . import _core
 from ._core import TapeadError, error, ffi, lib
 from .engine import Value
 
-__all__ = ["GuardError", "recompute", "compile", "Program", "clear_guards", "guard_count"]
+__all__ = ["GuardError", "recompute", "compile", "Program", "clear_guards", "guard_count",
+           "read_data", "write_data"]
 
 _KINDS = ("<", "<=", ">", ">=")
 
@@ -210,6 +211,24 @@ class Program:
     def __repr__(self):
         return (f"Program(nodes={self.nodes}, inputs={self.n_inputs}, outputs={self.n_outputs}, "
                 f"wrt={self.n_wrt}, params={len(self._params)}, guards={self.guards})")
+
+
+def read_data(values):
+    """The .data of a sequence of Values as a numpy float64 array, in one C call."""
+    values, ids = _ids(values, "values")
+    out = _np().empty(len(values))
+    _core.check(lib.ta_vals_get(ids, len(values), _ptr(out)))
+    return out
+
+
+def write_data(values, data):
+    """Set .data of each Value from data (same length), in one C call; all or nothing."""
+    values, ids = _ids(values, "values")
+    np = _np()
+    data = np.ascontiguousarray(data, dtype=np.float64)
+    if data.shape != (len(values),):
+        raise ValueError(f"data must have shape ({len(values)},), not {data.shape}")
+    _core.check(lib.ta_vals_set(ids, len(values), _ptr(data)))
 
 
 def compile(outputs, inputs, wrt=()):
