@@ -167,7 +167,7 @@ class Program:
         X = _rows(X, self.n_inputs)
         B = X.shape[0]
         Y = np.empty((B, self.n_outputs))
-        seedmode, G, sp = 0, ffi.NULL, None
+        seedmode, G, sp = 0, None, None
         if grad is not None:
             if grad not in ("sum", "per_sample"):
                 raise ValueError("grad must be 'sum' or 'per_sample'")
