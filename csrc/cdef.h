@@ -105,3 +105,6 @@ int     ta_prog_ref(ta_prog *P, uint32_t reps);
 /* .data of n Values at once (all ids checked before any is written). */
 int     ta_vals_get(const int64_t *ids, uint64_t n, double *out);
 int     ta_vals_set(const int64_t *ids, uint64_t n, const double *in);
+/* backward() through root's recompute plan when it has one (same result
+ * as ta_backward, bit for bit), else ta_backward. */
+int     ta_backward_fast(int64_t root);

@@ -1,10 +1,12 @@
 /* replay.c: the recorded tape as a program.
  *
  * ta_recompute(root): marks every node root depends on (as ta_backward
- * does), then one ascending sweep re-evaluates the marked nodes from the
- * leaves' current values, in place.  Old values are saved in order as the
- * sweep overwrites them, so an error (a domain error at the new point, or a
- * flipped guard) restores every value and the call leaves no trace.
+ * does) and copies them, in tape order, into a flat plan cached per root;
+ * each recompute is then one ascending sweep over the plan from the leaves'
+ * current values into a scratch buffer, a guard check, and a commit of the
+ * new values to the tape.  An error (a domain error at the new point, or a
+ * flipped guard) is found before anything is written, so the call leaves no
+ * trace.  ta_backward_fast runs backward over the same plan.
  *
  * Guards: a comparison of Values (<, <=, >, >=) returns a plain bool to
  * Python and is recorded here with its outcome.  Which guards bind a
@@ -24,6 +26,7 @@
  * each op is a short loop over the chunk that the compiler vectorises. */
 #include <stdlib.h>
 #include <string.h>
+#include <stddef.h>
 #include "tapead.h"
 #include "ops.h"
 
@@ -33,12 +36,19 @@ typedef struct {
     uint8_t  kind, cst, out;
 } ta_guard;
 
+#define TA_NPLANS 4
+typedef struct ta_plan ta_plan;
+
 struct ta_guards {
     ta_guard *g;  uint32_t n, cap;
-    double   *save; size_t nsave;   /* recompute's undo buffer, kept for reuse */
+    uint64_t  ver;                  /* bumped whenever the list changes        */
+    ta_plan  *plans[TA_NPLANS];     /* recompute plans, see below              */
+    uint32_t  next;
     int64_t   failed;               /* guard index of the last TA_EGUARD       */
     double    fx, fy;               /* values that flipped it                  */
 };
+
+static void ta_plans_drop(struct ta_guards *G);
 
 static int ta_compare(int kind, double x, double y)
 {
@@ -62,7 +72,8 @@ static struct ta_guards *ta_guards_of(ta_tape *T)
 void ta_guards_free(ta_tape *T)
 {
     if (!T->guards) return;
-    free(T->guards->g); free(T->guards->save); free(T->guards);
+    ta_plans_drop(T->guards);
+    free(T->guards->g); free(T->guards);
     T->guards = NULL;
 }
 
@@ -85,6 +96,8 @@ void ta_guards_gc(ta_tape *T)
     }
     G->n = w;
     G->failed = -1;
+    G->ver++;
+    ta_plans_drop(G);   /* the collector may have freed nodes a plan points to */
 }
 
 static int ta_guard_push(ta_tape *T, ta_guard g)
@@ -100,6 +113,7 @@ static int ta_guard_push(ta_tape *T, ta_guard g)
         G->g = (ta_guard *)p; G->cap = cap;
     }
     G->g[G->n++] = g;
+    G->ver++;
     return TA_OK;
 }
 
@@ -138,7 +152,7 @@ int ta_guard_clear(void)
 {
     ta_tape *T = ta_self();
     if (!T) return TA_ENOMEM;
-    if (T->guards) { T->guards->n = 0; T->guards->failed = -1; }
+    if (T->guards) { T->guards->n = 0; T->guards->failed = -1; T->guards->ver++; }
     return TA_OK;
 }
 
@@ -171,10 +185,13 @@ static uint64_t ta_where(ta_tape *T, uint32_t ref)
     return ((uint64_t)TA_SEGOF(T, ref)->pos << 32) | TA_OFF(ref);
 }
 
-static inline void ta_mark(ta_seg *s, uint32_t o, uint64_t *pending)
+/* Marking uses TA_MARK, and TA_LIVE as a second colour: LIVE bits mean
+ * something only inside ta_gc, which cannot run during these calls, and
+ * every mark is cleared (ta_unmark) before returning. */
+static inline void ta_mark(ta_seg *s, uint32_t o, uint8_t bit, uint64_t *pending)
 {
-    if (s->op[o] & TA_MARK) return;
-    s->op[o] |= TA_MARK;
+    if (s->op[o] & bit) return;
+    s->op[o] |= bit;
     ++*pending;
 }
 
@@ -184,13 +201,11 @@ static int ta_guard_in(ta_tape *T, const ta_guard *g, uint64_t hi)
     return ta_where(T, g->a) <= hi && (g->cst || ta_where(T, g->b) <= hi);
 }
 
-/* Mark everything the nodes already marked (pending of them) depend on,
- * sweeping down from segment position hip.  Returns the lowest segment
- * position touched; *ninner counts marked non-leaf nodes. */
-static uint32_t ta_mark_down(ta_tape *T, uint32_t hip, uint64_t pending, uint64_t *ninner)
+/* Give `bit` to everything the `pending` nodes carrying it depend on,
+ * sweeping down from segment position hip; returns the lowest position. */
+static uint32_t ta_mark_down(ta_tape *T, uint32_t hip, uint8_t bit, uint64_t pending)
 {
     uint32_t p, lowpos = hip;
-    *ninner = 0;
     for (p = hip + 1; p-- > 0 && pending;) {
         ta_seg *s = T->segs[T->order[p]];
         uint32_t i = s->n;
@@ -199,13 +214,12 @@ static uint32_t ta_mark_down(ta_tape *T, uint32_t hip, uint64_t pending, uint64_
             uint8_t b = s->op[i];
             int kind;
             uint32_t r;
-            if (!(b & TA_MARK)) continue;
+            if (!(b & bit)) continue;
             --pending;
             kind = ta_kinds[b & TA_OPMASK];
             if (kind != TA_K_LEAF) {
-                ++*ninner;
-                r = s->x[i]; ta_mark(TA_SEGOF(T, r), TA_OFF(r), &pending);
-                if (kind == TA_K_BIN) { r = s->aux[i].y; ta_mark(TA_SEGOF(T, r), TA_OFF(r), &pending); }
+                r = s->x[i]; ta_mark(TA_SEGOF(T, r), TA_OFF(r), bit, &pending);
+                if (kind == TA_K_BIN) { r = s->aux[i].y; ta_mark(TA_SEGOF(T, r), TA_OFF(r), bit, &pending); }
             }
             if (!pending) break;
         }
@@ -218,12 +232,12 @@ static void ta_unmark(ta_tape *T, uint32_t lo, uint32_t hi)
     uint32_t p, i;
     for (p = lo; p <= hi; p++) {
         ta_seg *s = T->segs[T->order[p]];
-        for (i = 0; i < s->n; i++) s->op[i] &= (uint8_t)~TA_MARK;
+        for (i = 0; i < s->n; i++) s->op[i] &= (uint8_t)~(TA_MARK | TA_LIVE);
     }
 }
 
-/* Mark roots plus the nodes of guards at or before hi; returns pending. */
-static uint64_t ta_mark_guards(ta_tape *T, uint64_t hi, uint64_t pending)
+/* Give `bit` to the nodes of guards at or before hi; returns pending. */
+static uint64_t ta_mark_guards(ta_tape *T, uint64_t hi, uint8_t bit, uint64_t pending)
 {
     struct ta_guards *G = T->guards;
     uint32_t k;
@@ -231,26 +245,121 @@ static uint64_t ta_mark_guards(ta_tape *T, uint64_t hi, uint64_t pending)
     for (k = 0; k < G->n; k++) {
         ta_guard *g = &G->g[k];
         if (!ta_guard_in(T, g, hi)) continue;
-        ta_mark(TA_SEGOF(T, g->a), TA_OFF(g->a), &pending);
-        if (!g->cst) ta_mark(TA_SEGOF(T, g->b), TA_OFF(g->b), &pending);
+        ta_mark(TA_SEGOF(T, g->a), TA_OFF(g->a), bit, &pending);
+        if (!g->cst) ta_mark(TA_SEGOF(T, g->b), TA_OFF(g->b), bit, &pending);
     }
     return pending;
 }
 
-static double ta_refval(ta_tape *T, uint32_t ref) { return TA_SEGOF(T, ref)->val[TA_OFF(ref)]; }
+/* -------------------------------------------------------------- plans
+ *
+ * A recompute from root first builds a plan: the marked nodes in tape
+ * order as flat arrays (op, input indices, constant, pointer to the node's
+ * value on the tape), plus the guards that bind root.  The graph below a
+ * node never changes, so the plan stays right until the collector runs
+ * (nodes could move slots: all plans dropped) or the guard list changes
+ * (version bump).  Later recomputes of the same root sweep the flat arrays
+ * only.  A sweep computes into the plan's own buffer, checks the guards,
+ * and only then writes the tape: an error leaves every value as it was. */
+struct ta_plan {
+    int64_t   root;  uint64_t ver;
+    uint32_t  n, ng;
+    uint8_t  *op, *reach;        /* reach: root depends on it (not only a guard) */
+    uint32_t *a, *b;
+    double   *c, **vp, *v, *d;   /* vp: the node's val on the tape            */
+    ta_guard *g;                 /* a, b as plan indices                      */
+    uint32_t *gidx;              /* each guard's index in the tape's list     */
+};
 
-/* Put back the first n saved values, in the order the sweep took them. */
-static void ta_restore(ta_tape *T, uint32_t lo, uint32_t hi, const double *save, size_t n)
+#define TA_ADJP(vp) ((double *)((char *)(vp) + (offsetof(ta_seg, adj) - offsetof(ta_seg, val))))
+
+static void ta_plan_free(ta_plan *L)
 {
-    uint32_t p, i;
-    size_t k = 0;
-    for (p = lo; p <= hi && k < n; p++) {
+    if (!L) return;
+    free(L->op); free(L->reach); free(L->a); free(L->b); free(L->c);
+    free(L->vp); free(L->v); free(L->d); free(L->g); free(L->gidx); free(L);
+}
+
+static void ta_plans_drop(struct ta_guards *G)
+{
+    int k;
+    for (k = 0; k < TA_NPLANS; k++) { ta_plan_free(G->plans[k]); G->plans[k] = NULL; }
+}
+
+static ta_plan *ta_plan_build(ta_tape *T, ta_seg *rs, uint32_t ro, int64_t root, int *st)
+{
+    struct ta_guards *G = T->guards;
+    uint64_t hi = ((uint64_t)rs->pos << 32) | ro, pending, n = 0;
+    uint32_t lowpos, lowg, p, i, k, gi;
+    uint32_t *idx = NULL;
+    ta_plan *L;
+
+    rs->op[ro] |= TA_MARK;
+    lowpos = ta_mark_down(T, rs->pos, TA_MARK, 1);
+    pending = ta_mark_guards(T, hi, TA_LIVE, 0);
+    lowg = ta_mark_down(T, rs->pos, TA_LIVE, pending);
+    if (lowg < lowpos) lowpos = lowg;
+    for (p = lowpos; p <= rs->pos; p++) {
         ta_seg *s = T->segs[T->order[p]];
-        for (i = 0; i < s->n && k < n; i++) {
-            uint8_t b = s->op[i];
-            if ((b & TA_MARK) && ta_kinds[b & TA_OPMASK] != TA_K_LEAF) s->val[i] = save[k++];
+        for (i = 0; i < s->n; i++) n += (s->op[i] & (TA_MARK | TA_LIVE)) != 0;
+    }
+    *st = TA_ENOMEM;
+    L = (ta_plan *)calloc(1, sizeof *L);
+    idx = (uint32_t *)malloc((size_t)(rs->pos - lowpos + 1) * TA_SEG * sizeof *idx);
+    if (!L || !idx) goto fail;
+    L->root = root; L->ver = G->ver; L->n = (uint32_t)n;
+    L->op = (uint8_t *)malloc(n); L->reach = (uint8_t *)malloc(n);
+    L->a = (uint32_t *)malloc(n * 4); L->b = (uint32_t *)malloc(n * 4);
+    L->c = (double *)malloc(n * 8); L->v = (double *)malloc(n * 8); L->d = (double *)malloc(n * 8);
+    L->vp = (double **)malloc(n * sizeof(double *));
+    L->g = (ta_guard *)malloc(((size_t)G->n + 1) * sizeof *L->g);
+    L->gidx = (uint32_t *)malloc(((size_t)G->n + 1) * sizeof *L->gidx);
+    if (!L->gidx || !L->op || !L->reach || !L->a || !L->b || !L->c || !L->v || !L->d || !L->vp || !L->g) goto fail;
+#define IDX(ref) idx[(size_t)(TA_SEGOF(T, ref)->pos - lowpos) * TA_SEG + TA_OFF(ref)]
+    for (k = 0, p = lowpos; p <= rs->pos; p++) {
+        ta_seg *s = T->segs[T->order[p]];
+        for (i = 0; i < s->n; i++) {
+            uint8_t bits = s->op[i];
+            int op = bits & TA_OPMASK, kind = ta_kinds[op];
+            if (!(bits & (TA_MARK | TA_LIVE))) continue;
+            idx[(size_t)(p - lowpos) * TA_SEG + i] = k;
+            L->op[k] = (uint8_t)op; L->reach[k] = (bits & TA_MARK) != 0;
+            L->vp[k] = &s->val[i];
+            L->a[k] = kind == TA_K_LEAF ? 0 : IDX(s->x[i]);
+            L->b[k] = kind == TA_K_BIN ? IDX(s->aux[i].y) : 0;
+            L->c[k] = kind == TA_K_CST ? s->aux[i].c : 0.0;
+            k++;
         }
     }
+    for (gi = 0; gi < G->n; gi++) {
+        ta_guard g = G->g[gi];
+        if (!ta_guard_in(T, &g, hi)) continue;
+        g.a = IDX(g.a);
+        if (!g.cst) g.b = IDX(g.b);
+        L->gidx[L->ng] = gi;
+        L->g[L->ng++] = g;
+    }
+#undef IDX
+    *st = TA_OK;
+    free(idx);
+    ta_unmark(T, lowpos, rs->pos);
+    return L;
+fail:
+    free(idx);
+    ta_plan_free(L);
+    ta_unmark(T, lowpos, rs->pos);
+    return NULL;
+}
+
+/* The cached plan for root, or NULL. */
+static ta_plan *ta_plan_find(struct ta_guards *G, int64_t root)
+{
+    int k;
+    for (k = 0; k < TA_NPLANS; k++) {
+        ta_plan *L = G->plans[k];
+        if (L && L->root == root && L->ver == G->ver) return L;
+    }
+    return NULL;
 }
 
 int ta_recompute(int64_t root)
@@ -258,63 +367,70 @@ int ta_recompute(int64_t root)
     ta_tape *T = ta_self();
     struct ta_guards *G;
     ta_seg *rs;
-    uint32_t ro, p, lowpos;
-    uint64_t pending = 1, ninner, hi;
-    size_t k = 0;
-    int st = TA_OK;
+    uint32_t ro, k, n;
+    ta_plan *L;
+    double *v;
+    int st;
     if (!T) return TA_ENOMEM;
     if ((st = ta_resolve(T, root, &rs, &ro)) != TA_OK) return st;
     if (!(G = ta_guards_of(T))) return TA_ENOMEM;
-    hi = ((uint64_t)rs->pos << 32) | ro;
-
-    rs->op[ro] |= TA_MARK;
-    pending = ta_mark_guards(T, hi, pending);
-    lowpos = ta_mark_down(T, rs->pos, pending, &ninner);
-    if (ninner > G->nsave) {
-        void *q = realloc(G->save, (size_t)ninner * sizeof(double));
-        if (!q) { ta_unmark(T, lowpos, rs->pos); return TA_ENOMEM; }
-        G->save = (double *)q; G->nsave = (size_t)ninner;
+    if (!(L = ta_plan_find(G, root))) {
+        if (!(L = ta_plan_build(T, rs, ro, root, &st))) return st;
+        ta_plan_free(G->plans[G->next]);
+        G->plans[G->next] = L;
+        G->next = (G->next + 1) % TA_NPLANS;
     }
-
-    /* forward: inputs precede users, so one ascending pass sees new inputs */
-    for (p = lowpos; p <= rs->pos && st == TA_OK; p++) {
-        ta_seg *s = T->segs[T->order[p]];
-        uint32_t i, end = (s == rs) ? ro + 1 : s->n;
-        for (i = 0; i < end; i++) {
-            uint8_t b = s->op[i];
-            int op = b & TA_OPMASK, kind;
-            double xv, yv, r;
-            if (!(b & TA_MARK)) continue;
-            kind = ta_kinds[op];
-            if (kind == TA_K_LEAF) continue;
-            xv = ta_refval(T, s->x[i]);
-            yv = kind == TA_K_BIN ? ta_refval(T, s->aux[i].y) : kind == TA_K_CST ? s->aux[i].c : 0.0;
-            if ((st = ta_forward(op, xv, yv, &r)) != TA_OK) {
-                T->err_op = op; T->err_x = xv; T->err_y = yv;
-                break;
-            }
-            G->save[k++] = s->val[i];
-            s->val[i] = r;
+    n = L->n; v = L->v;
+    for (k = 0; k < n; k++) {
+        int op = L->op[k], kind = ta_kinds[op];
+        if (kind == TA_K_LEAF) { v[k] = *L->vp[k]; continue; }
+        st = ta_forward(op, v[L->a[k]], kind == TA_K_BIN ? v[L->b[k]] : L->c[k], &v[k]);
+        if (st != TA_OK) {
+            T->err_op = op; T->err_x = v[L->a[k]];
+            T->err_y = kind == TA_K_BIN ? v[L->b[k]] : L->c[k];
+            return st;
         }
     }
-    if (st == TA_OK) {
-        uint32_t gi;
-        for (gi = 0; gi < G->n; gi++) {
-            ta_guard *g = &G->g[gi];
-            double xv, yv;
-            if (!ta_guard_in(T, g, hi)) continue;
-            xv = ta_refval(T, g->a);
-            yv = g->cst ? g->c : ta_refval(T, g->b);
-            if (ta_compare(g->kind, xv, yv) != g->out) {
-                G->failed = gi; G->fx = xv; G->fy = yv;
-                st = TA_EGUARD;
-                break;
-            }
+    for (k = 0; k < L->ng; k++) {
+        const ta_guard *g = &L->g[k];
+        double xv = v[g->a], yv = g->cst ? g->c : v[g->b];
+        if (ta_compare(g->kind, xv, yv) != g->out) {
+            G->failed = L->gidx[k];
+            G->fx = xv; G->fy = yv;
+            return TA_EGUARD;
         }
     }
-    if (st != TA_OK) ta_restore(T, lowpos, rs->pos, G->save, k);
-    ta_unmark(T, lowpos, rs->pos);
-    return st;
+    for (k = 0; k < n; k++) *L->vp[k] = v[k];   /* commit */
+    return TA_OK;
+}
+
+/* backward() for a root with a plan: the same sweep as ta_backward (same
+ * order, same partials from the tape's values, leaves accumulate, reached
+ * intermediates hold this pass's adjoint) over flat arrays. */
+int ta_backward_fast(int64_t root)
+{
+    ta_tape *T = ta_self();
+    ta_plan *L;
+    uint32_t k;
+    double *d;
+    if (!T) return TA_ENOMEM;
+    if (!T->guards || !(L = ta_plan_find(T->guards, root)) || L->op[L->n - 1] == TA_LEAF)
+        return ta_backward(root);
+    d = L->d;
+    for (k = 0; k < L->n; k++) d[k] = L->op[k] == TA_LEAF ? *TA_ADJP(L->vp[k]) : 0.0;
+    d[L->n - 1] = 1.0;
+    for (k = L->n; k-- > 0;) {
+        int op = L->op[k], kind = ta_kinds[op];
+        double g = d[k], xv, yv, dx, dy;
+        if (kind == TA_K_LEAF || !L->reach[k]) continue;
+        xv = *L->vp[L->a[k]];
+        yv = kind == TA_K_BIN ? *L->vp[L->b[k]] : L->c[k];
+        ta_partials(op, xv, yv, *L->vp[k], &dx, &dy);
+        d[L->a[k]] += dx * g;
+        if (kind == TA_K_BIN) d[L->b[k]] += dy * g;
+    }
+    for (k = 0; k < L->n; k++) if (L->reach[k]) *TA_ADJP(L->vp[k]) = d[k];
+    return TA_OK;
 }
 
 /* ============================================================ programs */
@@ -456,7 +572,7 @@ int ta_prog_new(const int64_t *outs, uint32_t nout, const int64_t *ins, uint32_t
     ta_tape *T = ta_self();
     ta_prog *P;
     uint32_t j, ref, hipos = 0, lowpos, gi;
-    uint64_t hi = 0, pending = 0, ninner, nmark = 0;
+    uint64_t hi = 0, pending = 0, nmark = 0;
     uint32_t *idx = NULL;
     int st;
     *out = NULL;
@@ -475,12 +591,12 @@ int ta_prog_new(const int64_t *outs, uint32_t nout, const int64_t *ins, uint32_t
     P->nin = nin; P->nout = nout; P->nwrt = nwrt; P->tag = T->tag; P->failed = -1;
     for (j = 0; j < nout; j++) {
         uint32_t r = (uint32_t)outs[j];
-        ta_mark(TA_SEGOF(T, r), TA_OFF(r), &pending);
+        ta_mark(TA_SEGOF(T, r), TA_OFF(r), TA_MARK, &pending);
     }
-    pending = ta_mark_guards(T, hi, pending);
+    pending = ta_mark_guards(T, hi, TA_MARK, pending);
     if (T->guards)
         for (gi = 0; gi < T->guards->n; gi++) P->ng += ta_guard_in(T, &T->guards->g[gi], hi);
-    lowpos = ta_mark_down(T, hipos, pending, &ninner);
+    lowpos = ta_mark_down(T, hipos, TA_MARK, pending);
     /* count marked nodes, leaves included */
     {
         uint32_t p, i;

@@ -99,6 +99,21 @@ Value.__gt__ = _comparison(2)
 Value.__ge__ = _comparison(3)
 Value.recompute = recompute
 
+_backward_fast = lib.ta_backward_fast
+
+
+def _backward(self):
+    """Seed this node's gradient with 1 and sweep the tape back, in C.
+
+    After a recompute() of this node, the sweep runs over its cached flat
+    plan (same result as the tape sweep, bit for bit, several times faster)."""
+    st = _backward_fast(self._i)
+    if st:
+        raise error(st)
+
+
+Value.backward = _backward
+
 
 # -------------------------------------------------------------- programs
 def _ids(vals, what):
