@@ -272,3 +272,33 @@ def test_program_checks_guards_per_row():
     with pytest.raises(GuardError, match="row 1"):
         prog(np.array([[1.0], [-1.0]]))
     tapead.clear_guards()
+
+
+def test_guard_recorded_after_first_recompute_is_checked():
+    tapead.clear_guards()
+    x = Value(2.0)
+    y = x * 3
+    y.recompute()                     # builds and caches the plan
+    assert (x > 1) is True            # a new guard on a node before y
+    x.data = 0.0
+    with pytest.raises(GuardError):
+        y.recompute()
+    assert y.data == 6.0
+    tapead.clear_guards()
+    y.recompute()
+    assert y.data == 0.0
+
+
+def test_recompute_survives_collections_between_calls():
+    x = Value(1.5)
+    y = (x * x).tanh() + x
+    for k in range(5):
+        junk = [Value(float(i)) * 2 for i in range(3000)]   # forces new segments and GCs
+        del junk
+        tapead.collect()
+        x.data = 0.1 * k
+        y.recompute()
+        assert y.data == math.tanh((0.1 * k) ** 2) + 0.1 * k
+        x.grad = 0.0
+        y.backward()
+        assert x.grad == pytest.approx((1 - math.tanh((0.1 * k) ** 2) ** 2) * 0.2 * k + 1)
