@@ -6,9 +6,16 @@
   zero_grad, backward, update.
 - Comparisons of Values (``<``, ``<=``, ``>``, ``>=``) return a bool and are
   recorded as guards; a recompute (or a Program run) whose guards flip raises
-  GuardError and leaves every value as it was.  Branching on ``.data`` (a
-  plain float) cannot be seen, so it cannot be guarded: compare Values.
-  ``==`` stays identity (Values hash by identity).
+  GuardError and leaves every value as it was.  A recompute from root (and
+  compile) checks every live guard on nodes created no later than root: the
+  comparisons that could have steered root's recording.  That is
+  conservative: an unrelated earlier comparison that also flips raises too
+  (``clear_guards()`` forgets them all).  Guards die with their nodes.
+  Branching on ``.data`` (a plain float) cannot be seen, so it cannot be
+  guarded: compare the Values themselves.  ``==`` stays identity (Values
+  hash by identity).
+- After ``v.recompute()``, ``v.backward()`` runs over the same cached flat
+  plan (bit-identical to the tape sweep).
 - ``compile(outputs, inputs, wrt)`` copies the graph into a self-contained
   Program evaluated for a batch of input rows (numpy float64) in C.
 
