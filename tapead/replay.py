@@ -65,7 +65,6 @@ def recompute(v):
     st = _recompute(v._i)
     if st:
         raise _status(st)
-    return v
 
 
 # ---------------------------------------------------------------- guards
