@@ -1,4 +1,5 @@
-"""Replay benchmarks, each against its peer measured in the same run (medians of repeats).
+"""Replay benchmarks, each against its peer measured in the same run (medians of repeats, each pair timed
+in alternation so the load of a shared machine hits both alike).
 
 1. demo training step: micrograd eager (record + zero_grad + backward + SGD) vs
    tapead record-once + recompute + zero_grad + backward + the same Python SGD loop.
@@ -27,14 +28,24 @@ from tapead._core import lib  # noqa: E402
 QUICK = "--quick" in sys.argv
 
 
+def once(fn, inner=1):
+    t0 = time.perf_counter()
+    for _ in range(inner):
+        fn()
+    return (time.perf_counter() - t0) / inner
+
+
 def median_time(fn, repeats, inner=1):
-    ts = []
+    return statistics.median(once(fn, inner) for _ in range(repeats))
+
+
+def paired(fa, ia, fb, ib, repeats):
+    """Medians of a and b timed in alternation, so shared-machine load hits both alike."""
+    ta, tb = [], []
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        ts.append((time.perf_counter() - t0) / inner)
-    return statistics.median(ts)
+        ta.append(once(fa, ia))
+        tb.append(once(fb, ib))
+    return statistics.median(ta), statistics.median(tb)
 
 
 def bench_micrograd_step():
@@ -57,7 +68,7 @@ def bench_micrograd_step():
         for p in model.parameters():
             p.data -= lr * p.grad
         k[0] += 1
-    return median_time(step, 3 if QUICK else 5)
+    return step
 
 
 def bench_recompute_step():
@@ -74,7 +85,7 @@ def bench_recompute_step():
         for p in params:
             p.data -= lr * p.grad
         k[0] += 1
-    return median_time(step, 9, 10 if QUICK else 30), loss
+    return step, loss
 
 
 def bench_batched_step():
@@ -94,7 +105,7 @@ def bench_batched_step():
         tapead.write_data(params, w)
         k[0] += 1
         return loss
-    return median_time(step, 9, 30 if QUICK else 100), prog
+    return step, prog
 
 
 def bench_torch_step():
@@ -123,33 +134,37 @@ def bench_torch_step():
             for p in params:
                 p -= lr * p.grad
         k[0] += 1
-    return median_time(step, 9, 30 if QUICK else 100), torch.__version__
+    return step, torch.__version__
 
 
 def bench_sweep(loss):
-    nodes = lib.ta_prog_size(tapead.compile(loss, [])._p, 0)
     prog = tapead.compile(loss, [])
-    t_rec = median_time(loss.recompute, 9, 20)
+    nodes = prog.nodes
     reps = 20
-    t_ref = median_time(lambda: lib.ta_prog_ref(prog._p, reps), 9) / reps
+    t_ref, t_rec = paired(lambda: lib.ta_prog_ref(prog._p, reps), 1, loss.recompute, reps, 15)
+    t_ref /= reps
     return nodes, t_rec, t_ref
 
 
 def main():
     print(f"tapead replay benchmarks ({'quick' if QUICK else 'full'}); medians; "
           f"{os.cpu_count()} cores, shared")
-    t_rec, loss = bench_recompute_step()
-    t_mg = bench_micrograd_step()
+    rec_step, loss = bench_recompute_step()
+    t_mg, t_rec = paired(bench_micrograd_step(), 1, rec_step, 20, 3 if QUICK else 7)
     print(f"\n1. demo step  micrograd eager {t_mg * 1e3:9.1f} ms   tapead recompute step "
           f"{t_rec * 1e3:7.3f} ms   speedup {t_mg / t_rec:7.0f}x  (target >= 500x)")
 
-    t_bat, prog = bench_batched_step()
+    bat_step, prog = bench_batched_step()
     tt = bench_torch_step()
+    if tt is None:
+        t_bat = median_time(bat_step, 9, 30 if QUICK else 100)
+    else:
+        torch_step, ver = tt
+        t_torch, t_bat = paired(torch_step, 30, bat_step, 30, 9 if QUICK else 21)
     line = f"\n2. batched    tapead Program step {t_bat * 1e6:8.1f} us ({prog})"
     if tt is None:
         line += "\n   torch not installed: comparison skipped"
     else:
-        t_torch, ver = tt
         line += (f"\n   torch {ver} float64 1 thread step {t_torch * 1e6:8.1f} us   "
                  f"tapead faster by {t_torch / t_bat:5.2f}x  (target > 1x)")
     print(line)
