@@ -302,3 +302,20 @@ def test_recompute_survives_collections_between_calls():
         x.grad = 0.0
         y.backward()
         assert x.grad == pytest.approx((1 - math.tanh((0.1 * k) ** 2) ** 2) * 0.2 * k + 1)
+
+
+def test_comparisons_with_numpy_scalars_and_other_threads():
+    import threading
+    v = Value(1.0)
+    assert (np.float64(0.5) < v) is True and (v <= np.int64(1)) is True
+    y = v * 2
+    errs = []
+
+    def other():
+        try:
+            y.recompute()
+        except tapead.TapeError as e:
+            errs.append(e)
+    t = threading.Thread(target=other)
+    t.start(); t.join()
+    assert len(errs) == 1
