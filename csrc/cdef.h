@@ -117,3 +117,43 @@ typedef struct {
  * status on error. */
 int64_t ta_trace(int64_t root, int64_t cap, int nin, const int64_t *inputs,
                  const double *tangents, ta_rows_t *out);
+
+/* ---- replay.c: recompute, guards, compiled batch programs ---- */
+#define TA_EGUARD   -12   /* a recorded comparison flips at the new point */
+#define TA_EARG     -13  /* bad argument (not a leaf, duplicate input, ...) */
+
+/* Comparison kinds: 0 <, 1 <=, 2 >, 3 >= */
+int     ta_cmp2(int kind, int64_t x, int64_t y);   /* 0/1 outcome, records a guard; <0 status */
+int     ta_cmpc(int kind, int64_t x, double c);
+int64_t ta_guard_count(void);
+int     ta_guard_clear(void);
+/* Describe guard number g (from the last TA_EGUARD): its comparison, the
+ * recorded outcome, and the values that flipped it. */
+int     ta_guard_info(int64_t g, int *kind, int64_t *x, int64_t *y, double *c,
+                      int *outcome, double *xv, double *yv);
+int64_t ta_guard_failed(void);                     /* guard index of the last TA_EGUARD */
+
+/* Re-evaluate every node root depends on (and the nodes of guards recorded
+ * up to root) from the leaves' current values, in place.  On any error the
+ * values are as before the call. */
+int     ta_recompute(int64_t root);
+
+typedef struct ta_prog ta_prog;
+/* Copy the subgraph reaching outs into a self-contained program.  ins are
+ * leaves fed from X's columns; other leaves are read from the tape at each
+ * run (the caller keeps them alive); wrt are leaves to differentiate. */
+int     ta_prog_new(const int64_t *outs, uint32_t nout, const int64_t *ins, uint32_t nin,
+                    const int64_t *wrt, uint32_t nwrt, ta_prog **out);
+void    ta_prog_free(ta_prog *P);
+int64_t ta_prog_size(ta_prog *P, int what);        /* 0 nodes, 1 params, 2 guards */
+int     ta_prog_params(ta_prog *P, int64_t *ids);  /* the tape leaves it reads */
+/* Evaluate B rows of X (B x nin, row-major) into Y (B x nout).  seedmode 0:
+ * no gradients; 1: seed (nout) for every row; 2: seed (B x nout).  G gets
+ * (nwrt) summed over rows (added to), or (B x nwrt) if per_sample.  On error
+ * *row is the failing row. */
+int     ta_prog_run(ta_prog *P, const double *X, uint64_t B, double *Y,
+                    const double *seed, int seedmode, double *G, int per_sample, uint64_t *row);
+int64_t ta_prog_failed_guard(ta_prog *P, int *kind, int *outcome, double *xv, double *yv);
+/* Benchmark reference: the program's forward arithmetic as a plain scalar
+ * loop over flat arrays, reps times. */
+int     ta_prog_ref(ta_prog *P, uint32_t reps);

@@ -85,6 +85,7 @@ void ta_tape_free(void *tape)
     free(T->spare);
     free(T->segs); free(T->freeslots); free(T->order);
     if (T->ng) ta_tape_free(T->ng);
+    ta_guards_free(T);
     if (ta_tls == T) ta_tls = NULL;
     TA_OWNER_DROP(T->tag);
     free(T);
@@ -151,6 +152,7 @@ int ta_gc(ta_tape *T)
         T->order[w++] = k;
     }
     T->norder = w;
+    ta_guards_gc(T);
     T->collections++;
     T->gc_at = 2u * w > TA_GC_MIN ? 2u * w : TA_GC_MIN;
     return (int)freed;

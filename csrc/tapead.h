@@ -60,6 +60,7 @@ typedef struct ta_tape {
     int       nograd;            /* > 0 inside tapead.no_grad()             */
     int       anomaly;           /* > 0 inside tapead.detect_anomaly()      */
     struct ta_tape *ng;          /* leaf-only arena for no_grad results     */
+    struct ta_guards *guards;  /* replay.c: comparisons recorded as guards */
 } ta_tape;
 
 extern const uint8_t ta_kinds[TA_NOPS];
@@ -82,5 +83,9 @@ int ta_gc(ta_tape *T);        /* reclaim; returns segments freed */
 /* Append one node; returns its id or a negative status. */
 int64_t ta_append(ta_tape *T, int op, uint32_t x, ta_aux aux, double val);
 
+/* replay.c: guards die with their nodes (called at the end of ta_gc) and
+ * with the tape. */
+void ta_guards_gc(ta_tape *T);
+void ta_guards_free(ta_tape *T);
 
 #endif

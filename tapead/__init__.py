@@ -13,11 +13,14 @@ from .functions import sin, cos, sqrt, abs, exp, log, tanh, relu, sigmoid
 from .forward import jvp
 from .wengert import wengert, Wengert, set_label, get_label
 from .draw import draw_dot, to_dot
-from .arrays import values, data, grads
+from .arrays import values, data, grads, set_data
 
 __all__ = ["Value", "maximum", "minimum", "tape_stats", "collect", "set_limit",
            "no_grad", "detect_anomaly", "TapeadError", "TapeError", "AnomalyError",
            "sin", "cos", "sqrt", "abs", "exp", "log", "tanh", "relu", "sigmoid",
            "jvp", "wengert", "Wengert", "set_label", "get_label",
-           "draw_dot", "to_dot", "values", "data", "grads"]
+           "draw_dot", "to_dot", "values", "data", "grads",
+           "GuardError", "recompute", "compile", "Program", "clear_guards", "guard_count",
+           "set_data"]
+from .replay import GuardError, recompute, compile, Program, clear_guards, guard_count
 __version__ = "0.1.0"

@@ -18,6 +18,20 @@ class TapeError(TapeadError, RuntimeError):
     """A Value used where its node does not exist: another thread's tape, or a forged handle."""
 
 
+class GuardError(TapeadError):
+    """A comparison made while recording comes out differently at the new point."""
+
+
+_CMP = ("<", "<=", ">", ">=")
+
+
+def guard_error(kind, outcome, xv, yv, where=""):
+    """The GuardError for a recorded comparison `x kind y` that no longer comes out `outcome`."""
+    return GuardError(f"guard flipped{where}: the recorded comparison x {_CMP[kind]} y was "
+                      f"{bool(outcome)}, but at the new point x = {xv!r}, y = {yv!r} makes it "
+                      f"{not outcome}; the recorded graph does not hold there (record again)")
+
+
 class AnomalyError(TapeadError, FloatingPointError):
     """Raised inside detect_anomaly() by the first op or adjoint that goes non-finite."""
 
@@ -88,6 +102,13 @@ def error(code):
         lib.ta_last_error(opn, x, y)
         return AnomalyError(f"detect_anomaly: op {OP_NAMES[opn[0]]!r} with inputs "
                             f"({x[0]!r}, {y[0]!r}) produced a non-finite value")
+    if code == lib.TA_EGUARD:
+        out = [ffi.new(t) for t in ("int *", "int64_t *", "int64_t *", "double *",
+                                    "int *", "double *", "double *")]
+        lib.ta_guard_info(lib.ta_guard_failed(), *out)
+        return guard_error(out[0][0], out[4][0], out[5][0], out[6][0])
+    if code == lib.TA_EARG:
+        return ValueError("tapead: bad argument (not a leaf, a duplicate input, ...)")
     if code == lib.TA_ECORRUPT:
         return TapeError("tape invariant broken (please report this as a bug)")
     if code == lib.TA_EBADOP:

@@ -24,12 +24,17 @@ def values(arr):
     return handles(ids.tolist())
 
 
-def _gather(vals, what):
+def _ids(vals):
+    """The node ids of a sequence of Values, as an int64 array."""
     vals = list(vals)
     for v in vals:
         if not isinstance(v, Value):
             raise TypeError(f"expected Values, not {type(v).__name__}")
-    ids = np.fromiter((v._i for v in vals), dtype=np.int64, count=len(vals))
+    return vals, np.fromiter((v._i for v in vals), dtype=np.int64, count=len(vals))
+
+
+def _gather(vals, what):
+    vals, ids = _ids(vals)
     out = np.empty(len(vals), dtype=np.float64)
     _core.check(_lib.ta_gather(_ffi.from_buffer("int64_t[]", ids), len(vals), what,
                                _ffi.from_buffer("double[]", out)))
@@ -44,3 +49,13 @@ def data(vals):
 def grads(vals):
     """The .grad of each Value as a float64 array (one C call)."""
     return _gather(vals, 1)
+
+
+def set_data(vals, arr):
+    """Set the .data of each Value from arr (same length), in one C call: all or nothing."""
+    vals, ids = _ids(vals)
+    a = np.ascontiguousarray(arr, dtype=np.float64)
+    if a.shape != (len(vals),):
+        raise ValueError(f"set_data: need an array of shape ({len(vals)},), not {a.shape}")
+    _core.check(_lib.ta_scatter(_ffi.from_buffer("int64_t[]", ids), len(vals), 0,
+                                _ffi.from_buffer("double[]", a)))

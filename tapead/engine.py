@@ -13,12 +13,13 @@ each extra Python call would cost about a tenth of an op.
 import numbers
 
 from . import _core
-from ._core import OP, NEWSEG, SHIFT, check, error
+from ._core import OP, NEWSEG, SHIFT, error
 
 _leaf, _op1, _op2, _opc = _core.leaf, _core.op1, _core.op2, _core.opc
 _val, _adj, _set_val, _set_adj = _core.val, _core.adj, _core.set_val, _core.set_adj
 _tl = _core._tl
 _backward = _core.lib.ta_backward
+_recompute, _cmp2, _cmpc = _core.lib.ta_recompute, _core.lib.ta_cmp2, _core.lib.ta_cmpc
 _ta_check = _core.lib.ta_check
 _new = object.__new__
 _tok = None  # token of the fast-path thread's current tape segment
@@ -357,6 +358,33 @@ class Value:
     def __repr__(self):
         return f"Value(data={self.data}, grad={self.grad})"
 
+    # ----------------------------------------------- comparisons and replay
+    # A comparison returns a bool and records a guard: a later recompute()
+    # whose guards flip raises GuardError instead of replaying a wrong trace.
+    # (== stays identity: Values hash by identity.)
+    def __lt__(self, other):
+        return _compare(0, self, other)
+
+    def __le__(self, other):
+        return _compare(1, self, other)
+
+    def __gt__(self, other):
+        return _compare(2, self, other)
+
+    def __ge__(self, other):
+        return _compare(3, self, other)
+
+    def recompute(self):
+        """Re-evaluate this node and all it depends on from the leaves' current .data, in C.
+
+        >>> x = Value(2.0); y = x * x + 1
+        >>> x.data = 3.0; y.recompute(); y.data
+        10.0
+        """
+        st = _recompute(self._i)
+        if st:
+            raise error(st)
+
     # ------------------------------------------------------ detach, pickle, copy
     def detach(self):
         """A new leaf with the same data (its grad starts at 0)."""
@@ -365,6 +393,19 @@ class Value:
     def __reduce__(self):
         # pickle, copy.copy and copy.deepcopy: a detached leaf, same data and grad
         return (_restore, (self.data, self.grad))
+
+
+def _compare(kind, a, b):
+    if isinstance(b, Value):
+        r = _cmp2(kind, a._i, b._i)
+    else:
+        try:
+            r = _cmpc(kind, a._i, b)
+        except TypeError:
+            return NotImplemented
+    if r < 0:
+        raise error(r)
+    return r == 1
 
 
 def _restore(data, grad):
