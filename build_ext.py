@@ -9,7 +9,7 @@ from cffi import FFI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CSRC = os.path.join("csrc")
-SOURCES = [os.path.join(CSRC, f) for f in ("tape.c", "ops.c", "sweep.c")]
+SOURCES = [os.path.join(CSRC, f) for f in ("tape.c", "ops.c", "sweep.c", "higher.c")]
 
 if sys.platform == "win32":
     cflags, ldflags = ["/O2"], []
@@ -30,7 +30,7 @@ ffibuilder.set_source(
     '#include "tapead.h"\n',
     sources=SOURCES,
     include_dirs=[CSRC],
-    depends=[os.path.join(CSRC, f) for f in ("cdef.h", "tapead.h", "ops.h", "ops.def")],
+    depends=[os.path.join(CSRC, f) for f in ("cdef.h", "tapead.h", "ops.h", "ops.def", "higher.h")],
     extra_compile_args=cflags,
     extra_link_args=ldflags,
 )

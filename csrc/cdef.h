@@ -62,3 +62,13 @@ int     ta_collect(void);
 int     ta_stats(ta_stats_t *out);
 int     ta_set_limit(uint64_t max_nodes);
 int     ta_last_error(int *op, double *x, double *y);
+
+/* higher.c: higher-order derivatives.  None of these touches any node's
+ * adjoint (.grad): they return their results.  ids must be this thread's. */
+int ta_grad(const int64_t *outs, const double *w, int nout,
+            const int64_t *ins, int nin, double *g);        /* g[j] = d(sum w_k outs_k)/d ins_j; w NULL = ones */
+int ta_grad_graph(const int64_t *outs, const double *w, int nout,
+                  const int64_t *ins, int nin, int64_t *gids); /* same, recorded: gids[j] = node ids (no owner yet) */
+int ta_hvp(int64_t out, const int64_t *ins, int nin, const double *v, double *hv); /* hv = H v */
+int ta_hessian(int64_t out, const int64_t *ins, int nin, double *H);  /* H: nin x nin, row-major */
+int ta_jacobian(const int64_t *outs, int nout, const int64_t *ins, int nin, double *J); /* nout x nin */

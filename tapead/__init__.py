@@ -8,7 +8,8 @@
 from ._core import TapeadError, TapeError, set_limit
 from ._core import stats as tape_stats
 from .engine import Value, maximum, minimum, collect
+from .higher import grad, hvp, hessian, jacobian
 
 __all__ = ["Value", "maximum", "minimum", "tape_stats", "collect", "set_limit",
-           "TapeadError", "TapeError"]
+           "TapeadError", "TapeError", "grad", "hvp", "hessian", "jacobian"]
 __version__ = "0.1.0"
