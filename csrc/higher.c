@@ -18,9 +18,10 @@
  * wraps the returned ids (engine.handles); those not returned are garbage
  * the next collection frees.
  *
- * hvp = reverse over reverse: record the gradient graph, then one numeric
- * sweep from sum_i v_i g_i.  Hessian = the same recording, then one numeric
- * sweep per row. */
+ * hvp = forward over reverse, numeric: one reverse sweep (adjoints and
+ * each node's partials), one forward sweep of tangents from the inputs, one
+ * reverse sweep of adjoint tangents using the second partials of higher.h.
+ * Hessian = the first sweep once, then the other two per column. */
 #include <stdlib.h>
 #include <string.h>
 #include "higher.h"
@@ -31,7 +32,13 @@ typedef struct {
     uint32_t ep[TA_SEG];     /* == sweep epoch: entry belongs to this sweep */
     double   adj[TA_SEG];    /* numeric adjoint, or the constant of a term   */
     int64_t  gid[TA_SEG];    /* node of a term (0: the term is constant)     */
+    double  *ext;            /* hvp only: HI_EXT doubles per node (below)    */
 } hi_blk;
+
+/* forward-over-reverse per node: partials px, py, tangent t, adjoint
+ * tangent at, and whether the node is an input (tangent seeded) */
+enum { HI_PX, HI_PY, HI_T, HI_AT, HI_IN, HI_EXT };
+#define HI_X(b, o, f) ((b)->ext[(size_t)(o) * HI_EXT + (f)])
 
 typedef struct {
     ta_tape *T;
@@ -43,7 +50,7 @@ typedef struct {
 static void hi_scr_free(hi_scr *S)
 {
     uint32_t k;
-    for (k = 0; k < S->nb; k++) free(S->b[k]);
+    for (k = 0; k < S->nb; k++) if (S->b[k]) { free(S->b[k]->ext); free(S->b[k]); }
     free(S->b);
     S->b = NULL; S->nb = 0;
 }
@@ -355,65 +362,185 @@ int ta_grad_graph(const int64_t *outs, const double *w, int nout,
     return st;
 }
 
-/* Record the gradient of out w.r.t. ins; the numeric sweeps run on it. */
-static int hi_grad_nodes(hi_scr *S, hi_em *E, int64_t out, const int64_t *ins, int nin,
-                         int64_t **gids)
+/* ------------------------------------------- forward over reverse */
+
+/* Pass A: the reverse sweep from out (adjoints), storing each reached
+ * node's partials; *lowpos = the oldest segment it reached. */
+static int hi_for_setup(hi_scr *S, int64_t out, uint32_t *lowpos, uint32_t *hipos, uint32_t *hioff)
 {
-    double *gcs = (double *)malloc((size_t)nin * sizeof *gcs);
+    ta_tape *T = S->T;
+    uint64_t pending = 0;
+    uint32_t p;
+    ta_seg *rs; uint32_t ro;
+    hi_blk *b;
     int st;
-    *gids = (int64_t *)malloc((size_t)nin * sizeof **gids);
-    if (!gcs || !*gids) { free(gcs); free(*gids); *gids = NULL; return TA_ENOMEM; }
-    st = hi_emit(S, E, &out, NULL, 1, ins, nin, *gids, gcs);
-    free(gcs);      /* constant gradient entries have zero derivative */
-    return st;
+    hi_next_epoch(S);
+    ta_resolve(T, out, &rs, &ro);
+    if ((st = hi_reach(S, rs, ro, &pending, &b)) != TA_OK) return st;
+    b->adj[ro] = 1.0;
+    *hipos = *lowpos = rs->pos; *hioff = ro;
+    for (p = rs->pos + 1; p-- > 0 && pending;) {
+        ta_seg *s = T->segs[T->order[p]];
+        uint32_t i = (p == rs->pos) ? ro + 1 : s->n;
+        b = p < S->nb ? S->b[p] : NULL;
+        if (!b) continue;
+        *lowpos = p;
+        if (!b->ext && !(b->ext = (double *)malloc((size_t)TA_SEG * HI_EXT * sizeof(double))))
+            return TA_ENOMEM;
+        while (i-- > 0) {
+            int op, kind;
+            double g, xv, yv, dx = 0.0, dy = 0.0;
+            uint32_t xr, yr;
+            hi_blk *bx;
+            if (b->ep[i] != S->ep) continue;
+            --pending;
+            op = s->op[i] & TA_OPMASK;
+            kind = ta_kinds[op];
+            if (kind != TA_K_LEAF) {
+                g = b->adj[i];
+                xr = s->x[i]; xv = TA_SEGOF(T, xr)->val[TA_OFF(xr)];
+                yv = 0.0; yr = 0;
+                if (kind == TA_K_BIN) { yr = s->aux[i].y; yv = TA_SEGOF(T, yr)->val[TA_OFF(yr)]; }
+                else if (kind == TA_K_CST) yv = s->aux[i].c;
+                ta_partials(op, xv, yv, s->val[i], &dx, &dy);
+                if ((st = hi_reach(S, TA_SEGOF(T, xr), TA_OFF(xr), &pending, &bx)) != TA_OK) return st;
+                bx->adj[TA_OFF(xr)] += dx * g;
+                if (kind == TA_K_BIN) {
+                    if ((st = hi_reach(S, TA_SEGOF(T, yr), TA_OFF(yr), &pending, &bx)) != TA_OK) return st;
+                    bx->adj[TA_OFF(yr)] += dy * g;
+                } else dy = 0.0;
+            }
+            HI_X(b, i, HI_PX) = dx; HI_X(b, i, HI_PY) = dy; HI_X(b, i, HI_IN) = 0.0;
+            if (!pending) break;
+        }
+    }
+    return TA_OK;
+}
+
+/* Passes B and C for one direction v: tangents forward from the inputs,
+ * then adjoint tangents back; hv[j] = (H v)_j.  Needs hi_for_setup. */
+static void hi_for_column(hi_scr *S, const int64_t *ins, int nin, const double *v, double *hv,
+                          uint32_t lowpos, uint32_t hipos, uint32_t hioff)
+{
+    ta_tape *T = S->T;
+    uint32_t p, i, o;
+    int k;
+    hi_blk *b;
+    for (k = 0; k < nin; k++)
+        if ((b = hi_entry(S, ins[k], &o))) { HI_X(b, o, HI_IN) = 1.0; HI_X(b, o, HI_T) = 0.0; }
+    for (k = 0; k < nin; k++)
+        if ((b = hi_entry(S, ins[k], &o))) HI_X(b, o, HI_T) += v[k];
+    /* B: tangents, oldest first */
+    for (p = lowpos; p <= hipos; p++) {
+        ta_seg *s = T->segs[T->order[p]];
+        uint32_t n = (p == hipos) ? hioff + 1 : s->n;
+        b = S->b[p];
+        if (!b) continue;
+        for (i = 0; i < n; i++) {
+            int kind;
+            double t;
+            if (b->ep[i] != S->ep) continue;
+            HI_X(b, i, HI_AT) = 0.0;
+            if (HI_X(b, i, HI_IN) != 0.0) continue;
+            kind = ta_kinds[s->op[i] & TA_OPMASK];
+            t = 0.0;
+            if (kind != TA_K_LEAF) {
+                uint32_t xr = s->x[i];
+                t = HI_X(S->b[TA_SEGOF(T, xr)->pos], TA_OFF(xr), HI_T) * HI_X(b, i, HI_PX);
+                if (kind == TA_K_BIN) {
+                    uint32_t yr = s->aux[i].y;
+                    t += HI_X(S->b[TA_SEGOF(T, yr)->pos], TA_OFF(yr), HI_T) * HI_X(b, i, HI_PY);
+                }
+            }
+            HI_X(b, i, HI_T) = t;
+        }
+    }
+    /* C: adjoint tangents, newest first */
+    for (p = hipos + 1; p-- > lowpos;) {
+        ta_seg *s = T->segs[T->order[p]];
+        b = S->b[p];
+        if (!b) continue;
+        for (i = (p == hipos) ? hioff + 1 : s->n; i-- > 0;) {
+            int op, kind;
+            double a, at, xv, yv, xx, xy, yy, tx, ty = 0.0, cx, cy = 0.0;
+            uint32_t xr, yr = 0;
+            hi_blk *bx, *by = NULL;
+            if (b->ep[i] != S->ep) continue;
+            op = s->op[i] & TA_OPMASK;
+            kind = ta_kinds[op];
+            if (kind == TA_K_LEAF) continue;
+            a = b->adj[i]; at = HI_X(b, i, HI_AT);
+            xr = s->x[i]; bx = S->b[TA_SEGOF(T, xr)->pos];
+            xv = TA_SEGOF(T, xr)->val[TA_OFF(xr)];
+            tx = HI_X(bx, TA_OFF(xr), HI_T);
+            yv = 0.0;
+            if (kind == TA_K_BIN) {
+                yr = s->aux[i].y; by = S->b[TA_SEGOF(T, yr)->pos];
+                yv = TA_SEGOF(T, yr)->val[TA_OFF(yr)];
+                ty = HI_X(by, TA_OFF(yr), HI_T);
+            } else if (kind == TA_K_CST) yv = s->aux[i].c;
+            cx = HI_X(b, i, HI_PX) * at;
+            if (kind == TA_K_BIN) cy = HI_X(b, i, HI_PY) * at;
+            if (a != 0.0) {     /* as create_graph: a zero adjoint records nothing */
+                hi_partials2(op, xv, yv, s->val[i], &xx, &xy, &yy);
+                cx += a * (kind == TA_K_BIN ? xx * tx + xy * ty : xx * tx);
+                if (kind == TA_K_BIN) cy += a * (xy * tx + yy * ty);
+            }
+            HI_X(bx, TA_OFF(xr), HI_AT) += cx;
+            if (kind == TA_K_BIN) HI_X(by, TA_OFF(yr), HI_AT) += cy;
+        }
+    }
+    for (k = 0; k < nin; k++)
+        hv[k] = (b = hi_entry(S, ins[k], &o)) ? HI_X(b, o, HI_AT) : 0.0;
 }
 
 int ta_hvp(int64_t out, const int64_t *ins, int nin, const double *v, double *hv)
 {
     ta_tape *T = ta_self();
     hi_scr S;
-    hi_em E;
-    hi_saved sv;
-    int64_t *gids = NULL;
-    uint32_t hp = 0, ho = 0;
+    uint32_t lp = 0, hp = 0, ho = 0;
     int st;
     if (!T) return TA_ENOMEM;
     if ((st = hi_check(T, &out, 1, &hp, &ho)) != TA_OK) return st;
     if ((st = hi_check(T, ins, nin, NULL, NULL)) != TA_OK) return st;
-    if (nin <= 0) return TA_OK;
     memset(&S, 0, sizeof S); S.T = T;
-    sv = hi_gc_off(T, &E);
-    st = hi_grad_nodes(&S, &E, out, ins, nin, &gids);
-    if (st == TA_OK) st = hi_sweep(&S, gids, v, nin, ins, nin, hv);
-    hi_gc_on(T, sv);
+    st = hi_for_setup(&S, out, &lp, &hp, &ho);
+    if (st == TA_OK) hi_for_column(&S, ins, nin, v, hv, lp, hp, ho);
     hi_scr_free(&S);
-    free(gids);
     return st;
 }
 
+/* n forward-over-reverse columns over one adjoint sweep; column k is
+ * stored as row k, then H is made exactly symmetric (mean of the two
+ * triangles, which agree to rounding) */
 int ta_hessian(int64_t out, const int64_t *ins, int nin, double *H)
 {
     ta_tape *T = ta_self();
     hi_scr S;
-    hi_em E;
-    hi_saved sv;
-    int64_t *gids = NULL;
-    uint32_t hp = 0, ho = 0;
+    uint32_t lp = 0, hp = 0, ho = 0;
+    double *e;
     int st, k;
     if (!T) return TA_ENOMEM;
     if ((st = hi_check(T, &out, 1, &hp, &ho)) != TA_OK) return st;
     if ((st = hi_check(T, ins, nin, NULL, NULL)) != TA_OK) return st;
     if (nin <= 0) return TA_OK;
+    if (!(e = (double *)calloc((size_t)nin, sizeof *e))) return TA_ENOMEM;
     memset(&S, 0, sizeof S); S.T = T;
-    sv = hi_gc_off(T, &E);
-    st = hi_grad_nodes(&S, &E, out, ins, nin, &gids);
+    st = hi_for_setup(&S, out, &lp, &hp, &ho);
     for (k = 0; st == TA_OK && k < nin; k++) {
-        if (gids[k]) st = hi_sweep(&S, &gids[k], NULL, 1, ins, nin, H + (size_t)k * nin);
-        else memset(H + (size_t)k * nin, 0, (size_t)nin * sizeof *H);
+        e[k] = 1.0;
+        hi_for_column(&S, ins, nin, e, H + (size_t)k * nin, lp, hp, ho);
+        e[k] = 0.0;
     }
-    hi_gc_on(T, sv);
+    for (k = 0; st == TA_OK && k < nin; k++) {
+        int j;
+        for (j = 0; j < k; j++) {
+            double m = 0.5 * (H[(size_t)k * nin + j] + H[(size_t)j * nin + k]);
+            H[(size_t)k * nin + j] = H[(size_t)j * nin + k] = m;
+        }
+    }
     hi_scr_free(&S);
-    free(gids);
+    free(e);
     return st;
 }
 

@@ -150,6 +150,57 @@ E_(MIN)
 }
 #undef E_
 
+/* Second partials for forward-over-reverse (hvp): d2_NAME(x, y, r, &xx,
+ * &xy, &yy) = d2r/dx2, d2r/dxdy, d2r/dy2 (y = c for CST ops: only xx).
+ * They agree with the e_NAME rules above, fallbacks included: where e_NAME
+ * falls back to a constant partial, the second partial here is 0. */
+#define D2_(NAME) static inline void d2_##NAME(double x, double y, double r, double *xx, double *xy, double *yy)
+#define D2_NONE(NAME) D2_(NAME) { UNUSED(x); UNUSED(y); UNUSED(r); *xx = *xy = *yy = 0.0; }
+D2_NONE(LEAF) D2_NONE(DEAD) D2_NONE(ADD) D2_NONE(SUB)
+D2_NONE(ADDC) D2_NONE(RSUBC) D2_NONE(MULC) D2_NONE(RELU) D2_NONE(ABS) D2_NONE(MAX) D2_NONE(MIN)
+D2_(MUL)  { UNUSED(x); UNUSED(y); UNUSED(r); *xx = 0.0; *xy = 1.0; *yy = 0.0; }
+/* x/y: xy = -1/y^2, yy = 2r/y^2 */
+D2_(DIV)  { UNUSED(x); *xx = 0.0; *xy = -1.0 / (y * y); *yy = 2.0 * r / (y * y); }
+/* x**y: xx = y(y-1)x^(y-2); xy = x^(y-1) + y d(x^(y-1))/dy; yy = r ln^2 x (x > 0) */
+D2_(POW)
+{
+    double p1;
+    if (x == 0.0 && y - 1.0 < 0.0) { *xx = *xy = *yy = 0.0; return; }   /* e_POW's fallback */
+    p1 = pow(x, y - 1.0);
+    *xx = y * dpow_dx(x, y - 1.0);
+    *xy = p1 + y * dpow_dy(x, y - 1.0, p1);
+    *yy = x > 0.0 ? r * log(x) * log(x) : 0.0;
+}
+D2_(RDIVC) { UNUSED(y); *xx = 2.0 * r / (x * x); *xy = *yy = 0.0; }
+D2_(POWC)
+{
+    UNUSED(r);
+    *xy = *yy = 0.0;
+    if (y == 0.0 || y == 1.0 || (x == 0.0 && y - 1.0 < 0.0)) *xx = 0.0;
+    else *xx = y * (y - 1.0) * pow(x, y - 2.0);
+}
+D2_(RPOWC) { UNUSED(x); *xx = y > 0.0 ? r * log(y) * log(y) : 0.0; *xy = *yy = 0.0; }
+D2_(TANH)  { UNUSED(x); UNUSED(y); *xx = -2.0 * r * (1.0 - r * r); *xy = *yy = 0.0; }
+D2_(EXP)   { UNUSED(x); UNUSED(y); *xx = r; *xy = *yy = 0.0; }
+D2_(LOG)   { UNUSED(y); UNUSED(r); *xx = -1.0 / (x * x); *xy = *yy = 0.0; }
+D2_(SIGMOID) { UNUSED(x); UNUSED(y); *xx = r * (1.0 - r) * (1.0 - 2.0 * r); *xy = *yy = 0.0; }
+D2_(SIN)   { UNUSED(x); UNUSED(y); *xx = -r; *xy = *yy = 0.0; }
+D2_(COS)   { UNUSED(x); UNUSED(y); *xx = -r; *xy = *yy = 0.0; }
+/* sqrt: xx = -1/(4 r^3); 0 at r = 0 (e_SQRT's fallback) */
+D2_(SQRT)  { UNUSED(x); UNUSED(y); *xx = r == 0.0 ? 0.0 : -0.25 / (r * r * r); *xy = *yy = 0.0; }
+#undef D2_
+#undef D2_NONE
+
+static inline void hi_partials2(int op, double x, double y, double r, double *xx, double *xy, double *yy)
+{
+    switch (op) {
+#define TA_OP(NAME, KIND, SYM) case TA_##NAME: d2_##NAME(x, y, r, xx, xy, yy); return;
+#include "ops.def"
+#undef TA_OP
+    }
+    *xx = *xy = *yy = 0.0;
+}
+
 static inline void hi_rule(hi_em *E, int op, hi_arg *a)
 {
     switch (op) {

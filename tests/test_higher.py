@@ -172,7 +172,10 @@ def check_second(fv, ff, xs):
     H2 = np.array([grad(gi, vs) for gi in g])
     fd = np.array([fd_grad(lambda *p, i=i: num_grad(fv, list(p))[i], xs) for i in range(len(xs))])
     assert np.allclose(H, fd, rtol=1e-6, atol=1e-6)
-    assert np.array_equal(H, H2)
+    # forward-over-reverse (hessian, hvp) vs reverse-over-reverse (nested grad)
+    assert np.allclose(H, H2, rtol=1e-12, atol=1e-14)
+    v = np.linspace(0.5, -1.5, len(xs))
+    assert np.allclose(hvp(out, vs, v), H2 @ v, rtol=1e-12, atol=1e-14)
 
 
 @pytest.mark.parametrize("name,fv,ff,x", UNARY, ids=[u[0] for u in UNARY])
