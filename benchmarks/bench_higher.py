@@ -31,6 +31,17 @@ def median_time(fn, repeats=7, inner=1):
     return statistics.median(ts)
 
 
+def paired(fa, fb, repeats=9, inner_a=1, inner_b=1):
+    """Medians of fa and fb timed alternately (so drift on a shared machine hits both),
+    and the median of the per-pair ratios b/a."""
+    ta, tb, r = [], [], []
+    for _ in range(repeats):
+        a = median_time(fa, repeats=1, inner=inner_a)
+        b = median_time(fb, repeats=1, inner=inner_b)
+        ta.append(a); tb.append(b); r.append(b / a)
+    return statistics.median(ta), statistics.median(tb), statistics.median(r)
+
+
 def mlp_loss(model, data):
     loss = 0
     for x, y in data:
@@ -47,13 +58,12 @@ def bench_hvp():
     loss = mlp_loss(model, data)
     v = np.random.default_rng(0).normal(size=len(params))
     nodes = tapead.tape_stats()["nodes"]
-    t_g = median_time(lambda: grad(loss, params), inner=5)
-    t_h = median_time(lambda: hvp(loss, params, v), inner=5)
-    t_rg = median_time(lambda: grad(mlp_loss(model, data), params))
-    t_rh = median_time(lambda: hvp(mlp_loss(model, data), params, v))
+    t_g, t_h, r = paired(lambda: grad(loss, params), lambda: hvp(loss, params, v), 15, 10, 10)
+    t_rg, t_rh, rr = paired(lambda: grad(mlp_loss(model, data), params),
+                            lambda: hvp(mlp_loss(model, data), params, v), 9)
     print(f"MLP(4,[16,16,1]) squared loss over 20 points: {len(params)} inputs, ~{nodes} nodes")
-    print(f"  (a) C only       grad {t_g * 1e3:8.3f} ms   hvp {t_h * 1e3:8.3f} ms   hvp/grad = {t_h / t_g:.2f}x")
-    print(f"  (b) record+sweep grad {t_rg * 1e3:8.3f} ms   hvp {t_rh * 1e3:8.3f} ms   hvp/grad = {t_rh / t_rg:.2f}x")
+    print(f"  (a) C only       grad {t_g * 1e3:8.3f} ms   hvp {t_h * 1e3:8.3f} ms   hvp/grad = {r:.2f}x")
+    print(f"  (b) record+sweep grad {t_rg * 1e3:8.3f} ms   hvp {t_rh * 1e3:8.3f} ms   hvp/grad = {rr:.2f}x")
 
 
 def f_n(xs):
@@ -70,9 +80,7 @@ def bench_hessian():
     for n in (10, 20, 40, 80, 160):
         xs = [Value(random.uniform(-1, 1)) for _ in range(n)]
         f = f_n(xs)
-        t_g = median_time(lambda: grad(f, xs), inner=20)
-        t_h = median_time(lambda: hessian(f, xs), inner=3)
-        r = t_h / t_g
+        t_g, t_h, r = paired(lambda: grad(f, xs), lambda: hessian(f, xs), 9, 20, 3)
         print(f"  {n:4d} {t_g * 1e3:9.4f} {t_h * 1e3:9.3f} {r:10.1f} {r / n:6.2f}")
 
 

@@ -280,3 +280,24 @@ def test_bad_arguments():
         hvp(x * x, [x], [1.0, 2.0])
     with pytest.raises(ValueError):
         grad([x * 2], [x], grad_outputs=[1.0, 2.0])
+
+
+def test_graphs_spanning_many_segments():
+    # ~6000 nodes: the sweeps cross tape segments, and create_graph opens new ones
+    xs = [Value(0.3), Value(-0.2), Value(0.5)]
+    s = xs[0]
+    for k in range(1500):
+        s = (s * 0.999 + xs[k % 3] * 0.01).tanh()
+    g = grad(s, xs, create_graph=True)
+    H = hessian(s, xs)
+    H2 = np.array([grad(gi, xs) for gi in g])
+    assert np.allclose(H, H2, rtol=1e-10, atol=1e-14)
+
+    def f(a, b, c):
+        vs = [Value(a), Value(b), Value(c)]
+        t = vs[0]
+        for k in range(1500):
+            t = (t * 0.999 + vs[k % 3] * 0.01).tanh()
+        return grad(t, vs)
+    fd = np.array([fd_grad(lambda *p, i=i: f(*p)[i], [0.3, -0.2, 0.5], h=1e-5) for i in range(3)])
+    assert np.allclose(H, fd, rtol=1e-5, atol=1e-8)
