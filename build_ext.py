@@ -31,7 +31,7 @@ ffibuilder.set_source(
     '#include "tapead.h"\n',
     sources=SOURCES,
     include_dirs=[CSRC],
-    depends=[os.path.join(CSRC, f) for f in ("cdef.h", "tapead.h", "ops.h", "ops.def")],
+    depends=sorted(glob.glob(os.path.join(CSRC, "*.h"))) + [os.path.join(CSRC, "ops.def")],
     extra_compile_args=cflags,
     extra_link_args=ldflags,
 )

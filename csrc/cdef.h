@@ -31,6 +31,8 @@ typedef struct {
 #define TA_ENOGRAD  -9    /* a no_grad value has no graph              */
 #define TA_EANOMALY -10   /* detect_anomaly: nan/inf produced           */
 #define TA_ECORRUPT -11   /* ta_validate found a broken invariant        */
+#define TA_EGUARD   -12   /* replay: a recorded comparison flips         */
+#define TA_EARG     -13   /* bad argument (not a leaf, a duplicate input) */
 #define TA_NEWSEG   -16
 #define TA_SHIFT    11
 
@@ -119,8 +121,6 @@ int64_t ta_trace(int64_t root, int64_t cap, int nin, const int64_t *inputs,
                  const double *tangents, ta_rows_t *out);
 
 /* ---- replay.c: recompute, guards, compiled batch programs ---- */
-#define TA_EGUARD   -12   /* a recorded comparison flips at the new point */
-#define TA_EARG     -13  /* bad argument (not a leaf, duplicate input, ...) */
 
 /* Comparison kinds: 0 <, 1 <=, 2 >, 3 >= */
 int     ta_cmp2(int kind, int64_t x, int64_t y);   /* 0/1 outcome, records a guard; <0 status */
@@ -157,3 +157,13 @@ int64_t ta_prog_failed_guard(ta_prog *P, int *kind, int *outcome, double *xv, do
 /* Benchmark reference: the program's forward arithmetic as a plain scalar
  * loop over flat arrays, reps times. */
 int     ta_prog_ref(ta_prog *P, uint32_t reps);
+
+/* higher.c: higher-order derivatives.  None of these touches any node's
+ * adjoint (.grad): they return their results.  ids must be this thread's. */
+int ta_grad(const int64_t *outs, const double *w, int nout,
+            const int64_t *ins, int nin, double *g);        /* g[j] = d(sum w_k outs_k)/d ins_j; w NULL = ones */
+int ta_grad_graph(const int64_t *outs, const double *w, int nout,
+                  const int64_t *ins, int nin, int64_t *gids); /* same, recorded: gids[j] = node ids (no owner yet) */
+int ta_hvp(int64_t out, const int64_t *ins, int nin, const double *v, double *hv); /* hv = H v */
+int ta_hessian(int64_t out, const int64_t *ins, int nin, double *H);  /* H: nin x nin, row-major */
+int ta_jacobian(const int64_t *outs, int nout, const int64_t *ins, int nin, double *J); /* nout x nin */

@@ -21,6 +21,7 @@ __all__ = ["Value", "maximum", "minimum", "tape_stats", "collect", "set_limit",
            "jvp", "wengert", "Wengert", "set_label", "get_label",
            "draw_dot", "to_dot", "values", "data", "grads",
            "GuardError", "recompute", "compile", "Program", "clear_guards", "guard_count",
-           "set_data"]
+           "set_data", "grad", "hvp", "hessian", "jacobian"]
 from .replay import GuardError, recompute, compile, Program, clear_guards, guard_count
+from .higher import grad, hvp, hessian, jacobian
 __version__ = "0.1.0"

@@ -1,0 +1,108 @@
+"""Higher-order derivatives: grad (optionally recorded, to any order), hvp, hessian, jacobian.
+
+Every function here is one C call (csrc/higher.c); none of them touches
+any Value's .grad: they return their results instead of accumulating.
+
+    >>> from tapead import Value, grad, hessian
+    >>> x, y = Value(1.0), Value(2.0)
+    >>> f = x * x * y
+    >>> grad(f, [x, y])
+    [4.0, 1.0]
+    >>> hessian(f, [x, y]).tolist()
+    [[4.0, 2.0], [2.0, 0.0]]
+"""
+from ._core import ffi, lib, error
+from .engine import Value, handles
+
+
+def _ids(values, what):
+    if isinstance(values, Value):
+        values = [values]
+    values = list(values)
+    for v in values:
+        if not isinstance(v, Value):
+            raise TypeError(f"{what} must be Values, not {type(v).__name__}")
+    return ffi.new("int64_t[]", [v._i for v in values]), len(values)
+
+
+def _np():
+    import numpy
+    return numpy
+
+
+def _check(st):
+    if st:
+        raise error(st)
+
+
+def grad(outputs, inputs, grad_outputs=None, create_graph=False):
+    """d(sum_k w_k outputs_k)/d inputs_j, w = grad_outputs (default: all 1).
+
+    Returns a list of floats (one per input), or of Values recorded on the
+    tape when create_graph=True, which can be differentiated again.  A single
+    Value as `inputs` gives a single result.  Leaves' .grad is not changed.
+
+    >>> from tapead import Value
+    >>> x = Value(3.0); y = x ** 3
+    >>> (dy,) = grad(y, [x], create_graph=True); dy.data
+    27.0
+    >>> grad(dy, [x])
+    [18.0]
+    """
+    single = isinstance(inputs, Value)
+    outs, nout = _ids(outputs, "outputs")
+    ins, nin = _ids(inputs, "inputs")
+    w = ffi.NULL
+    if grad_outputs is not None:
+        ws = [float(g) for g in ([grad_outputs] if not hasattr(grad_outputs, "__len__")
+                                 else grad_outputs)]
+        if len(ws) != nout:
+            raise ValueError(f"grad_outputs has {len(ws)} weights for {nout} outputs")
+        w = ffi.new("double[]", ws)
+    if create_graph:
+        gids = ffi.new("int64_t[]", max(nin, 1))
+        _check(lib.ta_grad_graph(outs, w, nout, ins, nin, gids))
+        res = handles(gids[0:nin])
+    else:
+        g = ffi.new("double[]", max(nin, 1))
+        _check(lib.ta_grad(outs, w, nout, ins, nin, g))
+        res = list(g[0:nin])
+    return res[0] if single else res
+
+
+def hvp(output, inputs, v):
+    """The Hessian of output w.r.t. inputs times v, as a numpy array (reverse over reverse, in C)."""
+    np = _np()
+    out, n1 = _ids(output, "output")
+    if n1 != 1:
+        raise ValueError("hvp needs one scalar output")
+    ins, nin = _ids(inputs, "inputs")
+    vv = np.ascontiguousarray(v, dtype=np.float64).reshape(-1)
+    if vv.size != nin:
+        raise ValueError(f"v has {vv.size} entries for {nin} inputs")
+    hv = np.zeros(nin)
+    _check(lib.ta_hvp(out[0], ins, nin, ffi.from_buffer("double[]", vv),
+                      ffi.from_buffer("double[]", hv)))
+    return hv
+
+
+def hessian(output, inputs):
+    """The n x n Hessian of output w.r.t. inputs as a numpy array: the gradient recorded once, then one sweep per row."""
+    np = _np()
+    out, n1 = _ids(output, "output")
+    if n1 != 1:
+        raise ValueError("hessian needs one scalar output")
+    ins, nin = _ids(inputs, "inputs")
+    H = np.zeros((nin, nin))
+    _check(lib.ta_hessian(out[0], ins, nin, ffi.from_buffer("double[]", H)))
+    return H
+
+
+def jacobian(outputs, inputs):
+    """The m x n Jacobian d outputs_i / d inputs_j as a numpy array: one reverse sweep per output."""
+    np = _np()
+    outs, nout = _ids(outputs, "outputs")
+    ins, nin = _ids(inputs, "inputs")
+    J = np.zeros((nout, nin))
+    _check(lib.ta_jacobian(outs, nout, ins, nin, ffi.from_buffer("double[]", J)))
+    return J
