@@ -2,8 +2,10 @@
 in alternation so the load of a shared machine hits both alike).
 
 1. demo training step: micrograd eager (record + zero_grad + backward + SGD) vs
-   tapead record-once + recompute + zero_grad + backward + the same Python SGD loop.
-2. batched replay step (per-sample loss compiled once, 100 rows per step, numpy SGD)
+   tapead record-once + recompute + zero_grad + backward + tapead.optim.SGD
+   (tapead.demo.recompute_trainer).
+2. batched replay step (per-sample loss compiled once, 100 rows per step, numpy SGD:
+   tapead.demo.batched_trainer)
    vs the same model/loss/SGD in PyTorch float64 CPU, torch.set_num_threads(1)
    (skipped if torch is not installed).
 3. forward-replay sweep cost per node: loss.recompute() on the 65.8k-node demo graph
@@ -12,18 +14,16 @@ in alternation so the load of a shared machine hits both alike).
 Run: python benchmarks/bench_replay.py [--quick]
 """
 import os
-import random
 import statistics
 import sys
 import time
 
-import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
-import moons_replay as demo  # noqa: E402
-
-import tapead  # noqa: E402
-from tapead._core import lib  # noqa: E402
+import tapead
+import tapead.nn
+from tapead import demo
+from tapead._core import lib
+from tapead.bench import torch_step
 
 QUICK = "--quick" in sys.argv
 
@@ -49,92 +49,26 @@ def paired(fa, ia, fb, ib, repeats):
 
 
 def bench_micrograd_step():
-    from micrograd.engine import Value
-    from micrograd.nn import MLP
-    np.random.seed(1337); random.seed(1337)
-    X, y = demo.make_moons(100, 0.1)
-    y = y * 2 - 1
-    model = MLP(2, [16, 16, 1])
+    import micrograd.engine
+    import micrograd.nn
+    model, X, y = demo.setup(micrograd.nn)
     k = [0]
 
     def step():
-        inputs = [list(map(Value, xrow)) for xrow in X]
-        scores = list(map(model, inputs))
-        losses = [(1 + -yi * s).relu() for yi, s in zip(y, scores)]
-        loss = sum(losses) * (1.0 / len(losses)) + 1e-4 * sum((p * p for p in model.parameters()))
-        model.zero_grad()
-        loss.backward()
-        lr = 1.0 - 0.9 * k[0] / 100
-        for p in model.parameters():
-            p.data -= lr * p.grad
+        demo.step(model, X, y, micrograd.engine.Value, k[0] % 100)
         k[0] += 1
     return step
 
 
-def bench_recompute_step():
-    X, y, model = demo.setup()
-    loss, _ = demo.total_loss(model, X, y)
-    params = model.parameters()
+def _trainer(make):
+    model, X, y = demo.setup(tapead.nn)
+    step = make(model, X, y, tapead.Value)
     k = [0]
 
-    def step():
-        loss.recompute()
-        model.zero_grad()
-        loss.backward()
-        lr = 1.0 - 0.9 * (k[0] % 100) / 100
-        for p in params:
-            p.data -= lr * p.grad
+    def run():
+        step(k[0] % 100)
         k[0] += 1
-    return step, loss
-
-
-def bench_batched_step():
-    X, y, model = demo.setup()
-    params = model.parameters()
-    prog = demo.compile_per_sample(model)
-    Xy = np.column_stack([X, y]).astype(np.float64)
-    seed = np.full(1, 1.0 / len(y))
-    w = np.array([p.data for p in params])
-    k = [0]
-
-    def step():
-        losses, g = prog.grad(Xy, seed=seed)
-        loss = losses.sum() * (1.0 / len(y)) + 1e-4 * np.dot(w, w)
-        g += 2e-4 * w
-        w[:] -= (1.0 - 0.9 * (k[0] % 100) / 100) * g
-        tapead.set_data(params, w)
-        k[0] += 1
-        return loss
-    return step, prog
-
-
-def bench_torch_step():
-    try:
-        import torch
-    except ImportError:
-        return None
-    torch.set_num_threads(1)
-    X, y, _ = demo.setup()
-    Xt = torch.tensor(X, dtype=torch.float64)
-    yt = torch.tensor(y, dtype=torch.float64).reshape(-1, 1)
-    torch.manual_seed(0)
-    net = torch.nn.Sequential(torch.nn.Linear(2, 16), torch.nn.ReLU(), torch.nn.Linear(16, 16),
-                              torch.nn.ReLU(), torch.nn.Linear(16, 1)).double()
-    params = list(net.parameters())
-    k = [0]
-
-    def step():
-        scores = net(Xt)
-        loss = torch.relu(1 - yt * scores).mean() + 1e-4 * sum((p * p).sum() for p in params)
-        for p in params:
-            p.grad = None
-        loss.backward()
-        lr = 1.0 - 0.9 * (k[0] % 100) / 100
-        with torch.no_grad():
-            for p in params:
-                p -= lr * p.grad
-        k[0] += 1
-    return step, torch.__version__
+    return run
 
 
 def bench_sweep(loss):
@@ -149,19 +83,19 @@ def bench_sweep(loss):
 def main():
     print(f"tapead replay benchmarks ({'quick' if QUICK else 'full'}); medians; "
           f"{os.cpu_count()} cores, shared")
-    rec_step, loss = bench_recompute_step()
-    t_mg, t_rec = paired(bench_micrograd_step(), 1, rec_step, 20, 3 if QUICK else 7)
+    t_mg, t_rec = paired(bench_micrograd_step(), 1, _trainer(demo.recompute_trainer), 20,
+                         3 if QUICK else 7)
     print(f"\n1. demo step  micrograd eager {t_mg * 1e3:9.1f} ms   tapead recompute step "
           f"{t_rec * 1e3:7.3f} ms   speedup {t_mg / t_rec:7.0f}x  (target >= 500x)")
 
-    bat_step, prog = bench_batched_step()
-    tt = bench_torch_step()
+    bat_step = _trainer(demo.batched_trainer)
+    tt = torch_step()
     if tt is None:
         t_bat = median_time(bat_step, 9, 30 if QUICK else 100)
     else:
-        torch_step, ver = tt
-        t_torch, t_bat = paired(torch_step, 30, bat_step, 30, 9 if QUICK else 21)
-    line = f"\n2. batched    tapead Program step {t_bat * 1e6:8.1f} us ({prog})"
+        t_step, ver = tt
+        t_torch, t_bat = paired(t_step, 30, bat_step, 30, 9 if QUICK else 21)
+    line = f"\n2. batched    tapead Program step {t_bat * 1e6:8.1f} us (100 rows)"
     if tt is None:
         line += "\n   torch not installed: comparison skipped"
     else:
@@ -169,6 +103,8 @@ def main():
                  f"tapead faster by {t_torch / t_bat:5.2f}x  (target > 1x)")
     print(line)
 
+    model, X, y = demo.setup(tapead.nn)
+    loss, _ = demo.loss(model, X, y, tapead.Value)
     n, t_sweep, t_ref = bench_sweep(loss)
     print(f"\n3. forward sweep over {n} nodes: recompute {t_sweep / n * 1e9:6.2f} ns/node   "
           f"plain C loop {t_ref / n * 1e9:6.2f} ns/node   ratio {t_sweep / t_ref:5.2f}x "

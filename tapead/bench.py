@@ -290,9 +290,75 @@ def main(argv=None):
     return res
 
 
+def trainer_step(make, steps):
+    """Median seconds of one demo step of a tapead.demo trainer (recompute, batched)."""
+    model, X, y = demo.setup(tapead.nn)
+    step = make(model, X, y, tapead.Value)
+    step(0)  # the first call records (recompute) or compiles (batched)
+    ts = []
+    for k in range(1, steps + 1):
+        t0 = time.perf_counter()
+        step(k % 100)
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def torch_step():
+    """The demo's model, loss and SGD as PyTorch tensors (float64, one thread): (step, version)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    torch.set_num_threads(1)
+    _, X, y = demo.setup(tapead.nn)
+    Xt = torch.tensor(X, dtype=torch.float64)
+    yt = torch.tensor(y, dtype=torch.float64).reshape(-1, 1)
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(2, 16), torch.nn.ReLU(), torch.nn.Linear(16, 16),
+                              torch.nn.ReLU(), torch.nn.Linear(16, 1)).double()
+    params = list(net.parameters())
+    k = [0]
+
+    def step():
+        scores = net(Xt)
+        loss = torch.relu(1 - yt * scores).mean() + 1e-4 * sum((p * p).sum() for p in params)
+        for p in params:
+            p.grad = None
+        loss.backward()
+        lr = 1.0 - 0.9 * (k[0] % 100) / 100
+        with torch.no_grad():
+            for p in params:
+                p -= lr * p.grad
+        k[0] += 1
+    return step, torch.__version__
+
+
 def extra_sections(rows, res, args):
-    """Rows from later capabilities (replay, higher order), when present."""
-    return None
+    """Replay rows: the demo step recorded once and replayed, eager micrograd as the peer."""
+    m_demo = res["results"]["demo_step_s"]["micrograd"]
+    n = 20 if args.quick else 100
+    for label, key, make in (("demo step, record once + recompute, ms", "recompute",
+                              demo.recompute_trainer),
+                             ("demo step, batched replay (100 rows), ms", "batched",
+                              demo.batched_trainer)):
+        print(f"  ... {label}", file=sys.stderr, flush=True)
+        t = trainer_step(make, n)
+        res["results"]["demo_step_s"][key] = t
+        rows.append((label, "", f"{t * 1e3:.2f}", fmt_ms(m_demo),
+                     f"{m_demo / t:,.0f}x faster than micrograd" if m_demo else ""))
+    tt = torch_step()
+    if tt is not None:
+        step, ver = tt
+        ts = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            step()
+            ts.append(time.perf_counter() - t0)
+        t_torch = statistics.median(ts)
+        t_bat = res["results"]["demo_step_s"]["batched"]
+        res["results"]["demo_step_s"]["torch"] = t_torch
+        rows.append((f"same step in PyTorch {ver} (float64, 1 thread), ms", "", f"{t_bat * 1e3:.2f}",
+                     f"{t_torch * 1e3:.2f} (torch)", f"batched replay {t_torch / t_bat:.1f}x faster than torch"))
 
 
 def fmt_ms(s):

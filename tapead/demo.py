@@ -57,3 +57,53 @@ def step(model, X, y, Value, k):
     for p in model.parameters():
         p.data -= learning_rate * p.grad
     return total_loss.data, acc
+
+
+def recompute_trainer(model, X, y, Value):
+    """The demo trained by replay: record the loss once, then per step one C
+    forward sweep (recompute), zero_grad, backward and SGD, all in C.
+
+    Returns step(k) -> loss at the current parameters before the update."""
+    from .optim import SGD
+    total_loss, _ = loss(model, X, y, Value)
+    opt = SGD(model.parameters(), lr=1.0)
+    state = {"fresh": True}
+
+    def step(k):
+        if not state["fresh"]:
+            total_loss.recompute()
+        state["fresh"] = False
+        opt.zero_grad()
+        total_loss.backward()
+        opt.lr = 1.0 - 0.9 * k / 100
+        opt.step()
+        return total_loss.data
+
+    return step
+
+
+def batched_trainer(model, X, y, Value):
+    """The demo trained by batched replay: the per-sample hinge loss recorded
+    once and compiled; every step runs all samples through the Program in C
+    (numpy in, numpy out) and updates the parameters with numpy SGD.
+
+    Returns step(k) -> loss at the current parameters before the update."""
+    from .arrays import data, set_data
+    from .replay import compile
+    params = model.parameters()
+    x0, x1, yi = Value(0.0), Value(0.0), Value(1.0)
+    hinge = (1 + (-yi) * model([x0, x1])).relu()
+    prog = compile([hinge], [x0, x1, yi], wrt=params)
+    Xy = np.column_stack([X, y]).astype(np.float64)
+    seed = np.full(1, 1.0 / len(y))
+    w = data(params)
+
+    def step(k):
+        losses, g = prog.grad(Xy, seed=seed)        # d mean(hinge) / d params, summed over rows
+        total = losses.sum() * (1.0 / len(y)) + 1e-4 * np.dot(w, w)
+        g += 2e-4 * w
+        w[:] -= (1.0 - 0.9 * k / 100) * g
+        set_data(params, w)                         # the Program reads params from their Values
+        return float(total)
+
+    return step
