@@ -87,6 +87,22 @@ static int hi_reach(hi_scr *S, ta_seg *s, uint32_t o, uint64_t *pending, hi_blk 
     return TA_OK;
 }
 
+/* Push adjoint g of a node through its local partials L into its inputs'
+ * adjoints (reaching them first). */
+static int hi_push(hi_scr *S, double g, const ta_local *L, uint64_t *pending)
+{
+    ta_tape *T = S->T;
+    hi_blk *bx;
+    int st;
+    if ((st = hi_reach(S, TA_SEGOF(T, L->xr), TA_OFF(L->xr), pending, &bx)) != TA_OK) return st;
+    bx->adj[TA_OFF(L->xr)] += L->dx * g;
+    if (L->kind == TA_K_BIN) {
+        if ((st = hi_reach(S, TA_SEGOF(T, L->yr), TA_OFF(L->yr), pending, &bx)) != TA_OK) return st;
+        bx->adj[TA_OFF(L->yr)] += L->dy * g;
+    }
+    return TA_OK;
+}
+
 /* Validate ids; hipos, hioff = the newest of them (the sweep's start). */
 static int hi_check(ta_tape *T, const int64_t *ids, int n, uint32_t *hipos, uint32_t *hioff)
 {
@@ -138,29 +154,12 @@ static int hi_sweep(hi_scr *S, const int64_t *roots, const double *w, int nr,
         uint32_t i = (p == hipos) ? hioff + 1 : s->n;
         if (!b) continue;
         while (i-- > 0) {
-            int op, kind;
-            double g, xv, yv, dx, dy;
-            ta_seg *sx, *sy;
-            uint32_t xr, yr;
-            hi_blk *bx;
+            ta_local L;
             if (b->ep[i] != S->ep) continue;
             --pending;
-            op = s->op[i] & TA_OPMASK;
-            kind = ta_kinds[op];
-            if (kind != TA_K_LEAF) {
-                g = b->adj[i];
-                xr = s->x[i]; sx = TA_SEGOF(T, xr); xv = sx->val[TA_OFF(xr)];
-                yv = 0.0; sy = NULL; yr = 0;
-                if (kind == TA_K_BIN) { yr = s->aux[i].y; sy = TA_SEGOF(T, yr); yv = sy->val[TA_OFF(yr)]; }
-                else if (kind == TA_K_CST) yv = s->aux[i].c;
-                ta_partials(op, xv, yv, s->val[i], &dx, &dy);
-                if ((st = hi_reach(S, sx, TA_OFF(xr), &pending, &bx)) != TA_OK) return st;
-                bx->adj[TA_OFF(xr)] += dx * g;
-                if (kind == TA_K_BIN) {
-                    if ((st = hi_reach(S, sy, TA_OFF(yr), &pending, &bx)) != TA_OK) return st;
-                    bx->adj[TA_OFF(yr)] += dy * g;
-                }
-            }
+            ta_local_at(T, s, i, &L);
+            if (L.kind != TA_K_LEAF && (st = hi_push(S, b->adj[i], &L, &pending)) != TA_OK)
+                return st;
             if (!pending) break;
         }
     }
@@ -388,29 +387,13 @@ static int hi_for_setup(hi_scr *S, int64_t out, uint32_t *lowpos, uint32_t *hipo
         if (!b->ext && !(b->ext = (double *)malloc((size_t)TA_SEG * HI_EXT * sizeof(double))))
             return TA_ENOMEM;
         while (i-- > 0) {
-            int op, kind;
-            double g, xv, yv, dx = 0.0, dy = 0.0;
-            uint32_t xr, yr;
-            hi_blk *bx;
+            ta_local L;
             if (b->ep[i] != S->ep) continue;
             --pending;
-            op = s->op[i] & TA_OPMASK;
-            kind = ta_kinds[op];
-            if (kind != TA_K_LEAF) {
-                g = b->adj[i];
-                xr = s->x[i]; xv = TA_SEGOF(T, xr)->val[TA_OFF(xr)];
-                yv = 0.0; yr = 0;
-                if (kind == TA_K_BIN) { yr = s->aux[i].y; yv = TA_SEGOF(T, yr)->val[TA_OFF(yr)]; }
-                else if (kind == TA_K_CST) yv = s->aux[i].c;
-                ta_partials(op, xv, yv, s->val[i], &dx, &dy);
-                if ((st = hi_reach(S, TA_SEGOF(T, xr), TA_OFF(xr), &pending, &bx)) != TA_OK) return st;
-                bx->adj[TA_OFF(xr)] += dx * g;
-                if (kind == TA_K_BIN) {
-                    if ((st = hi_reach(S, TA_SEGOF(T, yr), TA_OFF(yr), &pending, &bx)) != TA_OK) return st;
-                    bx->adj[TA_OFF(yr)] += dy * g;
-                } else dy = 0.0;
-            }
-            HI_X(b, i, HI_PX) = dx; HI_X(b, i, HI_PY) = dy; HI_X(b, i, HI_IN) = 0.0;
+            ta_local_at(T, s, i, &L);
+            if (L.kind != TA_K_LEAF && (st = hi_push(S, b->adj[i], &L, &pending)) != TA_OK)
+                return st;
+            HI_X(b, i, HI_PX) = L.dx; HI_X(b, i, HI_PY) = L.dy; HI_X(b, i, HI_IN) = 0.0;
             if (!pending) break;
         }
     }

@@ -170,4 +170,28 @@ static inline void ta_partials(int op, double x, double y, double r, double *dx,
     *dx = 0; *dy = 0;
 }
 
+/* Everything a sweep needs about node i of segment s: its op and kind, its
+ * inputs (refs and values; yv is the constant of a CST op, 0 otherwise) and
+ * the local partials dr/dx, dr/dy at the recorded values.  Every sweep
+ * (reverse, tangent, recording, forward-over-reverse) starts from this. */
+typedef struct { int op, kind; uint32_t xr, yr; double xv, yv, dx, dy; } ta_local;
+
+static inline void ta_local_at(const ta_tape *T, const ta_seg *s, uint32_t i, ta_local *L)
+{
+    L->op = s->op[i] & TA_OPMASK;
+    L->kind = ta_kinds[L->op];
+    L->xr = L->yr = 0;
+    L->xv = L->yv = L->dx = L->dy = 0.0;
+    if (L->kind == TA_K_LEAF) return;
+    L->xr = s->x[i];
+    L->xv = TA_SEGOF(T, L->xr)->val[TA_OFF(L->xr)];
+    if (L->kind == TA_K_BIN) {
+        L->yr = s->aux[i].y;
+        L->yv = TA_SEGOF(T, L->yr)->val[TA_OFF(L->yr)];
+    } else if (L->kind == TA_K_CST) {
+        L->yv = s->aux[i].c;
+    }
+    ta_partials(L->op, L->xv, L->yv, s->val[i], &L->dx, &L->dy);
+}
+
 #endif

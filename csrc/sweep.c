@@ -48,32 +48,25 @@ int ta_backward(int64_t root)
         }
         while (s->marked && i-- > 0) {
             uint8_t b = s->op[i];
-            int op, kind;
-            double g, xv, yv, dx, dy;
-            ta_seg *sx, *sy = NULL;
-            uint32_t xr, yr = 0;
+            ta_local L;
+            double g;
             if (!(b & TA_MARK)) continue;
             s->op[i] = (uint8_t)(b & ~TA_MARK);
             s->marked--;
-            op = b & TA_OPMASK;
-            kind = ta_kinds[op];
-            if (kind == TA_K_LEAF) continue;
+            ta_local_at(T, s, i, &L);
+            if (L.kind == TA_K_LEAF) continue;
             g = s->adj[i];
-            xr = s->x[i]; sx = TA_SEGOF(T, xr); xv = sx->val[TA_OFF(xr)];
-            if (kind == TA_K_BIN) { yr = s->aux[i].y; sy = TA_SEGOF(T, yr); yv = sy->val[TA_OFF(yr)]; }
-            else yv = (kind == TA_K_CST) ? s->aux[i].c : 0.0;
-            ta_partials(op, xv, yv, s->val[i], &dx, &dy);
-            if (T->anomaly && (isnan(dx * g) || (kind == TA_K_BIN && isnan(dy * g)))) {
-                T->err_op = op; T->err_x = xv; T->err_y = yv;
+            if (T->anomaly && (isnan(L.dx * g) || (L.kind == TA_K_BIN && isnan(L.dy * g)))) {
+                T->err_op = L.op; T->err_x = L.xv; T->err_y = L.yv;
                 st = TA_EANOMALY;
                 p++;                        /* revisit this segment to clear it */
                 break;
             }
-            ta_reach(sx, TA_OFF(xr));
-            sx->adj[TA_OFF(xr)] += dx * g;
-            if (kind == TA_K_BIN) {
-                ta_reach(sy, TA_OFF(yr));
-                sy->adj[TA_OFF(yr)] += dy * g;
+            ta_reach(TA_SEGOF(T, L.xr), TA_OFF(L.xr));
+            TA_SEGOF(T, L.xr)->adj[TA_OFF(L.xr)] += L.dx * g;
+            if (L.kind == TA_K_BIN) {
+                ta_reach(TA_SEGOF(T, L.yr), TA_OFF(L.yr));
+                TA_SEGOF(T, L.yr)->adj[TA_OFF(L.yr)] += L.dy * g;
             }
         }
     }

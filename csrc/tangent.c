@@ -160,25 +160,14 @@ static void ta_tangent_sweep(const ta_sub *S, double *tdot, int clear)
         if (!m) continue;
         for (i = 0; i < end; i++) {
             uint8_t b = s->op[i];
-            int op, kind;
-            double xv, yv, dx, dy, t;
-            uint32_t xr;
+            ta_local L;
+            double t;
             if (!(b & TA_MARK)) continue;
             if (clear) s->op[i] = (uint8_t)(b & ~TA_MARK);
-            op = b & TA_OPMASK;
-            kind = ta_kinds[op];
-            if (kind == TA_K_LEAF) continue;
-            xr = s->x[i]; xv = TA_SEGOF(T, xr)->val[TA_OFF(xr)];
-            if (kind == TA_K_BIN) {
-                uint32_t yr = s->aux[i].y;
-                yv = TA_SEGOF(T, yr)->val[TA_OFF(yr)];
-                ta_partials(op, xv, yv, s->val[i], &dx, &dy);
-                t = dx * tdot[ta_rowof(S, xr)] + dy * tdot[ta_rowof(S, yr)];
-            } else {
-                yv = (kind == TA_K_CST) ? s->aux[i].c : 0.0;
-                ta_partials(op, xv, yv, s->val[i], &dx, &dy);
-                t = dx * tdot[ta_rowof(S, xr)];
-            }
+            ta_local_at(T, s, i, &L);
+            if (L.kind == TA_K_LEAF) continue;
+            t = L.dx * tdot[ta_rowof(S, L.xr)];
+            if (L.kind == TA_K_BIN) t += L.dy * tdot[ta_rowof(S, L.yr)];
             tdot[m[i]] += t;
         }
     }
