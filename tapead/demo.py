@@ -4,12 +4,17 @@ benchmark and the tests, so tapead and micrograd run literally the same code.
 The data is scikit-learn's make_moons algorithm (shuffle, then Gaussian
 noise, both from numpy's global random state), so no scikit-learn needed.
 """
+from __future__ import annotations
+
+from typing import Any, Tuple
+
 import random
 
 import numpy as np
+import numpy.typing as npt
 
 
-def make_moons(n_samples=100, noise=0.1):
+def make_moons(n_samples: int = 100, noise: float = 0.1) -> Tuple[npt.NDArray[np.float64], npt.NDArray[np.intp]]:
     """sklearn.datasets.make_moons(n_samples, noise=noise) with random_state=None."""
     n_out = n_samples // 2
     n_in = n_samples - n_out
@@ -25,7 +30,7 @@ def make_moons(n_samples=100, noise=0.1):
     return X, y
 
 
-def setup(nn, seed=1337):
+def setup(nn: Any, seed: int = 1337) -> Tuple[Any, npt.NDArray[np.float64], npt.NDArray[np.intp]]:
     """Seed both generators as the notebook does; returns (model, X, y) with y in {-1, 1}."""
     np.random.seed(seed)
     random.seed(seed)
@@ -35,7 +40,7 @@ def setup(nn, seed=1337):
     return model, X, y
 
 
-def loss(model, X, y, Value):
+def loss(model: Any, X: npt.NDArray[np.float64], y: npt.NDArray[np.intp], Value: Any) -> Tuple[Any, float]:
     """The notebook's loss: SVM max-margin loss + 1e-4 L2, and accuracy."""
     inputs = [list(map(Value, xrow)) for xrow in X]
     scores = list(map(model, inputs))
@@ -48,7 +53,8 @@ def loss(model, X, y, Value):
     return total_loss, sum(accuracy) / len(accuracy)
 
 
-def step(model, X, y, Value, k):
+def step(model: Any, X: npt.NDArray[np.float64], y: npt.NDArray[np.intp], Value: Any,
+         k: int) -> Tuple[float, float]:
     """One eager training step exactly as in the notebook; returns (loss, accuracy)."""
     total_loss, acc = loss(model, X, y, Value)
     model.zero_grad()
