@@ -5,9 +5,12 @@ per-op hot path reads them directly), the mapping from C status codes to
 Python exceptions, and the per-thread tape owners and per-segment tokens
 that tell C which segments Python can still reach (see csrc/tape.c).
 """
-import threading
+from __future__ import annotations
 
-from ._tapead_c import ffi, lib
+import threading
+from typing import Any, Callable, Dict, List, Optional, SupportsInt, Tuple
+
+from ._tapead_c import ffi as ffi, lib as lib  # re-exported (the "as" tells type checkers)
 
 
 class TapeadError(Exception):
@@ -25,7 +28,7 @@ class GuardError(TapeadError):
 _CMP = ("<", "<=", ">", ">=")
 
 
-def guard_error(kind, outcome, xv, yv, where=""):
+def guard_error(kind: int, outcome: int, xv: float, yv: float, where: str = "") -> GuardError:
     """The GuardError for a recorded comparison `x kind y` that no longer comes out `outcome`."""
     return GuardError(f"guard flipped{where}: the recorded comparison x {_CMP[kind]} y was "
                       f"{bool(outcome)}, but at the new point x = {xv!r}, y = {yv!r} makes it "
@@ -60,7 +63,7 @@ SHIFT = lib.TA_SHIFT
 _ZERO_POW = "0.0 cannot be raised to a negative power"
 
 
-def _op_error(code):
+def _op_error(code: int) -> Exception:
     opn, x, y = ffi.new("int *"), ffi.new("double *"), ffi.new("double *")
     lib.ta_last_error(opn, x, y)
     name, x, y = OP_NAMES[opn[0]], x[0], y[0]
@@ -79,7 +82,7 @@ def _op_error(code):
     return OverflowError(f"math range error: {name}({x!r}) overflows")
 
 
-def error(code):
+def error(code: int) -> Exception:
     """The exception for a negative C status code."""
     if code in (lib.TA_EZERODIV, lib.TA_EDOMAIN, lib.TA_ERANGE):
         return _op_error(code)
@@ -116,7 +119,7 @@ def error(code):
     return TapeError(f"tapead: unexpected status {code}")
 
 
-def check(status):
+def check(status: int) -> None:
     if status:
         raise error(status)
 
@@ -130,14 +133,16 @@ _release = lib.ta_release
 class _Tape:
     """Owns one thread's C tape; freed when the thread and every token of it are gone."""
     __slots__ = ("ptr", "pending")
+    ptr: Any
+    pending: List[Tuple[int, int]]
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.ptr = lib.ta_tape_current()
         if self.ptr == ffi.NULL:
             raise MemoryError("tapead: could not allocate a tape")
         self.pending = []   # segments released from other threads
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             lib.ta_tape_free(self.ptr)
         except Exception:  # interpreter shutdown
@@ -151,8 +156,11 @@ class _Token:
     has no Python handle left, which is what lets the collector reclaim it.
     """
     __slots__ = ("tape", "key", "current")
+    tape: _Tape
+    key: int
+    current: int
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             if self.current < 0:
                 return
@@ -164,7 +172,7 @@ class _Token:
             pass
 
 
-def new_token(key, current=1):
+def new_token(key: int, current: int = 1) -> Tuple[_Token, bool]:
     """Make this thread's token for the tape segment `key` (node id >> SHIFT) and tell C.
 
     current=1: the token for the segment being appended to (shared by the
@@ -197,17 +205,17 @@ def new_token(key, current=1):
     return tok, fast == 1
 
 
-on_thread_exit = []  # callables(tape) run when a recording thread ends
+on_thread_exit: List[Callable[[_Tape], object]] = []  # callables(tape) run when a recording thread ends
 
 
 class _ThreadExit:
     """Lives in the thread's threading.local: its __del__ runs when the thread ends."""
     __slots__ = ("tape",)
 
-    def __init__(self, tape):
+    def __init__(self, tape: _Tape) -> None:
         self.tape = tape
 
-    def __del__(self):
+    def __del__(self) -> None:
         for f in on_thread_exit:
             try:
                 f(self.tape)
@@ -215,7 +223,7 @@ class _ThreadExit:
                 pass
 
 
-def stats():
+def stats() -> Dict[str, int]:
     """Counters of this thread's tape."""
     st = ffi.new("ta_stats_t *")
     check(lib.ta_stats(st))
@@ -223,7 +231,7 @@ def stats():
             ("nodes", "capacity", "bytes", "segments", "collections", "limit", "peak_nodes")}
 
 
-def collect():
+def collect() -> int:
     """Reclaim every segment no Value can reach now; returns segments freed."""
     tape = getattr(_tl, "tape", None)
     if tape is not None:
@@ -235,7 +243,7 @@ def collect():
     return n
 
 
-def set_limit(max_nodes):
+def set_limit(max_nodes: Optional[SupportsInt]) -> None:
     """Cap this thread's tape at max_nodes nodes (None or 0: no cap)."""
     n = 0 if max_nodes is None else int(max_nodes)
     if n < 0:

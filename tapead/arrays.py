@@ -6,7 +6,13 @@
 >>> tapead.grads(xs)
 array([2., 4., 6.])
 """
+from __future__ import annotations
+
+from typing import Iterable, List, Tuple
+
 import numpy as np
+import numpy.typing as npt
+from numpy.typing import ArrayLike
 
 from . import _core
 from .engine import Value, handles
@@ -14,7 +20,7 @@ from .engine import Value, handles
 _ffi, _lib = _core.ffi, _core.lib
 
 
-def values(arr):
+def values(arr: ArrayLike) -> List[Value]:
     """A list of new leaf Values holding the entries of `arr` (flattened, as float64)."""
     a = np.ascontiguousarray(arr, dtype=np.float64).ravel()
     ids = np.empty(a.size, dtype=np.int64)
@@ -24,7 +30,7 @@ def values(arr):
     return handles(ids.tolist())
 
 
-def _ids(vals):
+def _ids(vals: Iterable[Value]) -> Tuple[List[Value], npt.NDArray[np.int64]]:
     """The node ids of a sequence of Values, as an int64 array."""
     vals = list(vals)
     for v in vals:
@@ -33,7 +39,7 @@ def _ids(vals):
     return vals, np.fromiter((v._i for v in vals), dtype=np.int64, count=len(vals))
 
 
-def _gather(vals, what):
+def _gather(vals: Iterable[Value], what: int) -> npt.NDArray[np.float64]:
     vals, ids = _ids(vals)
     out = np.empty(len(vals), dtype=np.float64)
     _core.check(_lib.ta_gather(_ffi.from_buffer("int64_t[]", ids), len(vals), what,
@@ -41,17 +47,17 @@ def _gather(vals, what):
     return out
 
 
-def data(vals):
+def data(vals: Iterable[Value]) -> npt.NDArray[np.float64]:
     """The .data of each Value as a float64 array (one C call)."""
     return _gather(vals, 0)
 
 
-def grads(vals):
+def grads(vals: Iterable[Value]) -> npt.NDArray[np.float64]:
     """The .grad of each Value as a float64 array (one C call)."""
     return _gather(vals, 1)
 
 
-def set_data(vals, arr):
+def set_data(vals: Iterable[Value], arr: ArrayLike) -> None:
     """Set the .data of each Value from arr (same length), in one C call: all or nothing."""
     vals, ids = _ids(vals)
     a = np.ascontiguousarray(arr, dtype=np.float64)

@@ -8,6 +8,8 @@ medians measured in this same run.  Rows:
   demo      one training step of micrograd's demo notebook (graph rebuilt every step)
 Options: --quick (under a minute), --json FILE, --no-micrograd.
 """
+from __future__ import annotations
+
 import argparse
 import gc
 import json
@@ -18,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
 import tapead
 import tapead.nn
@@ -29,62 +32,64 @@ try:
 except ImportError:  # the comparison is optional
     micrograd = None
 
+_T = TypeVar("_T")
+
 
 class Floor:
     """The pure-Python floor: a __slots__ scalar whose operators return a new instance, no graph."""
     __slots__ = ("data",)
 
-    def __init__(self, data):
+    def __init__(self, data: float) -> None:
         self.data = data
 
-    def __add__(self, other):
+    def __add__(self, other: Any) -> Floor:
         return Floor(self.data + (other.data if type(other) is Floor else other))
 
     __radd__ = __add__
 
-    def __mul__(self, other):
+    def __mul__(self, other: Any) -> Floor:
         return Floor(self.data * (other.data if type(other) is Floor else other))
 
     __rmul__ = __mul__
 
-    def __sub__(self, other):
+    def __sub__(self, other: Any) -> Floor:
         return Floor(self.data - (other.data if type(other) is Floor else other))
 
-    def __rsub__(self, other):
+    def __rsub__(self, other: float) -> Floor:
         return Floor(other - self.data)
 
-    def __neg__(self):
+    def __neg__(self) -> Floor:
         return Floor(-self.data)
 
-    def __truediv__(self, other):
+    def __truediv__(self, other: Any) -> Floor:
         return Floor(self.data / (other.data if type(other) is Floor else other))
 
-    def __rtruediv__(self, other):
+    def __rtruediv__(self, other: float) -> Floor:
         return Floor(other / self.data)
 
-    def __pow__(self, other):
+    def __pow__(self, other: float) -> Floor:
         return Floor(self.data ** other)
 
-    def relu(self):
+    def relu(self) -> Floor:
         return Floor(0.0 if self.data < 0 else self.data)
 
 
 # ------------------------------------------------------------- workloads
-def chain(V, n):
+def chain(V: Any, n: int) -> Tuple[Any, int]:
     s, x = V(1.0), V(0.5)
     for _ in range(n):
         s = s * 0.9999 + x
     return s, 2 * n
 
 
-def wide(V, n):
+def wide(V: Any, n: int) -> Tuple[Any, int, float]:
     vals = [V(i * 1e-3) for i in range(n)]
     t0 = time.perf_counter()
     s = sum(vals)
     return s, n, time.perf_counter() - t0
 
 
-def readme_expr(V):
+def readme_expr(V: Any) -> Any:
     a = V(-4.0)
     b = V(2.0)
     c = a + b
@@ -103,19 +108,19 @@ def readme_expr(V):
 class Roots:
     """Several roots whose backward() is timed together."""
 
-    def __init__(self, roots):
+    def __init__(self, roots: List[Any]) -> None:
         self.roots = roots
 
-    def backward(self):
+    def backward(self) -> None:
         for r in self.roots:
             r.backward()
 
 
-def readme(V, reps):
+def readme(V: Any, reps: int) -> Tuple[Roots, int]:
     return Roots([readme_expr(V) for _ in range(reps)]), reps * 24  # 24 ops in micrograd's spelling
 
 
-def timed(fn, repeats):
+def timed(fn: Callable[[], object], repeats: int) -> float:
     """Median wall time of fn() over repeats, with the graph it returns kept until timed."""
     ts = []
     for _ in range(repeats):
@@ -127,7 +132,8 @@ def timed(fn, repeats):
     return statistics.median(ts)
 
 
-def fwd_bwd(V, build, repeats, backward=True):
+def fwd_bwd(V: Any, build: Callable[[Any], Tuple[Any, ...]], repeats: int,
+            backward: bool = True) -> Tuple[float, Optional[float]]:
     """Median forward ns/op and backward ns/node for the graph build() records."""
     fw, bw = [], []
     for _ in range(repeats):
@@ -145,7 +151,7 @@ def fwd_bwd(V, build, repeats, backward=True):
     return statistics.median(fw) * 1e9, (statistics.median(bw) * 1e9 if bw else None)
 
 
-def demo_step(nn, V, steps, use_optim=False):
+def demo_step(nn: Any, V: Any, steps: int, use_optim: bool = False) -> float:
     """Median seconds of one eager demo training step (forward, backward, update)."""
     model, X, y = demo.setup(nn)
     opt = None
@@ -185,7 +191,7 @@ print((peak - base) * 1024)
 """
 
 
-def peak_step_bytes(lib):
+def peak_step_bytes(lib: str) -> Optional[int]:
     """Growth of peak RSS over the first demo step, in a fresh process (same code for both)."""
     out = subprocess.run([sys.executable, "-c", _PEAK_CODE, lib], capture_output=True, text=True)
     if out.returncode != 0:
@@ -194,11 +200,11 @@ def peak_step_bytes(lib):
 
 
 # ------------------------------------------------------------------ main
-def fmt_ns(x):
+def fmt_ns(x: Optional[float]) -> str:
     return "-" if x is None else (f"{x:,.0f}" if x >= 100 else f"{x:.1f}")
 
 
-def main(argv=None):
+def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     ap = argparse.ArgumentParser(prog="python -m tapead.bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats (under a minute)")
@@ -214,17 +220,18 @@ def main(argv=None):
     demo_steps = 3 if q else 9
     mg_demo_steps = 1 if q else 3
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 10 * n_mg + 1000))
+    rows: List[Tuple[str, ...]]
     rows, res = [], {"python": platform.python_version(), "machine": platform.machine(),
                      "quick": q, "results": {}}
 
-    def note(msg):
+    def note(msg: str) -> None:
         print(f"  ... {msg}", file=sys.stderr, flush=True)
 
     if mg is None:
         print("micrograd is not installed: timing tapead and the floor only "
               "(pip install \".[bench]\" adds the micrograd comparison)\n")
 
-    workloads = [
+    workloads: List[Tuple[str, Callable[..., Tuple[Any, ...]], Callable[..., Tuple[Any, ...]]]] = [
         ("deep chain", lambda V, m=n: chain(V, m), lambda V, m=n_mg: chain(V, m)),
         ("wide sum", lambda V, m=n: wide(V, m), lambda V, m=n_mg: wide(V, m)),
         ("README expression", lambda V: readme(V, n // 24), lambda V: readme(V, n_mg // 24)),
@@ -243,7 +250,7 @@ def main(argv=None):
         rows.append((f"{name}: forward ns/op", fmt_ns(f_fw), fmt_ns(t_fw), fmt_ns(m_fw),
                      f"{t_fw / f_fw:.2f}x floor" + (f", {m_fw / t_fw:.0f}x faster than micrograd" if m_fw else "")))
         rows.append((f"{name}: backward ns/node", "", fmt_ns(t_bw), fmt_ns(m_bw),
-                     f"{m_bw / t_bw:.0f}x faster than micrograd" if m_bw else ""))
+                     f"{m_bw / t_bw:.0f}x faster than micrograd" if m_bw else ""))  # type: ignore[operator]  # (t_bw is measured)
 
     tapead.collect()
     s, nodes = chain(tapead.Value, n)
@@ -290,12 +297,12 @@ def main(argv=None):
     return res
 
 
-def trainer_step(make, steps):
+def trainer_step(make: Callable[..., Callable[[int], float]], steps: int) -> float:
     """Median seconds of one demo step of a tapead.demo trainer (recompute, batched)."""
     model, X, y = demo.setup(tapead.nn)
     step = make(model, X, y, tapead.Value)
     step(0)  # the first call records (recompute) or compiles (batched)
-    ts = []
+    ts: List[float] = []
     for k in range(1, steps + 1):
         t0 = time.perf_counter()
         step(k % 100)
@@ -303,12 +310,13 @@ def trainer_step(make, steps):
     return statistics.median(ts)
 
 
-def torch_step():
+def torch_step() -> Optional[Tuple[Callable[[], None], str]]:
     """The demo's model, loss and SGD as PyTorch tensors (float64, one thread): (step, version)."""
     try:
-        import torch
+        import torch as _torch  # type: ignore[import-not-found, unused-ignore]
     except ImportError:
         return None
+    torch: Any = _torch
     torch.set_num_threads(1)
     _, X, y = demo.setup(tapead.nn)
     Xt = torch.tensor(X, dtype=torch.float64)
@@ -319,7 +327,7 @@ def torch_step():
     params = list(net.parameters())
     k = [0]
 
-    def step():
+    def step() -> None:
         scores = net(Xt)
         loss = torch.relu(1 - yt * scores).mean() + 1e-4 * sum((p * p).sum() for p in params)
         for p in params:
@@ -330,10 +338,10 @@ def torch_step():
             for p in params:
                 p -= lr * p.grad
         k[0] += 1
-    return step, torch.__version__
+    return step, str(torch.__version__)
 
 
-def extra_sections(rows, res, args):
+def extra_sections(rows: List[Tuple[str, ...]], res: Dict[str, Any], args: argparse.Namespace) -> None:
     """Replay rows: the demo step recorded once and replayed, eager micrograd as the peer."""
     m_demo = res["results"]["demo_step_s"]["micrograd"]
     n = 20 if args.quick else 100
@@ -349,7 +357,7 @@ def extra_sections(rows, res, args):
     tt = torch_step()
     if tt is not None:
         step, ver = tt
-        ts = []
+        ts: List[float] = []
         for _ in range(n):
             t0 = time.perf_counter()
             step()
@@ -361,17 +369,17 @@ def extra_sections(rows, res, args):
                      f"{t_torch * 1e3:.2f} (torch)", f"batched replay {t_torch / t_bat:.1f}x faster than torch"))
 
 
-def fmt_ms(s):
+def fmt_ms(s: Optional[float]) -> str:
     return "-" if s is None else f"{s * 1e3:,.0f}"
 
 
-def fmt_mb(b):
+def fmt_mb(b: Optional[float]) -> str:
     return "-" if b is None else f"{b / 2**20:.1f}"
 
 
-def _in_big_stack(fn):
+def _in_big_stack(fn: Callable[[], _T]) -> _T:
     """Run fn in a thread with a large stack: micrograd's backward recurses once per node."""
-    out = []
+    out: List[_T] = []
     old = threading.stack_size(512 * 2**20)
     try:
         t = threading.Thread(target=lambda: out.append(fn()))

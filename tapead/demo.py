@@ -4,12 +4,17 @@ benchmark and the tests, so tapead and micrograd run literally the same code.
 The data is scikit-learn's make_moons algorithm (shuffle, then Gaussian
 noise, both from numpy's global random state), so no scikit-learn needed.
 """
+from __future__ import annotations
+
+from typing import Any, Callable, Tuple
+
 import random
 
 import numpy as np
+import numpy.typing as npt
 
 
-def make_moons(n_samples=100, noise=0.1):
+def make_moons(n_samples: int = 100, noise: float = 0.1) -> Tuple[npt.NDArray[np.float64], npt.NDArray[np.intp]]:
     """sklearn.datasets.make_moons(n_samples, noise=noise) with random_state=None."""
     n_out = n_samples // 2
     n_in = n_samples - n_out
@@ -25,7 +30,7 @@ def make_moons(n_samples=100, noise=0.1):
     return X, y
 
 
-def setup(nn, seed=1337):
+def setup(nn: Any, seed: int = 1337) -> Tuple[Any, npt.NDArray[np.float64], npt.NDArray[np.intp]]:
     """Seed both generators as the notebook does; returns (model, X, y) with y in {-1, 1}."""
     np.random.seed(seed)
     random.seed(seed)
@@ -35,7 +40,7 @@ def setup(nn, seed=1337):
     return model, X, y
 
 
-def loss(model, X, y, Value):
+def loss(model: Any, X: npt.NDArray[np.float64], y: npt.NDArray[np.intp], Value: Any) -> Tuple[Any, float]:
     """The notebook's loss: SVM max-margin loss + 1e-4 L2, and accuracy."""
     inputs = [list(map(Value, xrow)) for xrow in X]
     scores = list(map(model, inputs))
@@ -48,7 +53,8 @@ def loss(model, X, y, Value):
     return total_loss, sum(accuracy) / len(accuracy)
 
 
-def step(model, X, y, Value, k):
+def step(model: Any, X: npt.NDArray[np.float64], y: npt.NDArray[np.intp], Value: Any,
+         k: int) -> Tuple[float, float]:
     """One eager training step exactly as in the notebook; returns (loss, accuracy)."""
     total_loss, acc = loss(model, X, y, Value)
     model.zero_grad()
@@ -59,7 +65,7 @@ def step(model, X, y, Value, k):
     return total_loss.data, acc
 
 
-def recompute_trainer(model, X, y, Value):
+def recompute_trainer(model: Any, X: Any, y: Any, Value: Any) -> Callable[[int], float]:
     """The demo trained by replay: record the loss once, then per step one C
     forward sweep (recompute), zero_grad, backward and SGD, all in C.
 
@@ -69,7 +75,7 @@ def recompute_trainer(model, X, y, Value):
     opt = SGD(model.parameters(), lr=1.0)
     state = {"fresh": True}
 
-    def step(k):
+    def step(k: int) -> float:
         if not state["fresh"]:
             total_loss.recompute()
         state["fresh"] = False
@@ -77,12 +83,12 @@ def recompute_trainer(model, X, y, Value):
         total_loss.backward()
         opt.lr = 1.0 - 0.9 * k / 100
         opt.step()
-        return total_loss.data
+        return float(total_loss.data)
 
     return step
 
 
-def batched_trainer(model, X, y, Value):
+def batched_trainer(model: Any, X: Any, y: Any, Value: Any) -> Callable[[int], float]:
     """The demo trained by batched replay: the per-sample hinge loss recorded
     once and compiled; every step runs all samples through the Program in C
     (numpy in, numpy out) and updates the parameters with numpy SGD.
@@ -98,7 +104,7 @@ def batched_trainer(model, X, y, Value):
     seed = np.full(1, 1.0 / len(y))
     w = data(params)
 
-    def step(k):
+    def step(k: int) -> float:
         losses, g = prog.grad(Xy, seed=seed)        # d mean(hinge) / d params, summed over rows
         total = losses.sum() * (1.0 / len(y)) + 1e-4 * np.dot(w, w)
         g += 2e-4 * w

@@ -7,11 +7,18 @@ in one C call (tapead.wengert), so this needs no Python graph walk.
 to_dot() returns DOT source and needs nothing; draw_dot() returns a
 graphviz.Digraph (pip install "tapead[draw]", plus Graphviz's `dot` to render).
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Dict, Iterator, Tuple
+
+if TYPE_CHECKING:
+    from .engine import Value
+
 from ._core import lib
 from .wengert import wengert
 
 
-def _elements(root):
+def _elements(root: Value) -> Iterator[Tuple[str, ...]]:
     """The drawing as ('node', name, label, shape) and ('edge', tail, head) items."""
     for r in wengert(root, adjoints=False).rows:
         nid = f"n{r['index']}"
@@ -25,7 +32,7 @@ def _elements(root):
                 yield ("edge", f"n{a}", nid + "op")
 
 
-def to_dot(root, rankdir="LR"):
+def to_dot(root: Value, rankdir: str = "LR") -> str:
     """DOT source of the graph behind `root`.
 
     >>> from tapead import Value
@@ -42,8 +49,9 @@ def to_dot(root, rankdir="LR"):
     return "\n".join(lines) + "\n"
 
 
-def _op_text(r):
+def _op_text(r: Dict[str, Any]) -> str:
     """The op as micrograd draws it: '+', '*', 'ReLU', '**2', ..."""
+    sym: str
     sym, c = r["op"], r["const"]
     if c is None:
         return sym
@@ -51,19 +59,19 @@ def _op_text(r):
             "**c": f"**{c:g}", "c**": f"{c:g}**"}.get(sym, sym)
 
 
-def _esc(s):
+def _esc(s: str) -> str:
     for ch in '\\"{}|<>':
         s = str(s).replace(ch, "\\" + ch)
     return s
 
 
-def draw_dot(root, format="svg", rankdir="LR"):
+def draw_dot(root: Value, format: str = "svg", rankdir: str = "LR") -> Any:
     """A graphviz.Digraph of the graph behind `root` (micrograd's draw_dot)."""
     try:
         import graphviz
-    except ImportError as e:
+    except ImportError as exc:
         raise ImportError("draw_dot needs the graphviz package: pip install \"tapead[draw]\" "
-                          "(tapead.to_dot(root) gives the DOT source without it)") from e
+                          "(tapead.to_dot(root) gives the DOT source without it)") from exc
     dot = graphviz.Digraph(format=format, graph_attr={"rankdir": rankdir})
     for e in _elements(root):
         if e[0] == "node":

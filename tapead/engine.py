@@ -10,10 +10,20 @@ collector has nothing to chase.
 The operator bodies are written out rather than routed through a helper:
 each extra Python call would cost about a tenth of an op.
 """
+from __future__ import annotations
+
 import numbers
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, SupportsFloat, Tuple, Union
 
 from . import _core
 from ._core import OP, NEWSEG, SHIFT, error
+
+if TYPE_CHECKING:
+    from ._core import _Tape, _Token
+
+# What the operators take besides a Value: int, float, bool, numpy scalars
+# (anything float() accepts through __float__).
+Operand = Union["Value", SupportsFloat]
 
 _leaf, _op1, _op2, _opc = _core.leaf, _core.op1, _core.op2, _core.opc
 _val, _adj, _set_val, _set_adj = _core.val, _core.adj, _core.set_val, _core.set_adj
@@ -22,10 +32,10 @@ _backward = _core.lib.ta_backward
 _recompute, _cmp2, _cmpc = _core.lib.ta_recompute, _core.lib.ta_cmp2, _core.lib.ta_cmpc
 _ta_check = _core.lib.ta_check
 _new = object.__new__
-_tok = None  # token of the fast-path thread's current tape segment
+_tok: Optional[_Token] = None  # token of the fast-path thread's current tape segment
 
 
-def claim(code):
+def claim(code: int) -> Tuple[int, Optional[_Token]]:
     """Slow path of every recording call: raise for an error status, or find
     the token for a node C could not vouch for (a new segment, or a thread
     other than the fast-path owner).  Returns (id, token)."""
@@ -44,13 +54,13 @@ def claim(code):
     return i, tok
 
 
-def handles(ids):
+def handles(ids: Iterable[int]) -> List[Value]:
     """Values for node ids that C made in one call (e.g. a sweep that records).
 
     Each gets a token of its own segment (one per distinct segment), never
     the fast path's current token, so the fast path stays consistent."""
-    toks = {}
-    out = []
+    toks: Dict[int, _Token] = {}
+    out: List[Value] = []
     for i in ids:
         if i < 0:
             raise error(i)
@@ -63,7 +73,7 @@ def handles(ids):
     return out
 
 
-def _drop_fast_token(tape):
+def _drop_fast_token(tape: _Tape) -> None:
     """A recording thread ended: the global must not keep its tape alive."""
     global _tok
     if _tok is not None and _tok.tape is tape:
@@ -73,7 +83,7 @@ def _drop_fast_token(tape):
 _core.on_thread_exit.append(_drop_fast_token)
 
 
-def release_current():
+def release_current() -> None:
     """Let go of the current segment's token (before an explicit collect)."""
     global _tok
     _tok = None
@@ -85,7 +95,7 @@ RELU, TANH, EXP, LOG, SIGMOID = OP["RELU"], OP["TANH"], OP["EXP"], OP["LOG"], OP
 SIN, COS, SQRT, ABS, MAX, MIN = OP["SIN"], OP["COS"], OP["SQRT"], OP["ABS"], OP["MAX"], OP["MIN"]
 
 
-def _real(x):
+def _real(x: Any) -> float:
     """x as a float if it is a real number (int, float, bool, numpy scalar), else TypeError."""
     if isinstance(x, numbers.Real) or type(x).__name__ == "bool_":
         return float(x)
@@ -93,7 +103,7 @@ def _real(x):
                     f"not {type(x).__name__}")
 
 
-def _checked(i):
+def _checked(i: int) -> None:
     """Raise for a handle whose id is unusable (foreign thread, forged)."""
     st = _ta_check(i)
     if st:
@@ -108,9 +118,12 @@ class Value:
     (10.0, 7.0)
     """
     __slots__ = ("_i", "_t", "__weakref__")
+    _i: int                   # node id
+    _t: Optional[_Token]      # token of the node's tape segment
     __array_ufunc__ = None  # numpy scalars defer to our reflected operators
 
-    def __init__(self, data, _children=(), _op="", label=""):
+    def __init__(self, data: SupportsFloat, _children: Tuple[()] = (), _op: str = "",
+                 label: Optional[str] = "") -> None:
         if _children:
             raise TypeError("tapead records the graph itself: build Values with operators, "
                             "not with _children")
@@ -129,39 +142,39 @@ class Value:
 
     # ------------------------------------------------------------ data, grad
     @property
-    def data(self):
+    def data(self) -> float:
         x = _val(self._i)
         if x != x:
             _checked(self._i)
         return x
 
     @data.setter
-    def data(self, x):
+    def data(self, x: SupportsFloat) -> None:
         st = _set_val(self._i, x)
         if st:
             raise error(st)
 
     @property
-    def grad(self):
+    def grad(self) -> float:
         x = _adj(self._i)
         if x != x:
             _checked(self._i)
         return x
 
     @grad.setter
-    def grad(self, x):
+    def grad(self, x: SupportsFloat) -> None:
         st = _set_adj(self._i, x)
         if st:
             raise error(st)
 
-    def backward(self):
+    def backward(self) -> None:
         """Seed this node's gradient with 1 and sweep the tape back, in C."""
         st = _backward(self._i)
         if st:
             raise error(st)
 
     # ------------------------------------------------------------- operators
-    def __add__(self, other):
+    def __add__(self, other: Operand) -> Value:
         if type(other) is Value:
             i = _op2(ADD, self._i, other._i)
         else:
@@ -178,7 +191,7 @@ class Value:
 
     __radd__ = __add__  # other + self: x + c == c + x exactly
 
-    def __mul__(self, other):
+    def __mul__(self, other: Operand) -> Value:
         if type(other) is Value:
             i = _op2(MUL, self._i, other._i)
         else:
@@ -195,12 +208,12 @@ class Value:
 
     __rmul__ = __mul__  # other * self
 
-    def __sub__(self, other):
+    def __sub__(self, other: Operand) -> Value:
         if type(other) is Value:
             i = _op2(SUB, self._i, other._i)
         else:
             try:
-                i = _opc(ADDC, self._i, -other)  # x - c == x + (-c) exactly
+                i = _opc(ADDC, self._i, -other)  # type: ignore[operator]  # x - c == x + (-c) exactly
             except TypeError:
                 return _fallback(self, other, Value.__sub__)
         if i < 0:
@@ -210,7 +223,7 @@ class Value:
         v = _new(Value); v._i = i; v._t = t
         return v
 
-    def __rsub__(self, other):  # other - self
+    def __rsub__(self, other: Operand) -> Value:  # other - self
         try:
             i = _opc(RSUBC, self._i, other)
         except TypeError:
@@ -222,7 +235,7 @@ class Value:
         v = _new(Value); v._i = i; v._t = t
         return v
 
-    def __truediv__(self, other):
+    def __truediv__(self, other: Operand) -> Value:
         if type(other) is Value:
             i = _op2(DIV, self._i, other._i)
         else:
@@ -240,7 +253,7 @@ class Value:
         v = _new(Value); v._i = i; v._t = t
         return v
 
-    def __rtruediv__(self, other):  # other / self
+    def __rtruediv__(self, other: Operand) -> Value:  # other / self
         try:
             i = _opc(RDIVC, self._i, other)
         except TypeError:
@@ -252,7 +265,7 @@ class Value:
         v = _new(Value); v._i = i; v._t = t
         return v
 
-    def __pow__(self, other, modulo=None):
+    def __pow__(self, other: Operand, modulo: None = None) -> Value:
         if modulo is not None:
             return NotImplemented
         if type(other) is Value:
@@ -269,7 +282,7 @@ class Value:
         v = _new(Value); v._i = i; v._t = t
         return v
 
-    def __rpow__(self, other, modulo=None):  # other ** self
+    def __rpow__(self, other: SupportsFloat, modulo: None = None) -> Value:  # other ** self
         if modulo is not None:
             return NotImplemented
         try:
@@ -283,17 +296,17 @@ class Value:
         v = _new(Value); v._i = i; v._t = t
         return v
 
-    def __neg__(self):  # -self, as micrograd: self * -1
+    def __neg__(self) -> Value:  # -self, as micrograd: self * -1
         return self._unary_c(MULC, -1.0)
 
-    def __pos__(self):
+    def __pos__(self) -> Value:
         return self
 
-    def __abs__(self):
+    def __abs__(self) -> Value:
         return self._unary(ABS)
 
     # ------------------------------------------------------------- functions
-    def _unary(self, op):
+    def _unary(self, op: int) -> Value:
         i = _op1(op, self._i)
         if i < 0:
             i, t = claim(i)
@@ -302,7 +315,7 @@ class Value:
         v = _new(Value); v._i = i; v._t = t
         return v
 
-    def _unary_c(self, op, c):
+    def _unary_c(self, op: int, c: float) -> Value:
         i = _opc(op, self._i, c)
         if i < 0:
             i, t = claim(i)
@@ -311,70 +324,70 @@ class Value:
         v = _new(Value); v._i = i; v._t = t
         return v
 
-    def relu(self):
+    def relu(self) -> Value:
         """max(0, x), with micrograd's conventions: relu(-0.0) is -0.0, d/dx at 0 is 0."""
         return self._unary(RELU)
 
-    def tanh(self):
+    def tanh(self) -> Value:
         """tanh(x) (C's tanh: accurate near 0 and never overflows, unlike micrograd's formula)."""
         return self._unary(TANH)
 
-    def exp(self):
+    def exp(self) -> Value:
         """e**x; OverflowError when it overflows, as math.exp."""
         return self._unary(EXP)
 
-    def log(self):
+    def log(self) -> Value:
         """Natural log; ValueError for x <= 0, as math.log."""
         return self._unary(LOG)
 
-    def sigmoid(self):
+    def sigmoid(self) -> Value:
         """1 / (1 + e**-x), evaluated without overflow."""
         return self._unary(SIGMOID)
 
-    def sin(self):
+    def sin(self) -> Value:
         """sin(x); ValueError for infinite x, as math.sin."""
         return self._unary(SIN)
 
-    def cos(self):
+    def cos(self) -> Value:
         """cos(x); ValueError for infinite x, as math.cos."""
         return self._unary(COS)
 
-    def sqrt(self):
+    def sqrt(self) -> Value:
         """sqrt(x); ValueError for x < 0, as math.sqrt."""
         return self._unary(SQRT)
 
-    def abs(self):
+    def abs(self) -> Value:
         """|x|; its derivative at 0 is taken as 0."""
         return self._unary(ABS)
 
-    def maximum(self, other):
+    def maximum(self, other: Operand) -> Value:
         """max(self, other); at a tie each input gets half the gradient."""
         return _binary_fn(MAX, self, other)
 
-    def minimum(self, other):
+    def minimum(self, other: Operand) -> Value:
         """min(self, other); at a tie each input gets half the gradient."""
         return _binary_fn(MIN, self, other)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"Value(data={self.data}, grad={self.grad})"
 
     # ----------------------------------------------- comparisons and replay
     # A comparison returns a bool and records a guard: a later recompute()
     # whose guards flip raises GuardError instead of replaying a wrong trace.
     # (== stays identity: Values hash by identity.)
-    def __lt__(self, other):
+    def __lt__(self, other: Operand) -> bool:
         return _compare(0, self, other)
 
-    def __le__(self, other):
+    def __le__(self, other: Operand) -> bool:
         return _compare(1, self, other)
 
-    def __gt__(self, other):
+    def __gt__(self, other: Operand) -> bool:
         return _compare(2, self, other)
 
-    def __ge__(self, other):
+    def __ge__(self, other: Operand) -> bool:
         return _compare(3, self, other)
 
-    def recompute(self):
+    def recompute(self) -> None:
         """Re-evaluate this node and all it depends on from the leaves' current .data, in C.
 
         >>> x = Value(2.0); y = x * x + 1
@@ -386,55 +399,62 @@ class Value:
             raise error(st)
 
     # ------------------------------------------------------ detach, pickle, copy
-    def detach(self):
+    def detach(self) -> Value:
         """A new leaf with the same data (its grad starts at 0)."""
         return Value(self.data)
 
-    def __reduce__(self):
+    def __reduce__(self) -> Tuple[object, Tuple[float, float]]:
         # pickle, copy.copy and copy.deepcopy: a detached leaf, same data and grad
         return (_restore, (self.data, self.grad))
 
+    if TYPE_CHECKING:  # set by tapead.wengert (Value.label = property(...))
+        @property
+        def label(self) -> str: ...
 
-def _compare(kind, a, b):
+        @label.setter
+        def label(self, label: Optional[str]) -> None: ...
+
+
+def _compare(kind: int, a: Value, b: Operand) -> bool:
     if isinstance(b, Value):
         r = _cmp2(kind, a._i, b._i)
     else:
         try:
             r = _cmpc(kind, a._i, b)
         except TypeError:
-            return NotImplemented
+            return NotImplemented  # type: ignore[no-any-return]  # (NotImplemented is typed Any)
     if r < 0:
         raise error(r)
     return r == 1
 
 
-def _restore(data, grad):
+def _restore(data: float, grad: float) -> Value:
     v = Value(data)
     v.grad = grad
     return v
 
 
-def _const(c):
+def _const(c: Any) -> float:
     """A plain-number operand as a float; TypeError for anything else."""
     if type(c) is float or type(c) is int:
         return float(c)
     return _real(c)
 
 
-def _fallback(self, other, method):
+def _fallback(self: Value, other: object, method: Callable[[Value, Value], Value]) -> Value:
     """Slow path when `other` is not a plain number: a Value subclass, or unsupported."""
     if isinstance(other, Value):  # a subclass instance: lift it to the base class handle
         o = _new(Value); o._i = other._i; o._t = other._t
         return method(self, o)
-    return NotImplemented
+    return NotImplemented  # type: ignore[no-any-return]  # (NotImplemented is typed Any)
 
 
-def as_value(x):
+def as_value(x: Operand) -> Value:
     """x itself if it is a Value, else a new leaf holding x."""
     return x if isinstance(x, Value) else Value(x)
 
 
-def _binary_fn(op, a, b):
+def _binary_fn(op: int, a: Operand, b: Operand) -> Value:
     a, b = as_value(a), as_value(b)
     i = _op2(op, a._i, b._i)
     if i < 0:
@@ -445,17 +465,17 @@ def _binary_fn(op, a, b):
     return v
 
 
-def maximum(a, b):
+def maximum(a: Operand, b: Operand) -> Value:
     """max(a, b) as a Value (either may be a plain number)."""
     return _binary_fn(MAX, a, b)
 
 
-def minimum(a, b):
+def minimum(a: Operand, b: Operand) -> Value:
     """min(a, b) as a Value (either may be a plain number)."""
     return _binary_fn(MIN, a, b)
 
 
-def collect():
+def collect() -> int:
     """Reclaim now every tape segment no live Value can reach; returns segments freed.
 
     Never needed for bounded memory (the tape reclaims itself as it grows);

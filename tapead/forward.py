@@ -5,11 +5,15 @@ the tape behind `output` upward once (csrc/tangent.c), so it costs about
 one forward pass whatever the number of inputs, and it changes no Value's
 data or grad.
 """
+from __future__ import annotations
+
+from typing import Any, Iterable, SupportsFloat, Tuple
+
 from ._core import ffi, lib, error
 from .engine import Value
 
 
-def seeds(inputs, tangents):
+def seeds(inputs: Iterable[Value], tangents: Iterable[SupportsFloat]) -> Tuple[int, Any, Any]:
     """(n, int64 ids, double tangents) for C, checking the Python side."""
     inputs = list(inputs)
     tangents = [float(t) for t in tangents]
@@ -23,7 +27,7 @@ def seeds(inputs, tangents):
         ffi.new("double[]", tangents or [0.0])
 
 
-def jvp(output, inputs, tangents):
+def jvp(output: Value, inputs: Iterable[Value], tangents: Iterable[SupportsFloat]) -> float:
     """d output along `tangents` (one per input): sum_i d output/d input_i * tangents[i].
 
     An input the output does not depend on contributes 0; repeated inputs add.
@@ -40,4 +44,4 @@ def jvp(output, inputs, tangents):
     st = lib.ta_jvp(output._i, n, ids, ts, out)
     if st:
         raise error(st)
-    return out[0]
+    return out[0]  # type: ignore[no-any-return]  # (a cdata double: a float)

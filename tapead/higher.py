@@ -11,11 +11,22 @@ any Value's .grad: they return their results instead of accumulating.
     >>> hessian(f, [x, y]).tolist()
     [[4.0, 2.0], [2.0, 0.0]]
 """
+from __future__ import annotations
+
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Iterable, SupportsFloat, Tuple, Union
+
+if TYPE_CHECKING:
+    import numpy
+    import numpy.typing as npt
+    from numpy.typing import ArrayLike
+    _F64Array = npt.NDArray[numpy.float64]
+
 from ._core import ffi, lib, error
 from .engine import Value, handles
 
 
-def _ids(values, what):
+def _ids(values: Union[Value, Iterable[Value]], what: str) -> Tuple[Any, int]:
     if isinstance(values, Value):
         values = [values]
     values = list(values)
@@ -25,17 +36,19 @@ def _ids(values, what):
     return ffi.new("int64_t[]", [v._i for v in values]), len(values)
 
 
-def _np():
+def _np() -> ModuleType:
     import numpy
     return numpy
 
 
-def _check(st):
+def _check(st: int) -> None:
     if st:
         raise error(st)
 
 
-def grad(outputs, inputs, grad_outputs=None, create_graph=False):
+def grad(outputs: Union[Value, Iterable[Value]], inputs: Union[Value, Iterable[Value]],
+         grad_outputs: Union[SupportsFloat, Iterable[SupportsFloat], None] = None,
+         create_graph: bool = False) -> Any:
     """d(sum_k w_k outputs_k)/d inputs_j, w = grad_outputs (default: all 1).
 
     Returns a list of floats (one per input), or of Values recorded on the
@@ -54,7 +67,7 @@ def grad(outputs, inputs, grad_outputs=None, create_graph=False):
     ins, nin = _ids(inputs, "inputs")
     w = ffi.NULL
     if grad_outputs is not None:
-        ws = [float(g) for g in ([grad_outputs] if not hasattr(grad_outputs, "__len__")
+        ws = [float(g) for g in ([grad_outputs] if not hasattr(grad_outputs, "__len__")  # type: ignore[arg-type, union-attr]
                                  else grad_outputs)]
         if len(ws) != nout:
             raise ValueError(f"grad_outputs has {len(ws)} weights for {nout} outputs")
@@ -70,7 +83,7 @@ def grad(outputs, inputs, grad_outputs=None, create_graph=False):
     return res[0] if single else res
 
 
-def hvp(output, inputs, v):
+def hvp(output: Value, inputs: Iterable[Value], v: ArrayLike) -> _F64Array:
     """The Hessian of output w.r.t. inputs times v, as a numpy array (reverse over reverse, in C)."""
     np = _np()
     out, n1 = _ids(output, "output")
@@ -80,29 +93,29 @@ def hvp(output, inputs, v):
     vv = np.ascontiguousarray(v, dtype=np.float64).reshape(-1)
     if vv.size != nin:
         raise ValueError(f"v has {vv.size} entries for {nin} inputs")
-    hv = np.zeros(nin)
+    hv: _F64Array = np.zeros(nin)
     _check(lib.ta_hvp(out[0], ins, nin, ffi.from_buffer("double[]", vv),
                       ffi.from_buffer("double[]", hv)))
     return hv
 
 
-def hessian(output, inputs):
+def hessian(output: Value, inputs: Iterable[Value]) -> _F64Array:
     """The n x n Hessian of output w.r.t. inputs as a numpy array: the gradient recorded once, then one sweep per row."""
     np = _np()
     out, n1 = _ids(output, "output")
     if n1 != 1:
         raise ValueError("hessian needs one scalar output")
     ins, nin = _ids(inputs, "inputs")
-    H = np.zeros((nin, nin))
+    H: _F64Array = np.zeros((nin, nin))
     _check(lib.ta_hessian(out[0], ins, nin, ffi.from_buffer("double[]", H)))
     return H
 
 
-def jacobian(outputs, inputs):
+def jacobian(outputs: Union[Value, Iterable[Value]], inputs: Iterable[Value]) -> _F64Array:
     """The m x n Jacobian d outputs_i / d inputs_j as a numpy array: one reverse sweep per output."""
     np = _np()
     outs, nout = _ids(outputs, "outputs")
     ins, nin = _ids(inputs, "inputs")
-    J = np.zeros((nout, nin))
+    J: _F64Array = np.zeros((nout, nin))
     _check(lib.ta_jacobian(outs, nout, ins, nin, ffi.from_buffer("double[]", J)))
     return J

@@ -3,28 +3,38 @@
 Both are context managers and decorators, and nest.  They are per thread,
 as the tapes are.
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable, Literal, TypeVar
+
 import functools
 
 from . import _core
 
+if TYPE_CHECKING:
+    from typing_extensions import ParamSpec
+    _P = ParamSpec("_P")
+_R = TypeVar("_R")
+_M = TypeVar("_M", bound="_Mode")
+
 
 class _Mode:
     """Base of a context manager / decorator that bumps a C per-thread counter."""
-    _toggle = None  # lib function taking +1 / -1
+    _toggle: Callable[[int], int] = None  # type: ignore[assignment]  # lib function taking +1 / -1
 
-    def __enter__(self):
+    def __enter__(self: _M) -> _M:
         st = self._toggle(1)
         if st < 0:
             raise _core.error(st)
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         self._toggle(-1)
         return False
 
-    def __call__(self, fn):
+    def __call__(self, fn: Callable[_P, _R]) -> Callable[_P, _R]:
         @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
+        def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
             with self.__class__():
                 return fn(*args, **kwargs)
         return wrapper

@@ -6,13 +6,17 @@
 >>> (w * w).backward(); opt.step(); w.data
 0.8
 """
+from __future__ import annotations
+
+from typing import Any, Iterable, List, SupportsFloat, Tuple
+
 from . import _core
 from .engine import Value
 
 _ffi, _lib = _core.ffi, _core.lib
 
 
-def _ids(params):
+def _ids(params: Iterable[Value]) -> Tuple[List[Value], Any]:
     params = list(params)
     for p in params:
         if not isinstance(p, Value):
@@ -23,12 +27,12 @@ def _ids(params):
 class Optimizer:
     """Holds the parameters (keeping them alive) and their ids as a C array."""
 
-    def __init__(self, params, lr):
+    def __init__(self, params: Iterable[Value], lr: SupportsFloat) -> None:
         self.params, self._ids = _ids(params)
         self.n = len(self.params)
         self.lr = float(lr)
 
-    def zero_grad(self):
+    def zero_grad(self) -> None:
         """Set every parameter's grad to 0 (one C call)."""
         _core.check(_lib.ta_fill_adj(self._ids, self.n, 0.0))
 
@@ -36,14 +40,15 @@ class Optimizer:
 class SGD(Optimizer):
     """p -= lr * (grad + weight_decay * p), with optional momentum (PyTorch's rule)."""
 
-    def __init__(self, params, lr, momentum=0.0, weight_decay=0.0):
+    def __init__(self, params: Iterable[Value], lr: SupportsFloat, momentum: SupportsFloat = 0.0,
+                 weight_decay: SupportsFloat = 0.0) -> None:
         super().__init__(params, lr)
         self.momentum = float(momentum)
         self.weight_decay = float(weight_decay)
         self._buf = _ffi.new("double[]", max(self.n, 1))
         self._t = 0
 
-    def step(self):
+    def step(self) -> None:
         """One update of every parameter from its .grad (one C call)."""
         _core.check(_lib.ta_sgd_step(self._ids, self.n, self.lr, self.momentum,
                                      self.weight_decay, self._buf, self._t == 0))
@@ -53,7 +58,9 @@ class SGD(Optimizer):
 class Adam(Optimizer):
     """Adam with bias correction and L2 weight decay (PyTorch's torch.optim.Adam)."""
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
+    def __init__(self, params: Iterable[Value], lr: SupportsFloat = 1e-3,
+                 betas: Tuple[SupportsFloat, SupportsFloat] = (0.9, 0.999), eps: SupportsFloat = 1e-8,
+                 weight_decay: SupportsFloat = 0.0) -> None:
         super().__init__(params, lr)
         self.betas = (float(betas[0]), float(betas[1]))
         self.eps = float(eps)
@@ -62,7 +69,7 @@ class Adam(Optimizer):
         self._v = _ffi.new("double[]", max(self.n, 1))
         self._t = 0
 
-    def step(self):
+    def step(self) -> None:
         """One update of every parameter from its .grad (one C call)."""
         b1, b2 = self.betas
         _core.check(_lib.ta_adam_step(self._ids, self.n, self.lr, b1, b2, self.eps,

@@ -22,6 +22,17 @@
     >>> x.data = 3.0; y.recompute(); y.data
     10.0
 """
+from __future__ import annotations
+
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Iterable, List, Optional, Tuple, Union
+
+if TYPE_CHECKING:
+    import numpy
+    import numpy.typing as npt
+    from numpy.typing import ArrayLike
+    _F64Array = npt.NDArray[numpy.float64]
+
 from . import _core
 from ._core import GuardError, error, ffi, guard_error, lib
 from .engine import Value
@@ -29,23 +40,23 @@ from .engine import Value
 __all__ = ["GuardError", "recompute", "compile", "Program", "clear_guards", "guard_count"]
 
 # ------------------------------------------------------ recompute, guards
-def recompute(v):
+def recompute(v: Value) -> None:
     """Re-evaluate v and everything it depends on from the leaves' current .data, in C."""
     v.recompute()
 
 
-def clear_guards():
+def clear_guards() -> None:
     """Forget every recorded comparison of this thread's tape."""
     _core.check(lib.ta_guard_clear())
 
 
-def guard_count():
+def guard_count() -> int:
     """Number of guards this thread's tape holds (they die with their nodes)."""
     return lib.ta_guard_count()
 
 
 # -------------------------------------------------------------- programs
-def _ids(vals, what):
+def _ids(vals: Union[Value, Iterable[Value]], what: str) -> Tuple[List[Value], Any]:
     vals = [vals] if isinstance(vals, Value) else list(vals)
     for v in vals:
         if not isinstance(v, Value):
@@ -53,12 +64,12 @@ def _ids(vals, what):
     return vals, ffi.new("int64_t[]", [v._i for v in vals] or [0])
 
 
-def _np():
+def _np() -> ModuleType:
     import numpy  # only Programs need numpy; the rest of tapead does not
     return numpy
 
 
-def _rows(X, n):
+def _rows(X: Any, n: int) -> Any:
     """X as a C-contiguous float64 (B, n) array (copied only if it is not one)."""
     np = _np()
     X = np.ascontiguousarray(X, dtype=np.float64)
@@ -67,7 +78,7 @@ def _rows(X, n):
     return X
 
 
-def _ptr(a):
+def _ptr(a: _F64Array) -> Any:
     return ffi.cast("double *", a.ctypes.data)
 
 
@@ -79,7 +90,8 @@ class Program:
     Value's current .data at each call, so training updates are seen.
     """
 
-    def __init__(self, outputs, inputs, wrt=()):
+    def __init__(self, outputs: Union[Value, Iterable[Value]], inputs: Union[Value, Iterable[Value]],
+                 wrt: Union[Value, Iterable[Value]] = ()) -> None:
         outs, oid = _ids(outputs, "outputs")
         ins, iid = _ids(inputs, "inputs")
         wrts, wid = _ids(wrt, "wrt")
@@ -99,14 +111,15 @@ class Program:
         self._params = handles([pid[k] for k in range(npar)])  # keeps their segments alive
 
     @property
-    def nodes(self):
+    def nodes(self) -> int:
         return lib.ta_prog_size(self._p, 0)
 
     @property
-    def guards(self):
+    def guards(self) -> int:
         return lib.ta_prog_size(self._p, 2)
 
-    def _run(self, X, seed, grad):
+    def _run(self, X: Any, seed: Optional[ArrayLike],
+             grad: Optional[str]) -> Tuple[_F64Array, Optional[_F64Array]]:
         np = _np()
         X = _rows(X, self.n_inputs)
         B = X.shape[0]
@@ -140,24 +153,26 @@ class Program:
             raise e
         return Y, G
 
-    def __call__(self, X):
+    def __call__(self, X: ArrayLike) -> _F64Array:
         """Outputs for each row of X: (B, n_inputs) -> (B, n_outputs)."""
         return self._run(X, None, None)[0]
 
-    def grad(self, X, seed=None, per_sample=False):
+    def grad(self, X: ArrayLike, seed: Optional[ArrayLike] = None,
+             per_sample: bool = False) -> Tuple[_F64Array, _F64Array]:
         """(outputs, gradients of sum(seed * outputs) w.r.t. wrt).
 
         seed: None (all ones), shape (n_outputs,) or (B, n_outputs).
         Gradients are summed over rows, shape (n_wrt,), or per row, (B, n_wrt).
         """
-        return self._run(X, seed, "per_sample" if per_sample else "sum")
+        return self._run(X, seed, "per_sample" if per_sample else "sum")  # type: ignore[return-value]  # (G is set when grad is)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"Program(nodes={self.nodes}, inputs={self.n_inputs}, outputs={self.n_outputs}, "
                 f"wrt={self.n_wrt}, params={len(self._params)}, guards={self.guards})")
 
 
-def compile(outputs, inputs, wrt=()):
+def compile(outputs: Union[Value, Iterable[Value]], inputs: Union[Value, Iterable[Value]],
+            wrt: Union[Value, Iterable[Value]] = ()) -> Program:
     """Copy the graph reaching outputs into a Program fed by the input leaves.
 
     >>> import numpy as np; from tapead import Value, compile

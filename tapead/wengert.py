@@ -12,24 +12,28 @@ with a weak reference to the Value that carries it, and counts only while
 that Value is alive.  (A node id is reused once its segment is reclaimed,
 so a label must not outlive its Value.)
 """
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, SupportsFloat, Tuple
+
 import weakref
 
 from ._core import ffi, lib, error, OP_NAMES, OP_KINDS
 from .engine import Value
 from .forward import seeds
 
-_labels = {}  # node id -> (weakref to the labelled Value, label)
+_labels: Dict[int, Tuple[weakref.ref[Value], str]] = {}  # node id -> (weakref to the labelled Value, label)
 
 
-def _drop(key, ref):
-    def gone(_r, key=key):
+def _drop(key: int, ref: List[Any]) -> Callable[[object], None]:
+    def gone(_r: object, key: int = key) -> None:
         entry = _labels.get(key)
         if entry is not None and entry[0] is ref[0]:
             del _labels[key]
     return gone
 
 
-def set_label(value, label):
+def set_label(value: Value, label: Optional[str]) -> None:
     """Give `value` a label (shown in Wengert tables); "" or None removes it."""
     if not isinstance(value, Value):
         raise TypeError(f"set_label needs a Value, not {type(value).__name__}")
@@ -39,12 +43,12 @@ def set_label(value, label):
         if entry is not None and entry[0]() is value:
             del _labels[key]
         return
-    holder = [None]
+    holder: List[Any] = [None]
     holder[0] = weakref.ref(value, _drop(key, holder))
     _labels[key] = (holder[0], str(label))
 
 
-def get_label(value):
+def get_label(value: Value) -> str:
     """The label of `value`, or "" if it has none."""
     entry = _labels.get(value._i)
     if entry is not None and entry[0]() is value:
@@ -52,14 +56,14 @@ def get_label(value):
     return ""
 
 
-def _label_of_id(i):
+def _label_of_id(i: int) -> str:
     entry = _labels.get(i)
     if entry is not None and entry[0]() is not None:
         return entry[1]
     return ""
 
 
-Value.label = property(get_label, set_label,
+Value.label = property(get_label, set_label,  # type: ignore[assignment, method-assign]
                        doc="A name shown in Wengert tables and graph drawings ('' if none).")
 
 # ------------------------------------------------------------ the table
@@ -68,7 +72,7 @@ _CONST = {"+c": "{x} + {c}", "c-": "{c} - {x}", "*c": "{x} * {c}", "c/": "{c} / 
           "**c": "{x} ** {c}", "c**": "{c} ** {x}"}
 
 
-def _num(x, digits):
+def _num(x: float, digits: int) -> str:
     return format(x, f".{digits}g")
 
 
@@ -80,27 +84,27 @@ class Wengert:
     lists; str() an aligned plain-text table.
     """
 
-    def __init__(self, rows, has_tangent, has_adjoint):
+    def __init__(self, rows: List[Dict[str, Any]], has_tangent: bool, has_adjoint: bool) -> None:
         self.rows = rows
         self.has_tangent = has_tangent
         self.has_adjoint = has_adjoint
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.rows)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Dict[str, Any]]:
         return iter(self.rows)
 
-    def __getitem__(self, k):
+    def __getitem__(self, k: int) -> Dict[str, Any]:
         return self.rows[k]
 
     @property
-    def columns(self):
+    def columns(self) -> Dict[str, List[Any]]:
         """The rows as a dict of equal-length lists (pandas.DataFrame accepts it)."""
         keys = list(self.rows[0]) if self.rows else []
         return {k: [r[k] for r in self.rows] for k in keys}
 
-    def format(self, digits=6):
+    def format(self, digits: int = 6) -> str:
         """The table as aligned plain text, numbers to `digits` significant digits."""
         head = ["row", "label", "op", "expression", "value"]
         if self.has_tangent:
@@ -118,20 +122,21 @@ class Wengert:
         width = [max(len(str(c)) for c in col) for col in zip(head, *body)]
         right = [False, False, False, False] + [True] * (len(head) - 4)
 
-        def fmt(cells):
+        def fmt(cells: List[str]) -> str:
             return "  ".join(c.rjust(w) if rj else c.ljust(w)
                              for c, w, rj in zip(cells, width, right)).rstrip()
         rule = "  ".join("-" * w for w in width)
         return "\n".join([fmt(head), rule] + [fmt(b) for b in body])
 
-    def __str__(self):
+    def __str__(self) -> str:
         return self.format()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<Wengert list: {len(self.rows)} rows>\n{self.format()}"
 
 
-def wengert(output, inputs=None, tangents=None, adjoints=True):
+def wengert(output: Value, inputs: Optional[Iterable[Value]] = None,
+            tangents: Optional[Iterable[SupportsFloat]] = None, adjoints: bool = True) -> Wengert:
     """The Wengert list (tape rows) behind `output`, as a Wengert table.
 
     inputs, tangents: seed these Values with these tangents to add a
@@ -149,13 +154,13 @@ def wengert(output, inputs=None, tangents=None, adjoints=True):
     if (inputs is None) != (tangents is None):
         raise ValueError("wengert: give inputs and tangents together (or neither)")
     if inputs is not None:
-        nin, ids, ts = seeds(inputs, tangents)
+        nin, ids, ts = seeds(inputs, tangents)  # type: ignore[arg-type]  # (given together)
     else:
         nin, ids, ts = 0, ffi.NULL, ffi.NULL
     n = lib.ta_trace(output._i, 0, nin, ids, ts, ffi.NULL)
     if n < 0:
         raise error(n)
-    out = ffi.new("ta_rows_t *")
+    out: Any = ffi.new("ta_rows_t *")
     keep = [ffi.new("int[]", n), ffi.new("int64_t[]", n), ffi.new("int64_t[]", n),
             ffi.new("double[]", n), ffi.new("double[]", n), ffi.new("int64_t[]", n),
             ffi.new("double[]", n) if inputs is not None else ffi.NULL,
@@ -168,7 +173,7 @@ def wengert(output, inputs=None, tangents=None, adjoints=True):
     return _table(out, n, inputs is not None, bool(adjoints))
 
 
-def _table(out, n, has_tan, has_adj):
+def _table(out: Any, n: int, has_tan: bool, has_adj: bool) -> Wengert:
     ops = list(out.op[0:n])
     xs, ys, cs = list(out.x[0:n]), list(out.y[0:n]), list(out.c[0:n])
     vals, ids = list(out.val[0:n]), list(out.id[0:n])
@@ -182,6 +187,7 @@ def _table(out, n, has_tan, has_adj):
         else:
             names.append(f"v{op_k}"); op_k += 1
     rows = []
+    args: Tuple[int, ...]
     for k in range(n):
         o, kind, sym = ops[k], OP_KINDS[ops[k]], OP_NAMES[ops[k]]
         label = _label_of_id(ids[k])
@@ -200,9 +206,9 @@ def _table(out, n, has_tan, has_adj):
         row = {"index": k, "name": names[k], "label": label, "op": sym, "args": args,
                "const": const, "expr": expr, "value": vals[k]}
         if has_tan:
-            row["tangent"] = tans[k]
+            row["tangent"] = tans[k]  # type: ignore[index]  # (set when has_tan)
         if has_adj:
-            row["adjoint"] = adjs[k]
+            row["adjoint"] = adjs[k]  # type: ignore[index]  # (set when has_adj)
         row["node"] = ids[k]
         rows.append(row)
     return Wengert(rows, has_tan, has_adj)

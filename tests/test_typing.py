@@ -1,0 +1,29 @@
+"""The package type-checks: `mypy --strict tapead` (inline annotations, py.typed,
+and the stub of the compiled module, tapead/_tapead_c.pyi) reports nothing."""
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mypy") is None, reason="mypy is not installed")
+@pytest.mark.skipif(not os.path.isfile(os.path.join(ROOT, "tapead", "_tapead_c.pyi")),
+                    reason="needs the source tree (runs from the repository root)")
+def test_mypy_strict(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(tmp_path),
+                          "tapead"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "Success" in out.stdout
+
+
+def test_typing_files_ship():
+    """py.typed and the stub are package data, so wheels carry them."""
+    pkg = os.path.join(ROOT, "tapead")
+    assert os.path.isfile(os.path.join(pkg, "py.typed"))
+    with open(os.path.join(ROOT, "pyproject.toml")) as f:
+        text = f.read()
+    assert 'tapead = ["py.typed", "*.pyi"]' in text
