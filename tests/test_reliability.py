@@ -1,0 +1,432 @@
+"""Reliability (issue 6): no_grad, detect_anomaly, detach, pickle/copy,
+set_limit, and a fuzzer running random programs over every op against
+plain Python floats and a small reference reverse mode."""
+import copy
+import math
+import os
+import pickle
+import random
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import tapead
+import tapead.nn
+from tapead import Value
+from tapead._core import lib
+
+INF, NAN = math.inf, math.nan
+
+
+def nodes():
+    return tapead.tape_stats()["nodes"]
+
+
+def same(a, b):
+    """Bitwise-equal floats (sign of zero included), or both nan."""
+    if a != a or b != b:
+        return a != a and b != b
+    return a == b and math.copysign(1, a) == math.copysign(1, b)
+
+
+def f(ws):
+    """A small recorded program used by several tests."""
+    a, b, c = ws
+    return ((a * b + c).tanh() * a - b / c + (a ** 2).exp() * 0.5).relu() + c.sigmoid()
+
+
+# ================================================================ no_grad
+def test_no_grad_context_values_equal_recorded_and_tape_does_not_grow():
+    ws = [Value(0.3), Value(-1.2), Value(2.5)]
+    want = f(ws).data
+    n0 = nodes()
+    with tapead.no_grad():
+        got = f(ws)
+    assert got.data == want
+    assert nodes() == n0
+
+
+def test_no_grad_decorator_and_nesting():
+    ws = [Value(0.7), Value(0.1), Value(-0.4)]
+    want = f(ws).data
+
+    @tapead.no_grad()
+    def evaluate():
+        return f(ws)
+
+    n0 = nodes()
+    assert evaluate().data == want
+    assert nodes() == n0
+    assert evaluate.__name__ == "evaluate"
+    with tapead.no_grad():
+        with tapead.no_grad():
+            a = f(ws)
+        b = f(ws)          # still inside the outer no_grad
+        c = evaluate()
+    assert nodes() == n0
+    assert a.data == b.data == c.data == want
+    d = f(ws)              # recording again
+    assert nodes() > n0
+    d.backward()
+    assert ws[0].grad != 0
+
+
+def test_no_grad_exits_on_exception():
+    n0 = nodes()
+    with pytest.raises(ZeroDivisionError):
+        with tapead.no_grad():
+            Value(1.0) / 0
+    y = Value(2.0) * 3
+    assert nodes() > n0
+    y.backward()
+
+
+def test_no_grad_evaluation_loop_keeps_tape_constant():
+    random.seed(4)
+    model = tapead.nn.MLP(2, [8, 8, 1])
+    xs = [[random.uniform(-2, 2), random.uniform(-2, 2)] for _ in range(50)]
+    want = [model(x).data for x in xs]
+    tapead.collect()
+    n0 = nodes()
+    with tapead.no_grad():
+        for _ in range(20):
+            got = [model(x).data for x in xs]
+            assert got == want
+    assert nodes() == n0
+
+
+def test_no_grad_results_enter_recorded_code_as_constants():
+    x, w = Value(1.5), Value(-0.5)
+    with tapead.no_grad():
+        s = (x * w).exp()      # depends on x and w, but as a constant
+    y = s * x + w * w + s
+    y.backward()
+    sv = math.exp(1.5 * -0.5)
+    assert y.data == sv * 1.5 + 0.25 + sv
+    assert x.grad == sv        # only through the recorded s * x
+    assert w.grad == 2 * -0.5  # only through w * w
+    assert s.grad == 0.0       # nothing flowed into the arena node
+    y2 = s * s                 # the same arena node twice
+    y2.backward()
+    assert y2.data == sv * sv
+    assert lib.ta_validate() == 0
+
+
+def test_backward_on_a_no_grad_result_raises():
+    x = Value(2.0)
+    with tapead.no_grad():
+        y = x * x
+    with pytest.raises(tapead.TapeadError):
+        y.backward()
+    assert y.data == 4.0
+    y.data = 5.0                # data and grad stay readable and writable
+    assert y.data == 5.0
+
+
+def test_no_grad_arena_is_reclaimed():
+    x = Value(0.5)
+    with tapead.no_grad():
+        peak = 0
+        for i in range(30000):
+            y = (x * i + 1).tanh()
+            peak = max(peak, lib.ta_nograd_nodes())
+    assert y.data == math.tanh(0.5 * 29999 + 1)
+    assert peak < 8 * 2048, peak     # 60000 results made, a few segments held
+    del y
+
+
+def test_no_grad_is_per_thread():
+    entered, done = threading.Event(), threading.Event()
+    out = {}
+
+    def other():
+        with tapead.no_grad():
+            entered.set()
+            done.wait(10)
+
+    t = threading.Thread(target=other)
+    t.start()
+    try:
+        assert entered.wait(10)
+        n0 = nodes()
+        x = Value(3.0)
+        y = x * x + x      # this thread records normally
+        assert nodes() > n0
+        y.backward()
+        out["grad"] = x.grad
+    finally:
+        done.set()
+        t.join()
+    assert out["grad"] == 7.0
+
+    def records_in_thread():    # and no_grad here does not reach other threads
+        x = Value(2.0)
+        y = x * x
+        y.backward()
+        return x.grad
+    res = []
+    with tapead.no_grad():
+        th = threading.Thread(target=lambda: res.append(records_in_thread()))
+        th.start()
+        th.join()
+    assert res == [4.0]
+
+
+# ========================================================= detect_anomaly
+ANOMALIES = [
+    ("*c", lambda v: v["big"] * 10, (1e308, 10.0)),
+    ("*", lambda v: v["inf"] * v["zero"], (INF, 0.0)),
+    ("+", lambda v: v["inf"] + v["ninf"], (INF, -INF)),
+    ("-", lambda v: v["big"] - v["nbig"], (1e308, -1e308)),
+    ("+c", lambda v: v["x"] + NAN, (3.0, NAN)),
+    ("/", lambda v: v["big"] / v["tiny"], (1e308, 5e-324)),
+    ("tanh", lambda v: v["nan"].tanh(), (NAN, 0.0)),
+    ("ReLU", lambda v: v["inf"].relu(), (INF, 0.0)),
+    ("exp", lambda v: v["inf"].exp(), (INF, 0.0)),
+    ("abs", lambda v: abs(v["ninf"]), (-INF, 0.0)),
+]
+
+
+@pytest.mark.parametrize("k", range(len(ANOMALIES)))
+def test_anomaly_raises_names_op_and_inputs_and_changes_nothing(k):
+    name, fn, inputs = ANOMALIES[k]
+    v = dict(x=Value(3.0), zero=Value(0.0), big=Value(1e308), nbig=Value(-1e308),
+             tiny=Value(5e-324), inf=Value(INF), ninf=Value(-INF), nan=Value(NAN))
+    y = v["x"] * v["x"]
+    y.backward()
+    before = nodes(), [(u.data, u.grad) for u in v.values()]
+    with tapead.detect_anomaly():
+        with pytest.raises(tapead.AnomalyError) as ei:
+            fn(v)
+    msg = str(ei.value)
+    assert repr(name) in msg
+    for a in inputs[:1] if name in ("tanh", "ReLU", "exp", "abs") else inputs:
+        assert repr(a) in msg
+    assert isinstance(ei.value, FloatingPointError)
+    assert nodes() == before[0]
+    after = [(u.data, u.grad) for u in v.values()]
+    assert all(same(a, c) and same(b, d) for (a, b), (c, d) in zip(before[1], after))
+    assert lib.ta_validate() == 0
+    # outside the context the same op just returns inf or nan
+    r = fn(v).data
+    assert not math.isfinite(r)
+
+
+def test_anomaly_mode_lets_finite_work_through_and_nests():
+    x = Value(2.0)
+
+    @tapead.detect_anomaly()
+    def g(x):
+        return (x * x).log()
+
+    with tapead.detect_anomaly():
+        with tapead.detect_anomaly():
+            y = g(x) + x.exp()
+        y.backward()
+        with pytest.raises(tapead.AnomalyError):
+            x * INF
+    assert y.data == math.log(4.0) + math.exp(2.0)
+    assert x.grad == pytest.approx(1.0 + math.exp(2.0))
+    assert not math.isfinite((x * INF).data)   # mode is off again
+
+
+def test_anomaly_in_backward_nan_adjoint():
+    x = Value(0.0)
+    y = x.sqrt() * 0.0     # finite forward; backward: (0.5 / 0) * 0 = inf * 0 = nan
+    assert y.data == 0.0
+    with tapead.detect_anomaly():
+        with pytest.raises(tapead.AnomalyError) as ei:
+            y.backward()
+    assert "'sqrt'" in str(ei.value)
+    assert lib.ta_validate() == 0
+    y.backward()           # outside: IEEE, nan gradient
+    assert math.isnan(x.grad)
+
+
+# ======================================================= detach, pickle, copy
+def test_detach():
+    a, b = Value(2.0), Value(-3.0)
+    y = a * b
+    d = y.detach()
+    assert d is not y and d.data == -6.0 and d.grad == 0.0
+    z = d * a + d
+    z.backward()
+    assert a.grad == -6.0      # only through z's use of a
+    assert b.grad == 0.0       # nothing flowed back through the detached y
+    assert d.grad == a.data + 1
+    d.data = 100.0
+    assert y.data == -6.0
+
+
+def roundtrip_pickle(v):
+    return pickle.loads(pickle.dumps(v))
+
+
+@pytest.mark.parametrize("copier", [roundtrip_pickle, copy.copy, copy.deepcopy])
+def test_copy_of_a_value_is_an_independent_leaf_with_same_data_and_grad(copier):
+    a = Value(1.5)
+    y = a * a + a
+    y.backward()
+    for v in (a, y):
+        w = copier(v)
+        assert type(w) is Value and w is not v
+        assert (w.data, w.grad) == (v.data, v.grad)
+        w.data += 1
+        w.grad = 42.0
+        assert (v.data, v.grad) != (w.data, w.grad)
+    ga = a.grad
+    w = copier(y)
+    (w * 2).backward()          # w is a leaf: nothing reaches a
+    assert a.grad == ga
+    assert w.grad == y.grad + 2
+    if copier is copy.copy:
+        return
+    # in containers (deep copies), shared references stay shared
+    lst = copier([a, a, y])
+    assert lst[0] is lst[1] and lst[0] is not a
+    assert [u.data for u in lst] == [a.data, a.data, y.data]
+
+
+def test_copy_of_nonfinite_and_no_grad_values():
+    for x in (NAN, INF, -0.0, 5e-324):
+        w = roundtrip_pickle(Value(x))
+        assert same(w.data, x)
+    with tapead.no_grad():
+        y = Value(3.0) * 2
+    w = copy.deepcopy(y)
+    (w * w).backward()          # a real leaf now
+    assert w.grad == 12.0
+
+
+def mlp_outputs(model, xs):
+    return [model(x).data for x in xs]
+
+
+@pytest.mark.parametrize("copier", [roundtrip_pickle, copy.deepcopy])
+def test_copy_of_an_mlp_is_a_working_independent_module(copier):
+    random.seed(9)
+    m = tapead.nn.MLP(3, [5, 4, 1])
+    xs = [[0.1, -0.2, 0.3], [1.0, 2.0, -1.0], [-0.5, 0.5, 0.0]]
+    sum(m(x) for x in xs).backward()
+    c = copier(m)
+    assert repr(c) == repr(m)
+    pm, pc = m.parameters(), c.parameters()
+    assert len(pm) == len(pc)
+    assert [(p.data, p.grad) for p in pm] == [(p.data, p.grad) for p in pc]
+    assert not set(map(id, pm)) & set(map(id, pc))
+    assert mlp_outputs(c, xs) == mlp_outputs(m, xs)
+    # training the copy leaves the original alone
+    before = [p.data for p in pm]
+    c.zero_grad()
+    sum(c(x) for x in xs).backward()
+    for p in pc:
+        p.data -= 0.1 * p.grad
+    assert [p.data for p in pm] == before
+    assert mlp_outputs(c, xs) != mlp_outputs(m, xs)
+
+
+def test_pickled_trained_model_predicts_the_same_in_a_fresh_process(tmp_path):
+    random.seed(2)
+    model = tapead.nn.MLP(2, [6, 6, 1])
+    xs = [[random.uniform(-1, 1), random.uniform(-1, 1)] for _ in range(20)]
+    ys = [1.0 if a * b > 0 else -1.0 for a, b in xs]
+    for k in range(5):
+        loss = sum((1 + -y * model(x)).relu() for x, y in zip(xs, ys)) * (1 / len(xs))
+        model.zero_grad()
+        loss.backward()
+        for p in model.parameters():
+            p.data -= 0.5 * p.grad
+    path = tmp_path / "model.pkl"
+    path.write_bytes(pickle.dumps((model, xs)))
+    code = textwrap.dedent("""
+        import pickle, sys
+        model, xs = pickle.load(open(sys.argv[1], "rb"))
+        print(repr([model(x).data for x in xs]))
+        print(type(model).__module__, type(model.parameters()[0]).__module__)
+    """)
+    res = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
+                         text=True, timeout=60, cwd=str(tmp_path),
+                         env={**os.environ, "PYTHONHASHSEED": "0"})
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0] == repr(mlp_outputs(model, xs))
+    assert lines[1] == "tapead.nn tapead.engine"
+
+
+# ============================================================== set_limit
+@pytest.fixture
+def unlimited():
+    yield
+    tapead.set_limit(None)
+
+
+def test_set_limit_raises_memory_error_and_tape_stays_usable(unlimited):
+    a, b = Value(1.5), Value(-2.0)
+    y = a * b + a
+    y.backward()
+    tapead.collect()
+    n0 = nodes()
+    tapead.set_limit(n0 + 100)
+    assert tapead.tape_stats()["limit"] == n0 + 100
+    held = []
+    with pytest.raises(MemoryError):
+        for _ in range(1000):
+            held.append(held[-1] * 1.0001 if held else a * 1.0)
+    assert 90 <= len(held) <= 100
+    n1 = nodes()
+    for fn in (lambda: a * b, lambda: a + 1, lambda: a.exp(), lambda: Value(1.0),
+               lambda: tapead.values([1.0, 2.0])):
+        with pytest.raises(MemoryError):
+            fn()
+        assert nodes() == n1
+    assert lib.ta_validate() == 0
+    assert (a.data, a.grad, b.data, b.grad, y.data) == (1.5, -1.0, -2.0, 1.5, -1.5)
+    assert [h.data for h in held[:2]] == [1.5, 1.5 * 1.0001]
+    tapead.set_limit(n1 + 10)            # raising the limit
+    z = held[-1] * a
+    z.backward()
+    tapead.set_limit(None)               # removing it
+    assert tapead.tape_stats()["limit"] == 0
+    more = [a * i for i in range(5000)]
+    assert more[-1].data == 1.5 * 4999
+    assert lib.ta_validate() == 0
+
+
+def test_limit_below_current_size_and_back(unlimited):
+    a = Value(2.0)
+    keep = [a * i for i in range(50)]
+    tapead.set_limit(1)
+    with pytest.raises(MemoryError):
+        a + a
+    with pytest.raises(MemoryError):
+        tapead.values([1.0])
+    assert [k.data for k in keep] == [2.0 * i for i in range(50)]
+    tapead.set_limit(0)
+    assert (a + a).data == 4.0
+    with pytest.raises(ValueError):
+        tapead.set_limit(-1)
+
+
+def test_limit_counts_only_what_is_held(unlimited):
+    """Garbage is reclaimed before the limit is enforced: a steady loop fits."""
+    x = Value(0.5)
+    tapead.collect()
+    tapead.set_limit(nodes() + 6 * 2048)
+    s = None
+    for i in range(40000):
+        s = x * i + 1.0
+    assert s.data == 0.5 * 39999 + 1.0
+    assert lib.ta_validate() == 0
+
+
+def test_set_limit_is_per_thread(unlimited):
+    tapead.set_limit(nodes() + 5)
+    out = []
+    th = threading.Thread(target=lambda: out.append(sum(Value(1.0) * i for i in range(100)).data))
+    th.start()
+    th.join()
+    assert out == [4950.0]
