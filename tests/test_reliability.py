@@ -430,3 +430,226 @@ def test_set_limit_is_per_thread(unlimited):
     th.start()
     th.join()
     assert out == [4950.0]
+
+
+# ================================================================= fuzzing
+# Random programs over every op, run on tapead and mirrored on plain Python
+# floats (values and exceptions), then differentiated by a small reference
+# reverse mode written here in plain Python with micrograd's derivative
+# forms and conventions: relu'(0) = 0, |x|'(0) = 0, max/min split a tie
+# evenly, d(b**y)/dy = 0 at b == 0 with y >= 0 (PyTorch's limit).
+
+SPECIALS = [0.0, -0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5, 3.0, 1e308, -1e308, 5e-324, -5e-324,
+            1e-300, 700.0, -745.0, NAN, INF, -INF]
+consts = st.one_of(st.sampled_from(SPECIALS), st.floats(-4, 4),
+                   st.floats(allow_nan=True, allow_infinity=True))
+
+BIN = ["add", "sub", "mul", "div", "pow", "max", "min"]
+CST = ["addc", "raddc", "subc", "rsubc", "mulc", "rmulc", "divc", "rdivc", "powc", "rpowc",
+       "maxc", "minc"]
+UN = ["neg", "relu", "tanh", "exp", "log", "sigmoid", "sin", "cos", "sqrt", "abs", "absm"]
+FORMS = BIN + CST + UN
+
+
+def run_tapead(form, a, b, c):
+    """The form applied to Values a, b (and the constant c) through tapead's public API."""
+    return {
+        "add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b,
+        "div": lambda: a / b, "pow": lambda: a ** b, "max": lambda: a.maximum(b),
+        "min": lambda: tapead.minimum(a, b),
+        "addc": lambda: a + c, "raddc": lambda: c + a, "subc": lambda: a - c,
+        "rsubc": lambda: c - a, "mulc": lambda: a * c, "rmulc": lambda: c * a,
+        "divc": lambda: a / c, "rdivc": lambda: c / a, "powc": lambda: a ** c,
+        "rpowc": lambda: c ** a, "maxc": lambda: tapead.maximum(a, c),
+        "minc": lambda: tapead.minimum(c, a),
+        "neg": lambda: -a, "relu": a.relu, "tanh": a.tanh, "exp": a.exp, "log": a.log,
+        "sigmoid": a.sigmoid, "sin": a.sin, "cos": a.cos, "sqrt": a.sqrt,
+        "abs": lambda: abs(a), "absm": a.abs,
+    }[form]()
+
+
+def py_pow(x, y):
+    """Python's float ** float, except that a complex result is a ValueError
+    (also where Python's complex power would overflow instead)."""
+    if x < 0 and math.isfinite(x) and math.isfinite(y) and y != math.floor(y):
+        raise ValueError("negative number to a fractional power")
+    r = x ** y
+    if isinstance(r, complex):
+        raise ValueError("negative number to a fractional power")
+    return r
+
+
+def py_sigmoid(x):
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    e = math.exp(x)
+    return e / (1.0 + e)
+
+
+def run_python(form, x, y, c):
+    """The same form on plain floats: Python's operators, builtins and math."""
+    return {
+        "add": lambda: x + y, "sub": lambda: x - y, "mul": lambda: x * y,
+        "div": lambda: x / y, "pow": lambda: py_pow(x, y), "max": lambda: max(x, y),
+        "min": lambda: min(x, y),
+        "addc": lambda: x + c, "raddc": lambda: c + x, "subc": lambda: x - c,
+        "rsubc": lambda: c - x, "mulc": lambda: x * c, "rmulc": lambda: c * x,
+        # micrograd's a / c is a * c**-1 (tapead keeps that, bit for bit)
+        "divc": lambda: x * (1.0 / c), "rdivc": lambda: c / x, "powc": lambda: py_pow(x, c),
+        "rpowc": lambda: py_pow(c, x), "maxc": lambda: max(x, c), "minc": lambda: min(c, x),
+        "neg": lambda: x * -1.0, "relu": lambda: 0.0 if x < 0 else x, "tanh": lambda: math.tanh(x),
+        "exp": lambda: math.exp(x), "log": lambda: math.log(x), "sigmoid": lambda: py_sigmoid(x),
+        "sin": lambda: math.sin(x), "cos": lambda: math.cos(x), "sqrt": lambda: math.sqrt(x),
+        "abs": lambda: abs(x), "absm": lambda: abs(x),
+    }[form]()
+
+
+# ---- reference reverse mode: IEEE helpers where Python would raise
+def ieee_div(a, b):
+    if b == 0:
+        if a == 0 or a != a:
+            return NAN
+        return math.copysign(INF, a) * math.copysign(1.0, b)
+    return a / b
+
+
+def ieee_pow(x, e):
+    """C's pow(x, e): infinities where Python raises."""
+    odd = math.isfinite(e) and e == math.floor(e) and e % 2 == 1
+    try:
+        r = x ** e
+    except ZeroDivisionError:
+        return math.copysign(INF, x) if odd else INF
+    except OverflowError:
+        return -INF if (x < 0 and odd) else INF
+    return NAN if isinstance(r, complex) else r
+
+
+def ieee_log(x):
+    if x != x or x < 0:
+        return NAN
+    return -INF if x == 0 else math.log(x)
+
+
+def dpow_dx(x, y):
+    return y * ieee_pow(x, y - 1.0)           # micrograd: other * self.data**(other-1)
+
+
+def dpow_dy(x, y, r):
+    return 0.0 if (x == 0 and y >= 0) else r * ieee_log(x)
+
+
+def partials(form, x, y, c, r):
+    """Local partials (d r/d first input, d r/d second input) of one mirrored node."""
+    if form in ("add", "addc", "raddc", "subc"):
+        return 1.0, 1.0
+    if form == "sub":
+        return 1.0, -1.0
+    if form == "mul":
+        return y, x
+    if form == "div":
+        return 1.0 / y, -r / y
+    if form == "pow":
+        return dpow_dx(x, y), dpow_dy(x, y, r)
+    if form in ("max", "maxc"):
+        return (0.5, 0.5) if x == y else ((0.0, 1.0) if y > x else (1.0, 0.0))
+    if form in ("min", "minc"):
+        return (0.5, 0.5) if x == y else ((0.0, 1.0) if y < x else (1.0, 0.0))
+    d = {"rsubc": lambda: -1.0, "mulc": lambda: c, "rmulc": lambda: c,
+         "divc": lambda: c, "rdivc": lambda: -r / x, "powc": lambda: dpow_dx(x, c),
+         "rpowc": lambda: dpow_dy(c, x, r), "neg": lambda: -1.0,
+         "relu": lambda: 1.0 if r > 0 else 0.0, "tanh": lambda: 1.0 - r * r,
+         "exp": lambda: r, "log": lambda: 1.0 / x, "sigmoid": lambda: r * (1.0 - r),
+         "sin": lambda: math.cos(x), "cos": lambda: -math.sin(x),
+         "sqrt": lambda: ieee_div(0.5, r),
+         "abs": lambda: 1.0 if x > 0 else (-1.0 if x < 0 else 0.0)}
+    d["absm"] = d["abs"]
+    return d[form](), 0.0
+
+
+def reference_backward(nodes_, root):
+    """nodes_: (form, input indices, constant, value) in creation order. Returns adjoints."""
+    adj = [0.0] * len(nodes_)
+    reached = [False] * len(nodes_)
+    reached[root] = True
+    adj[root] = 1.0
+    for k in range(root, -1, -1):
+        if not reached[k]:
+            continue
+        form, ins, c, r = nodes_[k]
+        if form == "leaf":
+            continue
+        g = adj[k]
+        vals = [nodes_[i][3] for i in ins]
+        x = vals[0]
+        y = vals[1] if len(vals) > 1 else 0.0
+        d = partials(form, x, y, c, r)
+        for i, di in zip(ins, d):
+            if not reached[i]:
+                reached[i] = True
+                if nodes_[i][0] != "leaf":
+                    adj[i] = 0.0
+            adj[i] += di * g
+    return adj
+
+
+FUZZ = {"programs": 0, "ops": 0, "raised": 0}
+FUZZ_EXAMPLES = int(os.environ.get("TAPEAD_FUZZ_EXAMPLES", "1500"))
+
+
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None)
+@given(leaves=st.lists(consts, min_size=1, max_size=4),
+       prog=st.lists(st.tuples(st.sampled_from(FORMS), st.integers(0, 63), st.integers(0, 63),
+                               consts), min_size=1, max_size=14),
+       root_pick=st.integers(0, 63))
+def test_fuzz_every_op_against_python_and_reference_gradients(leaves, prog, root_pick):
+    tv = [Value(x) for x in leaves]                  # tapead handles, one per node
+    ref = [("leaf", (), 0.0, x) for x in leaves]     # mirrored nodes
+    pool = list(range(len(tv)))                      # nodes with a handle of ours
+    for form, i, j, c in prog:
+        ia, ib = pool[i % len(pool)], pool[j % len(pool)]
+        a, b = tv[ia], tv[ib]
+        x, y = ref[ia][3], ref[ib][3]
+        try:
+            want = run_python(form, x, y, c)
+        except (ArithmeticError, ValueError) as e:
+            want = e
+        n0 = nodes()
+        try:
+            got = run_tapead(form, a, b, c)
+        except (ArithmeticError, ValueError) as e:
+            got = e
+        FUZZ["ops"] += 1
+        if isinstance(want, Exception):
+            FUZZ["raised"] += 1
+            assert type(got) is type(want), (form, x, y, c, got, want)
+            assert nodes() == n0, (form, "tape changed by a failed op")
+            continue
+        assert isinstance(got, Value), (form, x, y, c, got, want)
+        assert same(got.data, want), (form, x, y, c, got.data, want)
+        if form in ("maxc", "minc"):                  # the constant became a leaf first
+            ref.append(("leaf", (), 0.0, c))
+            tv.append(None)                           # its handle is internal
+            ib = len(ref) - 1
+            y = c
+        ins = (ia, ib) if form in BIN + ["maxc", "minc"] else (ia,)
+        if form == "minc":
+            ins = (ib, ia)                            # minimum(c, a): c is the first input
+        cst = {"subc": -c, "divc": 1.0 / c if c else c, "neg": -1.0}.get(form, c)
+        ref.append((form, ins, cst, want))
+        pool.append(len(tv))
+        tv.append(got)
+    # a backward pass from a chosen node, compared with the reference on every node
+    root = pool[root_pick % len(pool)]
+    tv[root].backward()
+    want_adj = reference_backward(ref, root)
+    for k in pool:
+        assert same(tv[k].grad, want_adj[k]), (k, ref[k], tv[k].grad, want_adj[k])
+    assert lib.ta_validate() == 0
+    FUZZ["programs"] += 1
+
+
+def teardown_module(module):
+    if FUZZ["programs"]:
+        sys.stderr.write(f"\nfuzz: {FUZZ['programs']} programs, {FUZZ['ops']} ops, "
+                         f"{FUZZ['raised']} raising\n")
