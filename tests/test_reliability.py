@@ -423,6 +423,19 @@ def test_limit_counts_only_what_is_held(unlimited):
     assert lib.ta_validate() == 0
 
 
+def test_limit_counts_only_what_is_held_for_bulk_leaves_too(unlimited):
+    """tapead.values() reclaims garbage before refusing, as single ops do."""
+    x = Value(0.5)
+    tapead.collect()
+    tapead.set_limit(nodes() + 6 * 2048)
+    for i in range(20):
+        for k in range(3000):
+            s = x * k + 1.0                  # garbage
+        v = tapead.values([float(i)] * 1000)
+        assert v[-1].data == float(i) and s.data == 0.5 * 2999 + 1.0
+    assert lib.ta_validate() == 0
+
+
 def test_set_limit_is_per_thread(unlimited):
     tapead.set_limit(nodes() + 5)
     out = []
