@@ -590,7 +590,7 @@ def reference_backward(nodes_, root):
         if not reached[k]:
             continue
         form, ins, c, r = nodes_[k]
-        if form == "leaf":
+        if form in ("leaf", "const"):
             continue
         g = adj[k]
         vals = [nodes_[i][3] for i in ins]
@@ -598,6 +598,8 @@ def reference_backward(nodes_, root):
         y = vals[1] if len(vals) > 1 else 0.0
         d = partials(form, x, y, c, r)
         for i, di in zip(ins, d):
+            if nodes_[i][0] == "const":           # a no_grad result: a constant here
+                continue
             if not reached[i]:
                 reached[i] = True
                 if nodes_[i][0] != "leaf":
@@ -613,13 +615,15 @@ FUZZ_EXAMPLES = int(os.environ.get("TAPEAD_FUZZ_EXAMPLES", "1500"))
 @settings(max_examples=FUZZ_EXAMPLES, deadline=None)
 @given(leaves=st.lists(consts, min_size=1, max_size=4),
        prog=st.lists(st.tuples(st.sampled_from(FORMS), st.integers(0, 63), st.integers(0, 63),
-                               consts), min_size=1, max_size=14),
+                               consts, st.integers(0, 7)), min_size=1, max_size=14),
        root_pick=st.integers(0, 63))
 def test_fuzz_every_op_against_python_and_reference_gradients(leaves, prog, root_pick):
+    """One op in eight runs under no_grad: its result must then act as a constant."""
     tv = [Value(x) for x in leaves]                  # tapead handles, one per node
     ref = [("leaf", (), 0.0, x) for x in leaves]     # mirrored nodes
     pool = list(range(len(tv)))                      # nodes with a handle of ours
-    for form, i, j, c in prog:
+    for form, i, j, c, mode in prog:
+        ng = mode == 0
         ia, ib = pool[i % len(pool)], pool[j % len(pool)]
         a, b = tv[ia], tv[ib]
         x, y = ref[ia][3], ref[ib][3]
@@ -629,10 +633,16 @@ def test_fuzz_every_op_against_python_and_reference_gradients(leaves, prog, root
             want = e
         n0 = nodes()
         try:
-            got = run_tapead(form, a, b, c)
+            if ng:
+                with tapead.no_grad():
+                    got = run_tapead(form, a, b, c)
+            else:
+                got = run_tapead(form, a, b, c)
         except (ArithmeticError, ValueError) as e:
             got = e
         FUZZ["ops"] += 1
+        if ng and form not in ("maxc", "minc"):   # those make a tape leaf for c first
+            assert nodes() == n0, (form, "no_grad recorded on the tape")
         if isinstance(want, Exception):
             FUZZ["raised"] += 1
             assert type(got) is type(want), (form, x, y, c, got, want)
@@ -640,6 +650,11 @@ def test_fuzz_every_op_against_python_and_reference_gradients(leaves, prog, root
             continue
         assert isinstance(got, Value), (form, x, y, c, got, want)
         assert same(got.data, want), (form, x, y, c, got.data, want)
+        if ng:                                        # a constant for the graph
+            ref.append(("const", (), 0.0, want))
+            pool.append(len(tv))
+            tv.append(got)
+            continue
         if form in ("maxc", "minc"):                  # the constant became a leaf first
             ref.append(("leaf", (), 0.0, c))
             tv.append(None)                           # its handle is internal
@@ -654,6 +669,10 @@ def test_fuzz_every_op_against_python_and_reference_gradients(leaves, prog, root
         tv.append(got)
     # a backward pass from a chosen node, compared with the reference on every node
     root = pool[root_pick % len(pool)]
+    if ref[root][0] == "const":
+        with pytest.raises(tapead.TapeadError):
+            tv[root].backward()
+        root = 0                                      # a leaf of the program instead
     tv[root].backward()
     want_adj = reference_backward(ref, root)
     for k in pool:
