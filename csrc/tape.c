@@ -344,7 +344,10 @@ int64_t ta_leaves(const double *x, size_t n, int64_t *ids)
     uint64_t start;
     uint32_t gc_at;
     if (!T) return TA_ENOMEM;
-    if (n > T->limit - T->nodes) return TA_ELIMIT;
+    if (T->nodes > T->limit || n > T->limit - T->nodes) {
+        ta_gc(T);                 /* garbage does not count against the limit (as in ta_append) */
+        if (T->nodes > T->limit || n > T->limit - T->nodes) return TA_ELIMIT;
+    }
     gc_at = T->gc_at;
     aux.c = 0.0;
     start = T->nodes;

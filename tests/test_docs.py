@@ -1,0 +1,34 @@
+"""Every docstring example in every tapead module runs and gives what it shows."""
+import doctest
+import importlib
+import pkgutil
+
+import pytest
+
+import tapead
+
+MODULES = sorted(["tapead"] + [f"tapead.{m.name}" for m in pkgutil.iter_modules(tapead.__path__)
+                               if not m.name.startswith("_tapead_c")])
+
+
+def test_every_module_is_listed():
+    assert {"tapead.engine", "tapead.nn", "tapead.optim", "tapead.modes", "tapead.arrays",
+            "tapead.draw", "tapead.forward", "tapead.wengert", "tapead.demo"} <= set(MODULES)
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_doctests(name):
+    if name == "tapead.__main__":
+        pytest.skip("runs the benchmark on import")
+    mod = importlib.import_module(name)
+    res = doctest.testmod(mod, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE,
+                          verbose=False)
+    assert res.failed == 0, f"{res.failed} of {res.attempted} doctest examples failed in {name}"
+
+
+def test_there_are_examples_to_run():
+    total = 0
+    for name in MODULES:
+        if name != "tapead.__main__":
+            total += doctest.testmod(importlib.import_module(name)).attempted
+    assert total >= 25

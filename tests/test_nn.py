@@ -1,0 +1,118 @@
+"""tapead.nn against micrograd.nn: same weights from the same seed, same
+parameters() order, same shapes of outputs and reprs, and micrograd's demo
+giving the same losses step by step."""
+import gc
+import random
+
+import micrograd.engine
+import micrograd.nn
+import pytest
+
+import tapead
+import tapead.nn
+from tapead import demo
+
+SHAPES = [(1, [1]), (2, [1]), (3, [4, 4, 1]), (2, [16, 16, 1]), (5, [3, 2]), (4, [7])]
+
+
+def build(nn, nin, nouts, seed):
+    random.seed(seed)
+    return nn.MLP(nin, nouts)
+
+
+@pytest.mark.parametrize("nin,nouts", SHAPES)
+@pytest.mark.parametrize("seed", [0, 1, 1337])
+def test_same_seed_same_weights_same_order(nin, nouts, seed):
+    ours = build(tapead.nn, nin, nouts, seed)
+    theirs = build(micrograd.nn, nin, nouts, seed)
+    po, pt = ours.parameters(), theirs.parameters()
+    assert len(po) == len(pt) == sum((a + 1) * b for a, b in zip([nin] + nouts, nouts))
+    assert [p.data for p in po] == [p.data for p in pt]   # exact: same uniform draws, in order
+    assert all(isinstance(p, tapead.Value) for p in po)
+    # the generator was advanced by the same number of draws
+    assert random.random() == (build(micrograd.nn, nin, nouts, seed), random.random())[1]
+
+
+@pytest.mark.parametrize("nin,nouts", SHAPES)
+def test_same_reprs(nin, nouts):
+    ours, theirs = build(tapead.nn, nin, nouts, 3), build(micrograd.nn, nin, nouts, 3)
+    assert repr(ours) == repr(theirs)
+    for lo, lt in zip(ours.layers, theirs.layers):
+        assert repr(lo) == repr(lt)
+        for no, nt in zip(lo.neurons, lt.neurons):
+            assert repr(no) == repr(nt)
+    for nonlin in (True, False):
+        assert repr(tapead.nn.Neuron(3, nonlin=nonlin)) == repr(micrograd.nn.Neuron(3, nonlin=nonlin))
+    assert repr(tapead.nn.Layer(2, 3, nonlin=False)) == repr(micrograd.nn.Layer(2, 3, nonlin=False))
+
+
+def test_module_parameters_and_zero_grad():
+    assert tapead.nn.Module().parameters() == micrograd.nn.Module().parameters() == []
+    n = tapead.nn.Neuron(3)
+    assert n.parameters() == n.w + [n.b]
+    assert n.b.data == 0.0
+    m = build(tapead.nn, 2, [3, 1], 5)
+    out = m([1.0, -2.0])
+    out.backward()
+    assert any(p.grad != 0 for p in m.parameters())
+    m.zero_grad()
+    assert all(p.grad == 0.0 for p in m.parameters())
+    tapead.nn.Module().zero_grad()  # no parameters: fine
+
+
+@pytest.mark.parametrize("nin,nouts", SHAPES)
+def test_forward_and_gradients_match(nin, nouts):
+    ours, theirs = build(tapead.nn, nin, nouts, 7), build(micrograd.nn, nin, nouts, 7)
+    x = [0.3 * (i + 1) * (-1) ** i for i in range(nin)]
+    yo = ours([tapead.Value(v) for v in x])
+    yt = theirs([micrograd.engine.Value(v) for v in x])
+    if nouts[-1] == 1:   # a bare Value, not a list of one
+        assert isinstance(yo, tapead.Value) and isinstance(yt, micrograd.engine.Value)
+        yo, yt = [yo], [yt]
+    else:
+        assert isinstance(yo, list) and len(yo) == len(yt) == nouts[-1]
+    assert [v.data for v in yo] == pytest.approx([v.data for v in yt], rel=1e-12, abs=1e-15)
+    so, st = sum(yo), sum(yt)
+    so.backward()
+    st.backward()
+    assert [p.grad for p in ours.parameters()] == pytest.approx(
+        [p.grad for p in theirs.parameters()], rel=1e-12, abs=1e-15)
+
+
+def test_bare_value_from_one_output_layer():
+    random.seed(0)
+    layer = tapead.nn.Layer(3, 1)
+    out = layer([1.0, 2.0, 3.0])
+    assert type(out) is tapead.Value
+    out2 = tapead.nn.Layer(3, 2)([1.0, 2.0, 3.0])
+    assert type(out2) is list and len(out2) == 2
+
+
+def test_inputs_may_be_plain_numbers():
+    ours, theirs = build(tapead.nn, 2, [4, 1], 11), build(micrograd.nn, 2, [4, 1], 11)
+    assert ours([0.5, -1.5]).data == pytest.approx(theirs([0.5, -1.5]).data, rel=1e-12, abs=1e-15)
+
+
+def test_demo_matches_micrograd_step_by_step():
+    """micrograd's notebook, three SGD steps, both from seed 1337."""
+    model_o, X, y = demo.setup(tapead.nn)
+    model_t, Xt, yt = demo.setup(micrograd.nn)
+    assert (X == Xt).all() and (y == yt).all()
+    assert [p.data for p in model_o.parameters()] == [p.data for p in model_t.parameters()]
+    enabled = gc.isenabled()
+    gc.disable()   # micrograd's node<->closure cycles make the collector dominate its step
+    try:
+        for k in range(3):
+            lo, acc_o = demo.step(model_o, X, y, tapead.Value, k)
+            lt, acc_t = demo.step(model_t, Xt, yt, micrograd.engine.Value, k)
+            if k == 0:
+                assert lo == 0.8958441028683222
+                assert lt == 0.8958441028683222
+            assert lo == pytest.approx(lt, rel=1e-9, abs=0)
+            assert acc_o == acc_t
+            assert [p.data for p in model_o.parameters()] == pytest.approx(
+                [p.data for p in model_t.parameters()], rel=1e-9, abs=1e-12)
+    finally:
+        if enabled:
+            gc.enable()
+        gc.collect()

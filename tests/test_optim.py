@@ -1,0 +1,200 @@
+"""tapead.optim against a plain-Python transcription of PyTorch's update rules
+(torch.optim.SGD and torch.optim.Adam, single-tensor path), over several
+steps with a learning rate that changes between steps."""
+import math
+import threading
+
+import pytest
+
+import tapead
+from tapead import Value
+from tapead.optim import SGD, Adam
+
+START = [0.5, -1.25, 2.0, 0.0, -3.5]
+TARGET = [1.0, 0.5, -1.0, 2.0, 0.25]
+LRS = [0.1, 0.05, 0.2, 0.01, 0.3, 0.07]
+
+
+def loss_value(ps):
+    """A smooth loss recorded on the tape."""
+    s = 0
+    for i, (p, t) in enumerate(zip(ps, TARGET)):
+        s = s + (i + 1) * (p - t) ** 2
+    return s + ps[0] * ps[1] + (ps[2] * ps[3]).tanh()
+
+
+def loss_grad(x):
+    """Its gradient in closed form (the reference's own, not read from tapead)."""
+    g = [2 * (i + 1) * (xi - t) for i, (xi, t) in enumerate(zip(x, TARGET))]
+    g[0] += x[1]
+    g[1] += x[0]
+    d = 1 - math.tanh(x[2] * x[3]) ** 2
+    g[2] += d * x[3]
+    g[3] += d * x[2]
+    return g
+
+
+class RefSGD:
+    """torch.optim.SGD (dampening 0, no nesterov)."""
+
+    def __init__(self, x, lr, momentum=0.0, weight_decay=0.0):
+        self.x, self.lr, self.mom, self.wd = list(x), lr, momentum, weight_decay
+        self.buf = None
+
+    def step(self, grads):
+        d = [g + self.wd * p if self.wd != 0 else g for g, p in zip(grads, self.x)]
+        if self.mom != 0:
+            if self.buf is None:
+                self.buf = list(d)                      # torch.clone(d_p)
+            else:
+                self.buf = [self.mom * b + di for b, di in zip(self.buf, d)]
+            d = self.buf
+        self.x = [p - self.lr * di for p, di in zip(self.x, d)]
+
+
+class RefAdam:
+    """torch.optim.Adam (amsgrad off, L2 weight decay added to the gradient)."""
+
+    def __init__(self, x, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
+        self.x, self.lr, self.b1, self.b2, self.eps, self.wd = list(x), lr, *betas, eps, weight_decay
+        self.m = [0.0] * len(x)
+        self.v = [0.0] * len(x)
+        self.t = 0
+
+    def step(self, grads):
+        self.t += 1
+        b1, b2 = self.b1, self.b2
+        c1 = 1 - b1 ** self.t
+        c2 = 1 - b2 ** self.t
+        step_size = self.lr / c1
+        for i, g in enumerate(grads):
+            p = self.x[i]
+            if self.wd != 0:
+                g = g + self.wd * p
+            self.m[i] = self.m[i] + (g - self.m[i]) * (1 - b1)         # exp_avg.lerp_(grad, 1-b1)
+            self.v[i] = self.v[i] * b2 + (1 - b2) * g * g               # mul_(b2).addcmul_(g, g)
+            denom = math.sqrt(self.v[i]) / math.sqrt(c2) + self.eps
+            self.x[i] = p - step_size * self.m[i] / denom
+
+
+def run(make_opt, ref, steps=6):
+    ps = [Value(x) for x in START]
+    opt = make_opt(ps)
+    for k in range(steps):
+        opt.lr = ref.lr = LRS[k % len(LRS)]
+        opt.zero_grad()
+        loss_value(ps).backward()
+        g = loss_grad(ref.x)
+        assert [p.grad for p in ps] == pytest.approx(g, rel=1e-9, abs=1e-12)
+        opt.step()
+        ref.step(g)
+        assert [p.data for p in ps] == pytest.approx(ref.x, rel=1e-9, abs=1e-12), f"step {k}"
+    return ps
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9, 0.5])
+@pytest.mark.parametrize("wd", [0.0, 1e-2, 0.3])
+def test_sgd_matches_pytorch_rule(momentum, wd):
+    run(lambda ps: SGD(ps, lr=0.1, momentum=momentum, weight_decay=wd),
+        RefSGD(START, 0.1, momentum, wd))
+
+
+@pytest.mark.parametrize("wd", [0.0, 1e-2, 0.5])
+@pytest.mark.parametrize("betas,eps", [((0.9, 0.999), 1e-8), ((0.5, 0.9), 1e-3)])
+def test_adam_matches_pytorch_rule(wd, betas, eps):
+    run(lambda ps: Adam(ps, lr=0.1, betas=betas, eps=eps, weight_decay=wd),
+        RefAdam(START, 0.1, betas, eps, wd), steps=8)
+
+
+def test_sgd_plain_is_micrograd_update_bit_for_bit():
+    """No momentum, no decay: exactly micrograd's p.data -= lr * p.grad."""
+    ps = [Value(x) for x in START]
+    qs = [Value(x) for x in START]
+    opt = SGD(ps, lr=0.3)
+    for k in range(4):
+        opt.lr = LRS[k]
+        opt.zero_grad()
+        for q in qs:
+            q.grad = 0
+        loss_value(ps).backward()
+        loss_value(qs).backward()
+        opt.step()
+        for q in qs:
+            q.data -= LRS[k] * q.grad
+        assert [p.data for p in ps] == [q.data for q in qs]
+
+
+def test_adam_first_step_moves_each_parameter_by_about_lr():
+    ps = [Value(x) for x in START]
+    opt = Adam(ps, lr=0.01)
+    loss_value(ps).backward()
+    grads = [p.grad for p in ps]
+    opt.step()
+    for p, x, g in zip(ps, START, grads):
+        assert p.data == pytest.approx(x - 0.01 * math.copysign(1, g), rel=1e-6)
+
+
+def test_zero_grad_and_step_accept_any_iterable():
+    ps = [Value(x) for x in START]
+    opt = SGD((p for p in ps), lr=0.5)   # a generator, like model.parameters() in a genexp
+    loss_value(ps).backward()
+    assert all(p.grad != 0 for p in ps)
+    opt.zero_grad()
+    assert [p.grad for p in ps] == [0.0] * len(ps)
+    before = [p.data for p in ps]
+    opt.step()   # zero gradients: nothing moves
+    assert [p.data for p in ps] == before
+    # zero_grad on an MLP's parameters, and an empty optimizer
+    SGD([], lr=1.0).step()
+    Adam([]).zero_grad()
+
+
+def test_step_leaves_gradients_alone():
+    ps = [Value(x) for x in START]
+    opt = Adam(ps, lr=0.1)
+    loss_value(ps).backward()
+    g = [p.grad for p in ps]
+    opt.step()
+    assert [p.grad for p in ps] == g
+
+
+@pytest.mark.parametrize("bad", [1.0, "w", None, [1.0]])
+@pytest.mark.parametrize("cls", [SGD, Adam])
+def test_non_value_parameters_raise_type_error(cls, bad):
+    ok = Value(1.0)
+    with pytest.raises(TypeError):
+        cls([ok, bad], lr=0.1)
+
+
+def foreign_values():
+    out = []
+    t = threading.Thread(target=lambda: out.extend([Value(2.0), Value(3.0) * 4]))
+    t.start()
+    t.join()
+    return out
+
+
+@pytest.mark.parametrize("make", [
+    lambda ps: SGD(ps, lr=0.1),
+    lambda ps: SGD(ps, lr=0.1, momentum=0.9, weight_decay=0.1),
+    lambda ps: Adam(ps, lr=0.1, weight_decay=0.1),
+])
+def test_values_from_another_thread_raise_and_change_nothing(make):
+    mine = [Value(x) for x in START]
+    loss_value(mine).backward()
+    foreign = foreign_values()
+    opt = make(mine[:2] + foreign + mine[2:])   # foreign ones in the middle
+    before = [(p.data, p.grad) for p in mine]
+    nodes = tapead.tape_stats()["nodes"]
+    with pytest.raises(tapead.TapeError):
+        opt.step()
+    with pytest.raises(tapead.TapeError):
+        opt.zero_grad()
+    assert [(p.data, p.grad) for p in mine] == before
+    assert tapead.tape_stats()["nodes"] == nodes
+    assert tapead._core.lib.ta_validate() == 0
+    # the Values still train normally afterwards
+    ref = RefSGD([d for d, _ in before], 0.1)
+    SGD(mine, lr=0.1).step()
+    ref.step([g for _, g in before])
+    assert [p.data for p in mine] == ref.x

@@ -1,0 +1,691 @@
+"""Reliability (issue 6): no_grad, detect_anomaly, detach, pickle/copy,
+set_limit, and a fuzzer running random programs over every op against
+plain Python floats and a small reference reverse mode."""
+import copy
+import gc
+import math
+import os
+import pickle
+import random
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import tapead
+import tapead.nn
+from tapead import Value
+from tapead._core import lib
+
+INF, NAN = math.inf, math.nan
+
+
+def nodes():
+    return tapead.tape_stats()["nodes"]
+
+
+def same(a, b):
+    """Bitwise-equal floats (sign of zero included), or both nan."""
+    if a != a or b != b:
+        return a != a and b != b
+    return a == b and math.copysign(1, a) == math.copysign(1, b)
+
+
+def f(ws):
+    """A small recorded program used by several tests."""
+    a, b, c = ws
+    return ((a * b + c).tanh() * a - b / c + (a ** 2).exp() * 0.5).relu() + c.sigmoid()
+
+
+# ================================================================ no_grad
+def test_no_grad_context_values_equal_recorded_and_tape_does_not_grow():
+    ws = [Value(0.3), Value(-1.2), Value(2.5)]
+    want = f(ws).data
+    n0 = nodes()
+    with tapead.no_grad():
+        got = f(ws)
+    assert got.data == want
+    assert nodes() == n0
+
+
+def test_no_grad_decorator_and_nesting():
+    ws = [Value(0.7), Value(0.1), Value(-0.4)]
+    want = f(ws).data
+
+    @tapead.no_grad()
+    def evaluate():
+        return f(ws)
+
+    n0 = nodes()
+    assert evaluate().data == want
+    assert nodes() == n0
+    assert evaluate.__name__ == "evaluate"
+    with tapead.no_grad():
+        with tapead.no_grad():
+            a = f(ws)
+        b = f(ws)          # still inside the outer no_grad
+        c = evaluate()
+    assert nodes() == n0
+    assert a.data == b.data == c.data == want
+    d = f(ws)              # recording again
+    assert nodes() > n0
+    d.backward()
+    assert ws[0].grad != 0
+
+
+def test_no_grad_exits_on_exception():
+    n0 = nodes()
+    with pytest.raises(ZeroDivisionError):
+        with tapead.no_grad():
+            Value(1.0) / 0
+    y = Value(2.0) * 3
+    assert nodes() > n0
+    y.backward()
+
+
+def test_no_grad_evaluation_loop_keeps_tape_constant():
+    random.seed(4)
+    model = tapead.nn.MLP(2, [8, 8, 1])
+    xs = [[random.uniform(-2, 2), random.uniform(-2, 2)] for _ in range(50)]
+    want = [model(x).data for x in xs]
+    tapead.collect()
+    n0 = nodes()
+    with tapead.no_grad():
+        for _ in range(20):
+            got = [model(x).data for x in xs]
+            assert got == want
+    assert nodes() == n0
+
+
+def test_no_grad_results_enter_recorded_code_as_constants():
+    x, w = Value(1.5), Value(-0.5)
+    with tapead.no_grad():
+        s = (x * w).exp()      # depends on x and w, but as a constant
+    y = s * x + w * w + s
+    y.backward()
+    sv = math.exp(1.5 * -0.5)
+    assert y.data == sv * 1.5 + 0.25 + sv
+    assert x.grad == sv        # only through the recorded s * x
+    assert w.grad == 2 * -0.5  # only through w * w
+    assert s.grad == 0.0       # nothing flowed into the arena node
+    y2 = s * s                 # the same arena node twice
+    y2.backward()
+    assert y2.data == sv * sv
+    assert lib.ta_validate() == 0
+
+
+def test_backward_on_a_no_grad_result_raises():
+    x = Value(2.0)
+    with tapead.no_grad():
+        y = x * x
+    with pytest.raises(tapead.TapeadError):
+        y.backward()
+    assert y.data == 4.0
+    y.data = 5.0                # data and grad stay readable and writable
+    assert y.data == 5.0
+
+
+def test_no_grad_arena_is_reclaimed():
+    x = Value(0.5)
+    with tapead.no_grad():
+        peak = 0
+        for i in range(30000):
+            y = (x * i + 1).tanh()
+            peak = max(peak, lib.ta_nograd_nodes())
+    assert y.data == math.tanh(0.5 * 29999 + 1)
+    assert peak < 8 * 2048, peak     # 60000 results made, a few segments held
+    del y
+
+
+def test_no_grad_is_per_thread():
+    entered, done = threading.Event(), threading.Event()
+    out = {}
+
+    def other():
+        with tapead.no_grad():
+            entered.set()
+            done.wait(10)
+
+    t = threading.Thread(target=other)
+    t.start()
+    try:
+        assert entered.wait(10)
+        n0 = nodes()
+        x = Value(3.0)
+        y = x * x + x      # this thread records normally
+        assert nodes() > n0
+        y.backward()
+        out["grad"] = x.grad
+    finally:
+        done.set()
+        t.join()
+    assert out["grad"] == 7.0
+
+    def records_in_thread():    # and no_grad here does not reach other threads
+        x = Value(2.0)
+        y = x * x
+        y.backward()
+        return x.grad
+    res = []
+    with tapead.no_grad():
+        th = threading.Thread(target=lambda: res.append(records_in_thread()))
+        th.start()
+        th.join()
+    assert res == [4.0]
+
+
+# ========================================================= detect_anomaly
+ANOMALIES = [
+    ("*c", lambda v: v["big"] * 10, (1e308, 10.0)),
+    ("*", lambda v: v["inf"] * v["zero"], (INF, 0.0)),
+    ("+", lambda v: v["inf"] + v["ninf"], (INF, -INF)),
+    ("-", lambda v: v["big"] - v["nbig"], (1e308, -1e308)),
+    ("+c", lambda v: v["x"] + NAN, (3.0, NAN)),
+    ("/", lambda v: v["big"] / v["tiny"], (1e308, 5e-324)),
+    ("tanh", lambda v: v["nan"].tanh(), (NAN, 0.0)),
+    ("ReLU", lambda v: v["inf"].relu(), (INF, 0.0)),
+    ("exp", lambda v: v["inf"].exp(), (INF, 0.0)),
+    ("abs", lambda v: abs(v["ninf"]), (-INF, 0.0)),
+]
+
+
+@pytest.mark.parametrize("k", range(len(ANOMALIES)))
+def test_anomaly_raises_names_op_and_inputs_and_changes_nothing(k):
+    name, fn, inputs = ANOMALIES[k]
+    v = dict(x=Value(3.0), zero=Value(0.0), big=Value(1e308), nbig=Value(-1e308),
+             tiny=Value(5e-324), inf=Value(INF), ninf=Value(-INF), nan=Value(NAN))
+    y = v["x"] * v["x"]
+    y.backward()
+    before = nodes(), [(u.data, u.grad) for u in v.values()]
+    with tapead.detect_anomaly():
+        with pytest.raises(tapead.AnomalyError) as ei:
+            fn(v)
+    msg = str(ei.value)
+    assert repr(name) in msg
+    for a in inputs[:1] if name in ("tanh", "ReLU", "exp", "abs") else inputs:
+        assert repr(a) in msg
+    assert isinstance(ei.value, FloatingPointError)
+    assert nodes() == before[0]
+    after = [(u.data, u.grad) for u in v.values()]
+    assert all(same(a, c) and same(b, d) for (a, b), (c, d) in zip(before[1], after))
+    assert lib.ta_validate() == 0
+    # outside the context the same op just returns inf or nan
+    r = fn(v).data
+    assert not math.isfinite(r)
+
+
+def test_anomaly_mode_lets_finite_work_through_and_nests():
+    x = Value(2.0)
+
+    @tapead.detect_anomaly()
+    def g(x):
+        return (x * x).log()
+
+    with tapead.detect_anomaly():
+        with tapead.detect_anomaly():
+            y = g(x) + x.exp()
+        y.backward()
+        with pytest.raises(tapead.AnomalyError):
+            x * INF
+    assert y.data == math.log(4.0) + math.exp(2.0)
+    assert x.grad == pytest.approx(1.0 + math.exp(2.0))
+    assert not math.isfinite((x * INF).data)   # mode is off again
+
+
+def test_anomaly_in_backward_nan_adjoint():
+    x = Value(0.0)
+    y = x.sqrt() * 0.0     # finite forward; backward: (0.5 / 0) * 0 = inf * 0 = nan
+    assert y.data == 0.0
+    with tapead.detect_anomaly():
+        with pytest.raises(tapead.AnomalyError) as ei:
+            y.backward()
+    assert "'sqrt'" in str(ei.value)
+    assert lib.ta_validate() == 0
+    y.backward()           # outside: IEEE, nan gradient
+    assert math.isnan(x.grad)
+
+
+# ======================================================= detach, pickle, copy
+def test_detach():
+    a, b = Value(2.0), Value(-3.0)
+    y = a * b
+    d = y.detach()
+    assert d is not y and d.data == -6.0 and d.grad == 0.0
+    z = d * a + d
+    z.backward()
+    assert a.grad == -6.0      # only through z's use of a
+    assert b.grad == 0.0       # nothing flowed back through the detached y
+    assert d.grad == a.data + 1
+    d.data = 100.0
+    assert y.data == -6.0
+
+
+def roundtrip_pickle(v):
+    return pickle.loads(pickle.dumps(v))
+
+
+@pytest.mark.parametrize("copier", [roundtrip_pickle, copy.copy, copy.deepcopy])
+def test_copy_of_a_value_is_an_independent_leaf_with_same_data_and_grad(copier):
+    a = Value(1.5)
+    y = a * a + a
+    y.backward()
+    for v in (a, y):
+        w = copier(v)
+        assert type(w) is Value and w is not v
+        assert (w.data, w.grad) == (v.data, v.grad)
+        w.data += 1
+        w.grad = 42.0
+        assert (v.data, v.grad) != (w.data, w.grad)
+    ga = a.grad
+    w = copier(y)
+    (w * 2).backward()          # w is a leaf: nothing reaches a
+    assert a.grad == ga
+    assert w.grad == y.grad + 2
+    if copier is copy.copy:
+        return
+    # in containers (deep copies), shared references stay shared
+    lst = copier([a, a, y])
+    assert lst[0] is lst[1] and lst[0] is not a
+    assert [u.data for u in lst] == [a.data, a.data, y.data]
+
+
+def test_copy_of_nonfinite_and_no_grad_values():
+    for x in (NAN, INF, -0.0, 5e-324):
+        w = roundtrip_pickle(Value(x))
+        assert same(w.data, x)
+    with tapead.no_grad():
+        y = Value(3.0) * 2
+    w = copy.deepcopy(y)
+    (w * w).backward()          # a real leaf now
+    assert w.grad == 12.0
+
+
+def mlp_outputs(model, xs):
+    return [model(x).data for x in xs]
+
+
+@pytest.mark.parametrize("copier", [roundtrip_pickle, copy.deepcopy])
+def test_copy_of_an_mlp_is_a_working_independent_module(copier):
+    random.seed(9)
+    m = tapead.nn.MLP(3, [5, 4, 1])
+    xs = [[0.1, -0.2, 0.3], [1.0, 2.0, -1.0], [-0.5, 0.5, 0.0]]
+    sum(m(x) for x in xs).backward()
+    c = copier(m)
+    assert repr(c) == repr(m)
+    pm, pc = m.parameters(), c.parameters()
+    assert len(pm) == len(pc)
+    assert [(p.data, p.grad) for p in pm] == [(p.data, p.grad) for p in pc]
+    assert not set(map(id, pm)) & set(map(id, pc))
+    assert mlp_outputs(c, xs) == mlp_outputs(m, xs)
+    # training the copy leaves the original alone
+    before = [p.data for p in pm]
+    c.zero_grad()
+    sum(c(x) for x in xs).backward()
+    for p in pc:
+        p.data -= 0.1 * p.grad
+    assert [p.data for p in pm] == before
+    assert mlp_outputs(c, xs) != mlp_outputs(m, xs)
+
+
+def test_pickled_trained_model_predicts_the_same_in_a_fresh_process(tmp_path):
+    random.seed(2)
+    model = tapead.nn.MLP(2, [6, 6, 1])
+    xs = [[random.uniform(-1, 1), random.uniform(-1, 1)] for _ in range(20)]
+    ys = [1.0 if a * b > 0 else -1.0 for a, b in xs]
+    for k in range(5):
+        loss = sum((1 + -y * model(x)).relu() for x, y in zip(xs, ys)) * (1 / len(xs))
+        model.zero_grad()
+        loss.backward()
+        for p in model.parameters():
+            p.data -= 0.5 * p.grad
+    path = tmp_path / "model.pkl"
+    path.write_bytes(pickle.dumps((model, xs)))
+    code = textwrap.dedent("""
+        import pickle, sys
+        model, xs = pickle.load(open(sys.argv[1], "rb"))
+        print(repr([model(x).data for x in xs]))
+        print(type(model).__module__, type(model.parameters()[0]).__module__)
+    """)
+    res = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
+                         text=True, timeout=60, cwd=str(tmp_path),
+                         env={**os.environ, "PYTHONHASHSEED": "0"})
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0] == repr(mlp_outputs(model, xs))
+    assert lines[1] == "tapead.nn tapead.engine"
+
+
+# ============================================================== set_limit
+@pytest.fixture
+def unlimited():
+    yield
+    tapead.set_limit(None)
+
+
+def test_set_limit_raises_memory_error_and_tape_stays_usable(unlimited):
+    a, b = Value(1.5), Value(-2.0)
+    y = a * b + a
+    y.backward()
+    gc.collect()                          # cyclic garbage from earlier tests holds no Values
+    tapead.collect()
+    n0 = nodes()
+    tapead.set_limit(n0 + 100)
+    assert tapead.tape_stats()["limit"] == n0 + 100
+    held = []
+    with pytest.raises(MemoryError):
+        for _ in range(100000):
+            held.append(held[-1] * 1.0001 if held else a * 1.0)
+    assert len(held) >= 90 and nodes() >= n0 + 100
+    n1 = nodes()
+    for fn in (lambda: a * b, lambda: a + 1, lambda: a.exp(), lambda: Value(1.0),
+               lambda: tapead.values([1.0, 2.0])):
+        with pytest.raises(MemoryError):
+            fn()
+        assert nodes() == n1
+    assert lib.ta_validate() == 0
+    assert (a.data, a.grad, b.data, b.grad, y.data) == (1.5, -1.0, -2.0, 1.5, -1.5)
+    assert [h.data for h in held[:2]] == [1.5, 1.5 * 1.0001]
+    tapead.set_limit(n1 + 10)            # raising the limit
+    z = held[-1] * a
+    z.backward()
+    tapead.set_limit(None)               # removing it
+    assert tapead.tape_stats()["limit"] == 0
+    more = [a * i for i in range(5000)]
+    assert more[-1].data == 1.5 * 4999
+    assert lib.ta_validate() == 0
+
+
+def test_limit_below_current_size_and_back(unlimited):
+    a = Value(2.0)
+    keep = [a * i for i in range(50)]
+    tapead.set_limit(1)
+    with pytest.raises(MemoryError):
+        a + a
+    with pytest.raises(MemoryError):
+        tapead.values([1.0])
+    assert [k.data for k in keep] == [2.0 * i for i in range(50)]
+    tapead.set_limit(0)
+    assert (a + a).data == 4.0
+    with pytest.raises(ValueError):
+        tapead.set_limit(-1)
+
+
+def test_limit_counts_only_what_is_held(unlimited):
+    """Garbage is reclaimed before the limit is enforced: a steady loop fits."""
+    x = Value(0.5)
+    gc.collect()
+    tapead.collect()
+    tapead.set_limit(nodes() + 6 * 2048)
+    s = None
+    for i in range(40000):
+        s = x * i + 1.0
+    assert s.data == 0.5 * 39999 + 1.0
+    assert lib.ta_validate() == 0
+
+
+def test_limit_counts_only_what_is_held_for_bulk_leaves_too(unlimited):
+    """tapead.values() reclaims garbage before refusing, as single ops do."""
+    x = Value(0.5)
+    gc.collect()
+    tapead.collect()
+    tapead.set_limit(nodes() + 8 * 2048)
+    for i in range(20):
+        for k in range(3000):
+            s = x * k + 1.0                  # garbage
+        v = tapead.values([float(i)] * 1000)
+        assert v[-1].data == float(i) and s.data == 0.5 * 2999 + 1.0
+    assert lib.ta_validate() == 0
+
+
+def test_set_limit_is_per_thread(unlimited):
+    tapead.set_limit(nodes() + 5)
+    out = []
+    th = threading.Thread(target=lambda: out.append(sum(Value(1.0) * i for i in range(100)).data))
+    th.start()
+    th.join()
+    assert out == [4950.0]
+
+
+# ================================================================= fuzzing
+# Random programs over every op, run on tapead and mirrored on plain Python
+# floats (values and exceptions), then differentiated by a small reference
+# reverse mode written here in plain Python with micrograd's derivative
+# forms and conventions: relu'(0) = 0, |x|'(0) = 0, max/min split a tie
+# evenly, d(b**y)/dy = 0 at b == 0 with y >= 0 (PyTorch's limit).
+
+SPECIALS = [0.0, -0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5, 3.0, 1e308, -1e308, 5e-324, -5e-324,
+            1e-300, 700.0, -745.0, NAN, INF, -INF]
+consts = st.one_of(st.sampled_from(SPECIALS), st.floats(-4, 4),
+                   st.floats(allow_nan=True, allow_infinity=True))
+
+BIN = ["add", "sub", "mul", "div", "pow", "max", "min"]
+CST = ["addc", "raddc", "subc", "rsubc", "mulc", "rmulc", "divc", "rdivc", "powc", "rpowc",
+       "maxc", "minc"]
+UN = ["neg", "relu", "tanh", "exp", "log", "sigmoid", "sin", "cos", "sqrt", "abs", "absm"]
+FORMS = BIN + CST + UN
+
+
+def run_tapead(form, a, b, c):
+    """The form applied to Values a, b (and the constant c) through tapead's public API."""
+    return {
+        "add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b,
+        "div": lambda: a / b, "pow": lambda: a ** b, "max": lambda: a.maximum(b),
+        "min": lambda: tapead.minimum(a, b),
+        "addc": lambda: a + c, "raddc": lambda: c + a, "subc": lambda: a - c,
+        "rsubc": lambda: c - a, "mulc": lambda: a * c, "rmulc": lambda: c * a,
+        "divc": lambda: a / c, "rdivc": lambda: c / a, "powc": lambda: a ** c,
+        "rpowc": lambda: c ** a, "maxc": lambda: tapead.maximum(a, c),
+        "minc": lambda: tapead.minimum(c, a),
+        "neg": lambda: -a, "relu": a.relu, "tanh": a.tanh, "exp": a.exp, "log": a.log,
+        "sigmoid": a.sigmoid, "sin": a.sin, "cos": a.cos, "sqrt": a.sqrt,
+        "abs": lambda: abs(a), "absm": a.abs,
+    }[form]()
+
+
+def py_pow(x, y):
+    """Python's float ** float, except that a complex result is a ValueError
+    (also where Python's complex power would overflow instead)."""
+    if x < 0 and math.isfinite(x) and math.isfinite(y) and y != math.floor(y):
+        raise ValueError("negative number to a fractional power")
+    r = x ** y
+    if isinstance(r, complex):
+        raise ValueError("negative number to a fractional power")
+    return r
+
+
+def py_sigmoid(x):
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    e = math.exp(x)
+    return e / (1.0 + e)
+
+
+def run_python(form, x, y, c):
+    """The same form on plain floats: Python's operators, builtins and math."""
+    return {
+        "add": lambda: x + y, "sub": lambda: x - y, "mul": lambda: x * y,
+        "div": lambda: x / y, "pow": lambda: py_pow(x, y), "max": lambda: max(x, y),
+        "min": lambda: min(x, y),
+        "addc": lambda: x + c, "raddc": lambda: c + x, "subc": lambda: x - c,
+        "rsubc": lambda: c - x, "mulc": lambda: x * c, "rmulc": lambda: c * x,
+        # micrograd's a / c is a * c**-1 (tapead keeps that, bit for bit)
+        "divc": lambda: x * (1.0 / c), "rdivc": lambda: c / x, "powc": lambda: py_pow(x, c),
+        "rpowc": lambda: py_pow(c, x), "maxc": lambda: max(x, c), "minc": lambda: min(c, x),
+        "neg": lambda: x * -1.0, "relu": lambda: 0.0 if x < 0 else x, "tanh": lambda: math.tanh(x),
+        "exp": lambda: math.exp(x), "log": lambda: math.log(x), "sigmoid": lambda: py_sigmoid(x),
+        "sin": lambda: math.sin(x), "cos": lambda: math.cos(x), "sqrt": lambda: math.sqrt(x),
+        "abs": lambda: abs(x), "absm": lambda: abs(x),
+    }[form]()
+
+
+# ---- reference reverse mode: IEEE helpers where Python would raise
+def ieee_div(a, b):
+    if b == 0:
+        if a == 0 or a != a:
+            return NAN
+        return math.copysign(INF, a) * math.copysign(1.0, b)
+    return a / b
+
+
+def ieee_pow(x, e):
+    """C's pow(x, e): infinities where Python raises."""
+    odd = math.isfinite(e) and e == math.floor(e) and e % 2 == 1
+    try:
+        r = x ** e
+    except ZeroDivisionError:
+        return math.copysign(INF, x) if odd else INF
+    except OverflowError:
+        return -INF if (x < 0 and odd) else INF
+    return NAN if isinstance(r, complex) else r
+
+
+def ieee_log(x):
+    if x != x or x < 0:
+        return NAN
+    return -INF if x == 0 else math.log(x)
+
+
+def dpow_dx(x, y):
+    return y * ieee_pow(x, y - 1.0)           # micrograd: other * self.data**(other-1)
+
+
+def dpow_dy(x, y, r):
+    return 0.0 if (x == 0 and y >= 0) else r * ieee_log(x)
+
+
+def partials(form, x, y, c, r):
+    """Local partials (d r/d first input, d r/d second input) of one mirrored node."""
+    if form in ("add", "addc", "raddc", "subc"):
+        return 1.0, 1.0
+    if form == "sub":
+        return 1.0, -1.0
+    if form == "mul":
+        return y, x
+    if form == "div":
+        return 1.0 / y, -r / y
+    if form == "pow":
+        return dpow_dx(x, y), dpow_dy(x, y, r)
+    if form in ("max", "maxc"):
+        return (0.5, 0.5) if x == y else ((0.0, 1.0) if y > x else (1.0, 0.0))
+    if form in ("min", "minc"):
+        return (0.5, 0.5) if x == y else ((0.0, 1.0) if y < x else (1.0, 0.0))
+    d = {"rsubc": lambda: -1.0, "mulc": lambda: c, "rmulc": lambda: c,
+         "divc": lambda: c, "rdivc": lambda: -r / x, "powc": lambda: dpow_dx(x, c),
+         "rpowc": lambda: dpow_dy(c, x, r), "neg": lambda: -1.0,
+         "relu": lambda: 1.0 if r > 0 else 0.0, "tanh": lambda: 1.0 - r * r,
+         "exp": lambda: r, "log": lambda: 1.0 / x, "sigmoid": lambda: r * (1.0 - r),
+         "sin": lambda: math.cos(x), "cos": lambda: -math.sin(x),
+         "sqrt": lambda: ieee_div(0.5, r),
+         "abs": lambda: 1.0 if x > 0 else (-1.0 if x < 0 else 0.0)}
+    d["absm"] = d["abs"]
+    return d[form](), 0.0
+
+
+def reference_backward(nodes_, root):
+    """nodes_: (form, input indices, constant, value) in creation order. Returns adjoints."""
+    adj = [0.0] * len(nodes_)
+    reached = [False] * len(nodes_)
+    reached[root] = True
+    adj[root] = 1.0
+    for k in range(root, -1, -1):
+        if not reached[k]:
+            continue
+        form, ins, c, r = nodes_[k]
+        if form in ("leaf", "const"):
+            continue
+        g = adj[k]
+        vals = [nodes_[i][3] for i in ins]
+        x = vals[0]
+        y = vals[1] if len(vals) > 1 else 0.0
+        d = partials(form, x, y, c, r)
+        for i, di in zip(ins, d):
+            if nodes_[i][0] == "const":           # a no_grad result: a constant here
+                continue
+            if not reached[i]:
+                reached[i] = True
+                if nodes_[i][0] != "leaf":
+                    adj[i] = 0.0
+            adj[i] += di * g
+    return adj
+
+
+FUZZ = {"programs": 0, "ops": 0, "raised": 0}
+FUZZ_EXAMPLES = int(os.environ.get("TAPEAD_FUZZ_EXAMPLES", "1500"))
+
+
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None)
+@given(leaves=st.lists(consts, min_size=1, max_size=4),
+       prog=st.lists(st.tuples(st.sampled_from(FORMS), st.integers(0, 63), st.integers(0, 63),
+                               consts, st.integers(0, 7)), min_size=1, max_size=14),
+       root_pick=st.integers(0, 63))
+def test_fuzz_every_op_against_python_and_reference_gradients(leaves, prog, root_pick):
+    """One op in eight runs under no_grad: its result must then act as a constant."""
+    tv = [Value(x) for x in leaves]                  # tapead handles, one per node
+    ref = [("leaf", (), 0.0, x) for x in leaves]     # mirrored nodes
+    pool = list(range(len(tv)))                      # nodes with a handle of ours
+    for form, i, j, c, mode in prog:
+        ng = mode == 0
+        ia, ib = pool[i % len(pool)], pool[j % len(pool)]
+        a, b = tv[ia], tv[ib]
+        x, y = ref[ia][3], ref[ib][3]
+        try:
+            want = run_python(form, x, y, c)
+        except (ArithmeticError, ValueError) as e:
+            want = e
+        n0 = nodes()
+        try:
+            if ng:
+                with tapead.no_grad():
+                    got = run_tapead(form, a, b, c)
+            else:
+                got = run_tapead(form, a, b, c)
+        except (ArithmeticError, ValueError) as e:
+            got = e
+        FUZZ["ops"] += 1
+        if ng and form not in ("maxc", "minc"):   # those make a tape leaf for c first
+            assert nodes() == n0, (form, "no_grad recorded on the tape")
+        if isinstance(want, Exception):
+            FUZZ["raised"] += 1
+            assert type(got) is type(want), (form, x, y, c, got, want)
+            assert nodes() == n0, (form, "tape changed by a failed op")
+            continue
+        assert isinstance(got, Value), (form, x, y, c, got, want)
+        assert same(got.data, want), (form, x, y, c, got.data, want)
+        if ng:                                        # a constant for the graph
+            ref.append(("const", (), 0.0, want))
+            pool.append(len(tv))
+            tv.append(got)
+            continue
+        if form in ("maxc", "minc"):                  # the constant became a leaf first
+            ref.append(("leaf", (), 0.0, c))
+            tv.append(None)                           # its handle is internal
+            ib = len(ref) - 1
+            y = c
+        ins = (ia, ib) if form in BIN + ["maxc", "minc"] else (ia,)
+        if form == "minc":
+            ins = (ib, ia)                            # minimum(c, a): c is the first input
+        cst = {"subc": -c, "divc": 1.0 / c if c else c, "neg": -1.0}.get(form, c)
+        ref.append((form, ins, cst, want))
+        pool.append(len(tv))
+        tv.append(got)
+    # a backward pass from a chosen node, compared with the reference on every node
+    root = pool[root_pick % len(pool)]
+    if ref[root][0] == "const":
+        with pytest.raises(tapead.TapeadError):
+            tv[root].backward()
+        root = 0                                      # a leaf of the program instead
+    tv[root].backward()
+    want_adj = reference_backward(ref, root)
+    for k in pool:
+        assert same(tv[k].grad, want_adj[k]), (k, ref[k], tv[k].grad, want_adj[k])
+    assert lib.ta_validate() == 0
+    FUZZ["programs"] += 1
+
+
+def teardown_module(module):
+    if FUZZ["programs"]:
+        sys.stderr.write(f"\nfuzz: {FUZZ['programs']} programs, {FUZZ['ops']} ops, "
+                         f"{FUZZ['raised']} raising\n")
