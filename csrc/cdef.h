@@ -167,3 +167,11 @@ int ta_grad_graph(const int64_t *outs, const double *w, int nout,
 int ta_hvp(int64_t out, const int64_t *ins, int nin, const double *v, double *hv); /* hv = H v */
 int ta_hessian(int64_t out, const int64_t *ins, int nin, double *H);  /* H: nin x nin, row-major */
 int ta_jacobian(const int64_t *outs, int nout, const int64_t *ins, int nin, double *J); /* nout x nin */
+
+/* nn.c: one layer of micrograd's MLP in one call: for each neuron j,
+ * b[j] + w[j,0]*x0 + ... (left to right), then relu if asked; x_i is node
+ * xid[i], or the constant xc[i] where xid[i] < 0.  Records the same nodes
+ * as micrograd's Python loop, in the same order; out[j] gets neuron j's id.
+ * TA_EBADOP inside no_grad / detect_anomaly (use the op-by-op path). */
+int ta_layer(const int64_t *w, const int64_t *b, uint32_t nout, uint32_t nin,
+             const int64_t *xid, const double *xc, int relu, int64_t *out);

@@ -14,14 +14,16 @@
 #include "tapead.h"
 #include "ops.h"
 
-/* First arrival at a node: mark it and count it in its segment. */
-static inline void ta_reach(ta_seg *s, uint32_t o)
+/* Add v to the adjoint of node o of segment s.  On first arrival the node
+ * is marked and counted in its segment, and an intermediate's adjoint is
+ * set rather than added to (it holds only this pass's adjoint). */
+static inline void ta_accum(ta_seg *s, uint32_t o, double v)
 {
     uint8_t b = s->op[o];
-    if (b & TA_MARK) return;
+    if (b & TA_MARK) { s->adj[o] += v; return; }
     s->op[o] = (uint8_t)(b | TA_MARK);
-    if ((b & TA_OPMASK) != TA_LEAF) s->adj[o] = 0.0;
     s->marked++;
+    s->adj[o] = ((b & TA_OPMASK) == TA_LEAF ? s->adj[o] : 0.0) + v;  /* 0.0 + v: -0.0 becomes 0.0, as micrograd's 0 + v */
 }
 
 int ta_backward(int64_t root)
@@ -62,12 +64,8 @@ int ta_backward(int64_t root)
                 p++;                        /* revisit this segment to clear it */
                 break;
             }
-            ta_reach(TA_SEGOF(T, L.xr), TA_OFF(L.xr));
-            TA_SEGOF(T, L.xr)->adj[TA_OFF(L.xr)] += L.dx * g;
-            if (L.kind == TA_K_BIN) {
-                ta_reach(TA_SEGOF(T, L.yr), TA_OFF(L.yr));
-                TA_SEGOF(T, L.yr)->adj[TA_OFF(L.yr)] += L.dy * g;
-            }
+            ta_accum(TA_SEGOF(T, L.xr), TA_OFF(L.xr), L.dx * g);
+            if (L.kind == TA_K_BIN) ta_accum(TA_SEGOF(T, L.yr), TA_OFF(L.yr), L.dy * g);
         }
     }
     return st;

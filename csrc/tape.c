@@ -253,7 +253,7 @@ int ta_check(int64_t id)
 /* ------------------------------------------------------- recording ops */
 
 /* Undo the last append (it must be in the current segment). */
-static void ta_unappend(ta_tape *T)
+void ta_unappend(ta_tape *T)
 {
     T->cur->n--;
     T->nodes--;
@@ -336,6 +336,22 @@ int64_t ta_leaf(double x)
     return ta_append(T, TA_LEAF, 0, aux, x);
 }
 
+int ta_bulk_begin(ta_tape *T, uint64_t need, uint32_t *saved_gc_at)
+{
+    if (T->nodes > T->limit || need > T->limit - T->nodes) {
+        ta_gc(T);                 /* garbage does not count against the limit (as in ta_append) */
+        if (T->nodes > T->limit || need > T->limit - T->nodes) return TA_ELIMIT;
+    }
+    *saved_gc_at = T->gc_at;
+    T->gc_at = UINT32_MAX;
+    return TA_OK;
+}
+
+void ta_bulk_end(ta_tape *T, uint32_t saved_gc_at)
+{
+    T->gc_at = saved_gc_at;
+}
+
 int64_t ta_leaves(const double *x, size_t n, int64_t *ids)
 {
     ta_tape *T = ta_self();
@@ -343,25 +359,21 @@ int64_t ta_leaves(const double *x, size_t n, int64_t *ids)
     size_t i;
     uint64_t start;
     uint32_t gc_at;
+    int st;
     if (!T) return TA_ENOMEM;
-    if (T->nodes > T->limit || n > T->limit - T->nodes) {
-        ta_gc(T);                 /* garbage does not count against the limit (as in ta_append) */
-        if (T->nodes > T->limit || n > T->limit - T->nodes) return TA_ELIMIT;
-    }
-    gc_at = T->gc_at;
+    if ((st = ta_bulk_begin(T, n, &gc_at)) != TA_OK) return st;
     aux.c = 0.0;
     start = T->nodes;
-    T->gc_at = UINT32_MAX;        /* the new leaves have no token until we return */
     for (i = 0; i < n; i++) {
         int64_t id = ta_append(T, TA_LEAF, 0, aux, x[i]);
         if (id < 0 && id > TA_NEWSEG) {       /* out of memory: undo what we can */
             while (T->nodes > start && T->cur && T->cur->n) ta_unappend(T);
-            T->gc_at = gc_at;
+            ta_bulk_end(T, gc_at);
             return id;
         }
         ids[i] = id < 0 ? TA_NEWSEG - id : id;
     }
-    T->gc_at = gc_at;
+    ta_bulk_end(T, gc_at);
     return (int64_t)n;
 }
 

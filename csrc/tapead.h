@@ -82,6 +82,14 @@ int ta_gc(ta_tape *T);        /* reclaim; returns segments freed */
 
 /* Append one node; returns its id or a negative status. */
 int64_t ta_append(ta_tape *T, int op, uint32_t x, ta_aux aux, double val);
+void    ta_unappend(ta_tape *T);        /* undo the last append (in cur)   */
+
+/* Recording many nodes in one call: the nodes have no Python token until
+ * the call returns, so the collector must not run meanwhile.  begin checks
+ * that `need` more nodes fit under the limit (collecting first if not) and
+ * holds the collector off; end lets it run again. */
+int  ta_bulk_begin(ta_tape *T, uint64_t need, uint32_t *saved_gc_at);
+void ta_bulk_end(ta_tape *T, uint32_t saved_gc_at);
 
 /* replay.c: guards die with their nodes (called at the end of ta_gc) and
  * with the tape. */

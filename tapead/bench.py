@@ -132,23 +132,39 @@ def timed(fn: Callable[[], object], repeats: int) -> float:
     return statistics.median(ts)
 
 
-def fwd_bwd(V: Any, build: Callable[[Any], Tuple[Any, ...]], repeats: int,
-            backward: bool = True) -> Tuple[float, Optional[float]]:
-    """Median forward ns/op and backward ns/node for the graph build() records."""
-    fw, bw = [], []
-    for _ in range(repeats):
-        gc.collect()
+def fwd_bwd_once(V: Any, build: Callable[[Any], Tuple[Any, ...]],
+                 backward: bool = True) -> Tuple[float, Optional[float]]:
+    """Forward seconds per op and backward seconds per node of one recording by build()."""
+    gc.collect()
+    t0 = time.perf_counter()
+    res = build(V)
+    t1 = time.perf_counter()
+    root, nops = res[0], res[1]
+    fw = (res[2] if len(res) > 2 else t1 - t0) / nops
+    bw = None
+    if backward and hasattr(root, "backward"):
         t0 = time.perf_counter()
-        res = build(V)
-        t1 = time.perf_counter()
-        root, nops = res[0], res[1]
-        fw.append((res[2] if len(res) > 2 else t1 - t0) / nops)
-        if backward and hasattr(root, "backward"):
-            t0 = time.perf_counter()
-            root.backward()
-            bw.append((time.perf_counter() - t0) / nops)
-        del root, res
-    return statistics.median(fw) * 1e9, (statistics.median(bw) * 1e9 if bw else None)
+        root.backward()
+        bw = (time.perf_counter() - t0) / nops
+    return fw, bw
+
+
+def interleaved(build: Callable[[Any], Tuple[Any, ...]], build_mg: Callable[[Any], Tuple[Any, ...]],
+                reps: int, mg_reps: int, with_mg: bool) -> Dict[str, Optional[float]]:
+    """Median ns of floor, tapead and micrograd on one workload, their runs interleaved
+    (floor, tapead, micrograd, floor, ...) so a slow spell of a shared machine hits all."""
+    runs: Dict[str, List[float]] = {k: [] for k in ("floor_fwd", "tapead_fwd", "tapead_bwd",
+                                                   "micrograd_fwd", "micrograd_bwd")}
+    for r in range(reps):
+        runs["floor_fwd"].append(fwd_bwd_once(Floor, build, backward=False)[0])
+        fw, bw = fwd_bwd_once(tapead.Value, build)
+        runs["tapead_fwd"].append(fw)
+        runs["tapead_bwd"].append(bw or 0.0)
+        if with_mg and r < mg_reps:
+            fw, bw = _in_big_stack(lambda: fwd_bwd_once(micrograd.engine.Value, build_mg))
+            runs["micrograd_fwd"].append(fw)
+            runs["micrograd_bwd"].append(bw or 0.0)
+    return {k + "_ns": (statistics.median(v) * 1e9 if v else None) for k, v in runs.items()}
 
 
 def demo_step(nn: Any, V: Any, steps: int, use_optim: bool = False) -> float:
@@ -174,7 +190,17 @@ def demo_step(nn: Any, V: Any, steps: int, use_optim: bool = False) -> float:
 
 
 _PEAK_CODE = r"""
-import resource, sys, gc
+import gc, resource, sys
+def peak():
+    # VmHWM belongs to this process image; ru_maxrss would carry the parent's peak over exec
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
 lib = sys.argv[1]
 import tapead.demo as demo
 if lib == "tapead":
@@ -184,10 +210,9 @@ else:
 model, X, y = demo.setup(nn)
 demo.loss(model, X[:2], y[:2], V)     # warm up code paths on a tiny batch
 gc.collect()
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+base = peak()
 demo.step(model, X, y, V, 0)          # one full step: forward, backward, update
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print((peak - base) * 1024)
+print(peak() - base)
 """
 
 
@@ -237,20 +262,15 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
         ("README expression", lambda V: readme(V, n // 24), lambda V: readme(V, n_mg // 24)),
     ]
     for name, build, build_mg in workloads:
-        note(f"{name}: floor")
-        f_fw, _ = fwd_bwd(Floor, build, reps, backward=False)
-        note(f"{name}: tapead")
-        t_fw, t_bw = fwd_bwd(tapead.Value, build, reps)
-        m_fw = m_bw = None
-        if mg is not None:
-            note(f"{name}: micrograd")
-            m_fw, m_bw = _in_big_stack(lambda: fwd_bwd(micrograd.engine.Value, build_mg, max(3, reps // 2)))
-        res["results"][name] = dict(floor_fwd_ns=f_fw, tapead_fwd_ns=t_fw, tapead_bwd_ns=t_bw,
-                                    micrograd_fwd_ns=m_fw, micrograd_bwd_ns=m_bw)
+        note(name)
+        m = interleaved(build, build_mg, reps, max(3, reps // 2), mg is not None)
+        f_fw, t_fw, t_bw = m["floor_fwd_ns"] or 0.0, m["tapead_fwd_ns"] or 0.0, m["tapead_bwd_ns"] or 0.0
+        m_fw, m_bw = m["micrograd_fwd_ns"], m["micrograd_bwd_ns"]
+        res["results"][name] = m
         rows.append((f"{name}: forward ns/op", fmt_ns(f_fw), fmt_ns(t_fw), fmt_ns(m_fw),
                      f"{t_fw / f_fw:.2f}x floor" + (f", {m_fw / t_fw:.0f}x faster than micrograd" if m_fw else "")))
         rows.append((f"{name}: backward ns/node", "", fmt_ns(t_bw), fmt_ns(m_bw),
-                     f"{m_bw / t_bw:.0f}x faster than micrograd" if m_bw else ""))  # type: ignore[operator]  # (t_bw is measured)
+                     f"{m_bw / t_bw:.0f}x faster than micrograd" if m_bw else ""))
 
     tapead.collect()
     s, nodes = chain(tapead.Value, n)
@@ -263,6 +283,12 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
 
     note("demo step: tapead")
     t_demo = demo_step(tapead.nn, tapead.Value, demo_steps)
+    note("demo step: tapead, op by op (tapead.nn.fuse_layers = False)")
+    tapead.nn.fuse_layers = False
+    try:
+        t_demo_ops = demo_step(tapead.nn, tapead.Value, demo_steps)
+    finally:
+        tapead.nn.fuse_layers = True
     note("demo step: tapead + tapead.optim.SGD")
     t_demo_opt = demo_step(tapead.nn, tapead.Value, demo_steps, use_optim=True)
     m_demo = None
@@ -272,6 +298,9 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     res["results"]["demo_step_s"] = dict(tapead=t_demo, tapead_optim=t_demo_opt, micrograd=m_demo)
     rows.append(("demo training step, ms", "", f"{t_demo * 1e3:.1f}", fmt_ms(m_demo),
                  f"{m_demo / t_demo:.1f}x faster than micrograd" if m_demo else ""))
+    res["results"]["demo_step_s"]["tapead_op_by_op"] = t_demo_ops
+    rows.append(("demo step, op by op (no fused Layer), ms", "", f"{t_demo_ops * 1e3:.1f}", fmt_ms(m_demo),
+                 f"{m_demo / t_demo_ops:.1f}x faster than micrograd" if m_demo else ""))
     rows.append(("demo step with optim.SGD, ms", "", f"{t_demo_opt * 1e3:.1f}", fmt_ms(m_demo),
                  f"{m_demo / t_demo_opt:.1f}x faster than micrograd" if m_demo else ""))
 

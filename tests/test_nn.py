@@ -10,6 +10,7 @@ import pytest
 
 import tapead
 import tapead.nn
+from tapead import Value
 from tapead import demo
 
 SHAPES = [(1, [1]), (2, [1]), (3, [4, 4, 1]), (2, [16, 16, 1]), (5, [3, 2]), (4, [7])]
@@ -116,3 +117,64 @@ def test_demo_matches_micrograd_step_by_step():
         if enabled:
             gc.enable()
         gc.collect()
+
+
+# ------------------------------------------- the fused Layer path (ta_layer)
+def _op_by_op(layer, x):
+    """micrograd's Layer.__call__, spelled out: every node through a Python operator."""
+    out = [n(x) for n in layer.neurons]
+    return out[0] if len(out) == 1 else out
+
+
+@pytest.mark.parametrize("inputs", ["values", "floats", "mixed"])
+def test_fused_layer_records_what_the_python_loop_records(inputs):
+    random.seed(7)
+    layer = tapead.nn.Layer(5, 4)
+    raw = [0.3, -1.2, 2.5, 0.0, -0.7]
+    x = {"values": [Value(v) for v in raw], "floats": raw,
+         "mixed": [Value(v) if i % 2 else v for i, v in enumerate(raw)]}[inputs]
+    fused = layer(x)
+    loop = _op_by_op(layer, x)
+    assert [v.data for v in fused] == [v.data for v in loop]
+    for v in fused + loop:
+        v.grad = 0.0
+    s1 = sum(v * v for v in fused)
+    s1.backward()
+    g1 = [p.grad for p in layer.parameters()] + [v.grad for v in x if isinstance(v, Value)]
+    layer.zero_grad()
+    for v in x:
+        if isinstance(v, Value):
+            v.grad = 0.0
+    s2 = sum(v * v for v in loop)
+    s2.backward()
+    g2 = [p.grad for p in layer.parameters()] + [v.grad for v in x if isinstance(v, Value)]
+    assert g1 == g2  # bit for bit
+    assert tapead._core.lib.ta_validate() == 0
+
+
+def test_fused_layer_sees_changed_weights_and_flags():
+    random.seed(3)
+    layer = tapead.nn.Layer(3, 2)
+    x = [Value(1.0), Value(2.0), Value(-3.0)]
+    before = [v.data for v in layer(x)]
+    layer.neurons[0].w[1] = Value(10.0)                # in-place list change
+    layer.neurons[1].b = Value(-100.0)                 # attribute change
+    after = [v.data for v in layer(x)]
+    assert after == [v.data for v in _op_by_op(layer, x)]
+    assert after != before
+    layer.neurons[1].nonlin = False                     # mixed nonlin: op-by-op path
+    assert [v.data for v in layer(x)] == [v.data for v in _op_by_op(layer, x)]
+    assert layer(x)[1].data < 0                         # the linear neuron is not clipped
+
+
+def test_fused_layer_falls_back_where_micrograd_would_differ():
+    random.seed(5)
+    layer = tapead.nn.Layer(3, 2)
+    short = [Value(1.0), Value(2.0)]                    # zip truncates in micrograd
+    assert [v.data for v in layer(short)] == [v.data for v in _op_by_op(layer, short)]
+    with tapead.no_grad():                              # no recording: op-by-op path
+        n0 = tapead.tape_stats()["nodes"]
+        layer([1.0, 2.0, 3.0])
+        assert tapead.tape_stats()["nodes"] == n0
+    with pytest.raises(TypeError):
+        layer([1.0, "2", 3.0])

@@ -27,3 +27,13 @@ def test_typing_files_ship():
     with open(os.path.join(ROOT, "pyproject.toml")) as f:
         text = f.read()
     assert 'tapead = ["py.typed", "*.pyi"]' in text
+
+
+def test_stub_declares_every_c_function():
+    import re
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "csrc", "cdef.h")) as f:
+        names = set(re.findall(r"\b(ta_\w+)\s*\(", f.read()))
+    with open(os.path.join(root, "tapead", "_tapead_c.pyi")) as f:
+        stub = f.read()
+    assert names and sorted(n for n in names if f"def {n}(" not in stub) == []
