@@ -61,15 +61,19 @@ def handles(ids: Iterable[int]) -> List[Value]:
     the fast path's current token, so the fast path stays consistent."""
     toks: Dict[int, _Token] = {}
     out: List[Value] = []
+    append = out.append
+    key = -(1 << 63)  # no id's key
+    t: Optional[_Token] = None
     for i in ids:
-        if i < 0:
-            raise error(i)
-        key = i >> SHIFT
-        t = toks.get(key)
-        if t is None:
-            t = toks[key] = _core.new_token(key, 0)[0]
+        if i >> SHIFT != key:  # ids come in runs per segment: one lookup per run
+            if i < 0:
+                raise error(i)
+            key = i >> SHIFT
+            t = toks.get(key)
+            if t is None:
+                t = toks[key] = _core.new_token(key, 0)[0]
         v = _new(Value); v._i = i; v._t = t
-        out.append(v)
+        append(v)
     return out
 
 
