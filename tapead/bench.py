@@ -167,26 +167,44 @@ def interleaved(build: Callable[[Any], Tuple[Any, ...]], build_mg: Callable[[Any
     return {k + "_ns": (statistics.median(v) * 1e9 if v else None) for k, v in runs.items()}
 
 
-def demo_step(nn: Any, V: Any, steps: int, use_optim: bool = False) -> float:
-    """Median seconds of one eager demo training step (forward, backward, update)."""
+def demo_stepper(nn: Any, V: Any, use_optim: bool = False, fused: bool = True) -> Callable[[], float]:
+    """A function that runs the next eager demo training step (forward, backward,
+    update) and returns its seconds."""
     model, X, y = demo.setup(nn)
-    opt = None
+    opt: Any = None
     if use_optim:
         from tapead.optim import SGD
         opt = SGD(model.parameters(), lr=1.0)
-    ts = []
-    for k in range(steps):
-        t0 = time.perf_counter()
-        if opt is None:
-            demo.step(model, X, y, V, k)
-        else:
-            total, _ = demo.loss(model, X, y, V)
-            opt.zero_grad()
-            total.backward()
-            opt.lr = 1.0 - 0.9 * k / 100
-            opt.step()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
+    k = [0]
+
+    def run() -> float:
+        old = tapead.nn.fuse_layers
+        tapead.nn.fuse_layers = fused
+        try:
+            t0 = time.perf_counter()
+            if opt is None:
+                demo.step(model, X, y, V, k[0] % 100)
+            else:
+                total, _ = demo.loss(model, X, y, V)
+                opt.zero_grad()
+                total.backward()
+                opt.lr = 1.0 - 0.9 * (k[0] % 100) / 100
+                opt.step()
+            return time.perf_counter() - t0
+        finally:
+            tapead.nn.fuse_layers = old
+            k[0] += 1
+    return run
+
+
+def demo_rounds(steppers: Dict[str, Tuple[Callable[[], float], int]], rounds: int) -> Dict[str, float]:
+    """Median step seconds of each stepper, run in interleaved rounds (each
+    round runs every stepper its given number of steps)."""
+    ts: Dict[str, List[float]] = {k: [] for k in steppers}
+    for _ in range(rounds):
+        for name, (run, per_round) in steppers.items():
+            ts[name].extend(run() for _ in range(per_round))
+    return {k: statistics.median(v) for k, v in ts.items()}
 
 
 _PEAK_CODE = r"""
@@ -242,8 +260,7 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     n = 20_000 if q else 100_000
     n_mg = 5_000 if q else 20_000       # micrograd: ~15 us/op and recursive backward
     reps = 3 if q else 7
-    demo_steps = 3 if q else 9
-    mg_demo_steps = 1 if q else 3
+    demo_steps = 2 if q else 5      # interleaved rounds: 3 steps of each tapead variant, 1 of micrograd
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 10 * n_mg + 1000))
     rows: List[Tuple[str, ...]]
     rows, res = [], {"python": platform.python_version(), "machine": platform.machine(),
@@ -281,28 +298,21 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     rows.append(("tape memory bytes/node", "", f"{measured:.1f}", "", f"{bpn} per slot + segment tables"))
     del s
 
-    note("demo step: tapead")
-    t_demo = demo_step(tapead.nn, tapead.Value, demo_steps)
-    note("demo step: tapead, op by op (tapead.nn.fuse_layers = False)")
-    tapead.nn.fuse_layers = False
-    try:
-        t_demo_ops = demo_step(tapead.nn, tapead.Value, demo_steps)
-    finally:
-        tapead.nn.fuse_layers = True
-    note("demo step: tapead + tapead.optim.SGD")
-    t_demo_opt = demo_step(tapead.nn, tapead.Value, demo_steps, use_optim=True)
-    m_demo = None
+    note("demo training steps: tapead (fused Layer, op by op, with optim.SGD) and micrograd, interleaved")
+    steppers: Dict[str, Tuple[Callable[[], float], int]] = {
+        "tapead": (demo_stepper(tapead.nn, tapead.Value), 3),
+        "tapead_op_by_op": (demo_stepper(tapead.nn, tapead.Value, fused=False), 3),
+        "tapead_optim": (demo_stepper(tapead.nn, tapead.Value, use_optim=True), 3)}
     if mg is not None:
-        note("demo step: micrograd")
-        m_demo = demo_step(micrograd.nn, micrograd.engine.Value, mg_demo_steps)
-    res["results"]["demo_step_s"] = dict(tapead=t_demo, tapead_optim=t_demo_opt, micrograd=m_demo)
-    rows.append(("demo training step, ms", "", f"{t_demo * 1e3:.1f}", fmt_ms(m_demo),
-                 f"{m_demo / t_demo:.1f}x faster than micrograd" if m_demo else ""))
-    res["results"]["demo_step_s"]["tapead_op_by_op"] = t_demo_ops
-    rows.append(("demo step, op by op (no fused Layer), ms", "", f"{t_demo_ops * 1e3:.1f}", fmt_ms(m_demo),
-                 f"{m_demo / t_demo_ops:.1f}x faster than micrograd" if m_demo else ""))
-    rows.append(("demo step with optim.SGD, ms", "", f"{t_demo_opt * 1e3:.1f}", fmt_ms(m_demo),
-                 f"{m_demo / t_demo_opt:.1f}x faster than micrograd" if m_demo else ""))
+        steppers["micrograd"] = (demo_stepper(micrograd.nn, micrograd.engine.Value), 1)
+    d = demo_rounds(steppers, demo_steps)
+    m_demo = d.get("micrograd")
+    res["results"]["demo_step_s"] = dict(d, micrograd=m_demo)
+    for key, label in (("tapead", "demo training step, ms"),
+                       ("tapead_op_by_op", "demo step, op by op (no fused Layer), ms"),
+                       ("tapead_optim", "demo step with optim.SGD, ms")):
+        rows.append((label, "", f"{d[key] * 1e3:.1f}", fmt_ms(m_demo),
+                     f"{m_demo / d[key]:.1f}x faster than micrograd" if m_demo else ""))
 
     note("peak memory of one demo step (fresh processes)")
     t_peak = peak_step_bytes("tapead")
