@@ -259,8 +259,8 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     q = args.quick
     n = 20_000 if q else 100_000
     n_mg = 5_000 if q else 20_000       # micrograd: ~15 us/op and recursive backward
-    reps = 3 if q else 7
-    demo_steps = 2 if q else 5      # interleaved rounds: 3 steps of each tapead variant, 1 of micrograd
+    reps = 3 if q else 11
+    demo_steps = 2 if q else 9      # interleaved rounds: 3 steps of each tapead variant, 1 of micrograd
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 10 * n_mg + 1000))
     rows: List[Tuple[str, ...]]
     rows, res = [], {"python": platform.python_version(), "machine": platform.machine(),
