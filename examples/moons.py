@@ -79,7 +79,7 @@ def write_png(model, X, y, path):
     x_min, x_max = X[:, 0].min() - 1, X[:, 0].max() + 1
     y_min, y_max = X[:, 1].min() - 1, X[:, 1].max() + 1
     xx, yy = np.meshgrid(np.arange(x_min, x_max, h), np.arange(y_min, y_max, h))
-    with tapead.no_grad() if hasattr(tapead, "no_grad") else _nullcontext():
+    with tapead.no_grad():  # evaluation: nothing recorded
         scores = [model([tapead.Value(a), tapead.Value(b)]).data for a, b in np.c_[xx.ravel(), yy.ravel()]]
     Z = (np.array(scores) > 0).reshape(xx.shape)
     plt.figure()
@@ -89,14 +89,6 @@ def write_png(model, X, y, path):
     plt.ylim(yy.min(), yy.max())
     plt.savefig(path)
     print(f"decision boundary written to {os.path.abspath(path)}")
-
-
-class _nullcontext:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        return False
 
 
 if __name__ == "__main__":

@@ -88,10 +88,12 @@ _core.on_thread_exit.append(_drop_fast_token)
 
 
 def release_current() -> None:
-    """Let go of the current segment's token (before an explicit collect)."""
+    """Let go of this thread's current segment token (before an explicit collect)."""
     global _tok
-    _tok = None
+    if _tok is not None and _tok.tape is getattr(_tl, "tape", None):
+        _tok = None  # only the fast-path thread's own global; another thread's stays
     _tl.tok = None
+
 
 ADD, SUB, MUL, DIV, POW = OP["ADD"], OP["SUB"], OP["MUL"], OP["DIV"], OP["POW"]
 ADDC, RSUBC, MULC, RDIVC, POWC, RPOWC = (OP[k] for k in ("ADDC", "RSUBC", "MULC", "RDIVC", "POWC", "RPOWC"))

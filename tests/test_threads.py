@@ -149,3 +149,19 @@ def test_threads_churning_segments_concurrently():
     for (d, g, _), (d2, g2, c2) in zip(expect, out):
         assert (d, g) == (d2, g2) and g == 2 * d
         assert c2 > 0
+
+
+def test_collect_in_another_thread_leaves_the_fast_path_intact():
+    # the fast-path thread keeps its current segment token while another thread collects
+    a = Value(1.5)
+    b = a * 2.0                       # fast path, current segment token
+    t = threading.Thread(target=lambda: (Value(3.0) * 2, tapead.collect()))
+    t.start()
+    t.join()
+    c = b * 3.0                       # still the fast path: its Value must hold a real token
+    assert c._t is not None
+    tapead.collect()
+    assert (c.data, b.data) == (9.0, 3.0)
+    c.backward()
+    assert a.grad == 6.0
+    assert tapead._core.lib.ta_validate() == 0
