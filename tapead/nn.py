@@ -155,7 +155,7 @@ class _FusedLayer:
         self.out = _ffi.new("int64_t[]", self.nout)
 
     def __call__(self, x: Any) -> Optional[List[Value]]:
-        if not self.ok:
+        if not self.ok or Neuron.__call__ is not _NEURON_CALL:  # a patched Neuron: its own code
             return None
         try:
             if len(x) != self.nin:
@@ -180,3 +180,6 @@ class _FusedLayer:
                 return None
             raise _core.error(st)
         return handles(self.out[0:self.nout])
+
+
+_NEURON_CALL = Neuron.__call__

@@ -178,3 +178,11 @@ def test_fused_layer_falls_back_where_micrograd_would_differ():
         assert tapead.tape_stats()["nodes"] == n0
     with pytest.raises(TypeError):
         layer([1.0, "2", 3.0])
+
+
+def test_fused_layer_respects_a_patched_neuron(monkeypatch):
+    random.seed(11)
+    layer = tapead.nn.Layer(2, 2)
+    x = [Value(0.5), Value(-1.5)]
+    monkeypatch.setattr(tapead.nn.Neuron, "__call__", lambda self, x: Value(42.0))
+    assert [v.data for v in layer(x)] == [42.0, 42.0]
