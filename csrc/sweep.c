@@ -17,12 +17,13 @@
 /* Add v to the adjoint of node o of segment s.  On first arrival the node
  * is marked and counted in its segment, and an intermediate's adjoint is
  * set rather than added to (it holds only this pass's adjoint). */
-static inline void ta_accum(ta_seg *s, uint32_t o, double v)
+static inline void ta_accum(ta_seg *s, uint32_t o, double v, uint64_t *pending)
 {
     uint8_t b = s->op[o];
     if (b & TA_MARK) { s->adj[o] += v; return; }
     s->op[o] = (uint8_t)(b | TA_MARK);
     s->marked++;
+    ++*pending;
     s->adj[o] = ((b & TA_OPMASK) == TA_LEAF ? s->adj[o] : 0.0) + v;  /* 0.0 + v: -0.0 becomes 0.0, as micrograd's 0 + v */
 }
 
@@ -31,6 +32,7 @@ int ta_backward(int64_t root)
     ta_tape *T = ta_self();
     ta_seg *rs;
     uint32_t ro, p;
+    uint64_t pending = 1;               /* marked nodes not yet visited, all segments */
     int st;
     if (!T) return TA_ENOMEM;
     if ((st = ta_resolve(T, root, &rs, &ro)) != TA_OK) return st;
@@ -39,13 +41,14 @@ int ta_backward(int64_t root)
     rs->marked++;
     rs->adj[ro] = 1.0;
     /* A node's mark is cleared when it is visited (no later node can reach
-     * it again), and a segment with no marked node left is skipped whole. */
-    for (p = rs->pos + 1; p-- > 0;) {
+     * it again), a segment with no marked node left is skipped whole, and
+     * the sweep ends when no marked node is left at all. */
+    for (p = rs->pos + 1; pending && p-- > 0;) {
         ta_seg *s = T->segs[T->order[p]];
         uint32_t i = (s == rs) ? ro + 1 : s->n;
         if (st != TA_OK) {                 /* aborted: only clear marks */
             for (i = 0; s->marked && i < s->n; i++)
-                if (s->op[i] & TA_MARK) { s->op[i] &= (uint8_t)~TA_MARK; s->marked--; }
+                if (s->op[i] & TA_MARK) { s->op[i] &= (uint8_t)~TA_MARK; s->marked--; pending--; }
             continue;
         }
         while (s->marked && i-- > 0) {
@@ -55,17 +58,18 @@ int ta_backward(int64_t root)
             if (!(b & TA_MARK)) continue;
             s->op[i] = (uint8_t)(b & ~TA_MARK);
             s->marked--;
+            pending--;
             ta_local_at(T, s, i, &L);
             if (L.kind == TA_K_LEAF) continue;
             g = s->adj[i];
             if (T->anomaly && (isnan(L.dx * g) || (L.kind == TA_K_BIN && isnan(L.dy * g)))) {
                 T->err_op = L.op; T->err_x = L.xv; T->err_y = L.yv;
                 st = TA_EANOMALY;
-                p++;                        /* revisit this segment to clear it */
+                p++;                        /* revisit this segment to clear its marks */
                 break;
             }
-            ta_accum(TA_SEGOF(T, L.xr), TA_OFF(L.xr), L.dx * g);
-            if (L.kind == TA_K_BIN) ta_accum(TA_SEGOF(T, L.yr), TA_OFF(L.yr), L.dy * g);
+            ta_accum(TA_SEGOF(T, L.xr), TA_OFF(L.xr), L.dx * g, &pending);
+            if (L.kind == TA_K_BIN) ta_accum(TA_SEGOF(T, L.yr), TA_OFF(L.yr), L.dy * g, &pending);
         }
     }
     return st;
