@@ -187,3 +187,17 @@ def test_draw_dot_returns_a_digraph_with_the_same_graph():
     assert body.count("->") == 3 + 2 + 2 + 1
     assert "data 2.0000" in body and "grad 0.0000" in body
     assert 'rankdir=TB' in tapead.draw_dot(L, format="png", rankdir="TB").source
+
+
+def test_draw_dot_renders_when_graphviz_is_installed():
+    graphviz = pytest.importorskip("graphviz")
+    import shutil
+    if shutil.which("dot") is None:
+        pytest.skip("Graphviz's dot program is not installed")
+    a = Value(2.0, label="a")
+    L = (a * a).relu()
+    L.backward()
+    svg = tapead.draw_dot(L).pipe(format="svg").decode()
+    assert svg.lstrip().startswith("<?xml") and "<svg" in svg
+    assert "data 4.0000" in svg and "grad 4.0000" in svg and ">a<" in svg.replace(" ", "")
+    del graphviz
