@@ -14,15 +14,46 @@ from ._tapead_c import ffi as ffi, lib as lib  # re-exported (the "as" tells typ
 
 
 class TapeadError(Exception):
-    """Base class of tapead's own exceptions."""
+    """Base class of tapead's own exceptions.
+
+    For example, differentiating a Value computed under no_grad():
+
+    >>> import tapead
+    >>> with tapead.no_grad():
+    ...     y = tapead.Value(2.0) * 3
+    >>> y.backward()
+    Traceback (most recent call last):
+      ...
+    tapead._core.TapeadError: this Value was computed under tapead.no_grad(): it has no graph to differentiate or replay
+    """
 
 
 class TapeError(TapeadError, RuntimeError):
-    """A Value used where its node does not exist: another thread's tape, or a forged handle."""
+    """A Value used where its node does not exist: another thread's tape, or a forged handle.
+
+    >>> import threading, tapead
+    >>> box = []
+    >>> t = threading.Thread(target=lambda: box.append(tapead.Value(1.0)))
+    >>> t.start(); t.join()
+    >>> box[0].data
+    Traceback (most recent call last):
+      ...
+    tapead._core.TapeError: this Value was recorded by another thread: each thread records on its own tape, so use Values only in the thread that made them
+    """
 
 
 class GuardError(TapeadError):
-    """A comparison made while recording comes out differently at the new point."""
+    """A comparison made while recording comes out differently at the new point.
+
+    >>> import tapead
+    >>> x = tapead.Value(1.0)
+    >>> y = x * 2 if x > 0 else -x
+    >>> x.data = -1.0; y.recompute()
+    Traceback (most recent call last):
+      ...
+    tapead._core.GuardError: guard flipped: the recorded comparison x > y was True, but at the new point x = -1.0, y = 0.0 makes it False; the recorded graph does not hold there (record again)
+    >>> tapead.clear_guards()
+    """
 
 
 _CMP = ("<", "<=", ">", ">=")
@@ -36,7 +67,15 @@ def guard_error(kind: int, outcome: int, xv: float, yv: float, where: str = "") 
 
 
 class AnomalyError(TapeadError, FloatingPointError):
-    """Raised inside detect_anomaly() by the first op or adjoint that goes non-finite."""
+    """Raised inside detect_anomaly() by the first op or adjoint that goes non-finite.
+
+    >>> import tapead
+    >>> with tapead.detect_anomaly():
+    ...     tapead.Value(1e200) * tapead.Value(1e200)
+    Traceback (most recent call last):
+      ...
+    tapead._core.AnomalyError: detect_anomaly: op '*' with inputs (1e+200, 1e+200) produced a non-finite value
+    """
 
 
 # ---------------------------------------------------------------- op table
@@ -224,7 +263,15 @@ class _ThreadExit:
 
 
 def stats() -> Dict[str, int]:
-    """Counters of this thread's tape."""
+    """Counters of this thread's tape (tapead.tape_stats).
+
+    >>> import tapead
+    >>> st = tapead.tape_stats()
+    >>> sorted(st)
+    ['bytes', 'capacity', 'collections', 'limit', 'nodes', 'peak_nodes', 'segments']
+    >>> st["nodes"] <= st["capacity"]
+    True
+    """
     st = ffi.new("ta_stats_t *")
     check(lib.ta_stats(st))
     return {k: getattr(st, k) for k in
@@ -244,7 +291,14 @@ def collect() -> int:
 
 
 def set_limit(max_nodes: Optional[SupportsInt]) -> None:
-    """Cap this thread's tape at max_nodes nodes (None or 0: no cap)."""
+    """Cap this thread's tape at max_nodes nodes (None or 0: no cap).
+
+    >>> import tapead
+    >>> tapead.set_limit(1_000_000); tapead.tape_stats()["limit"]
+    1000000
+    >>> tapead.set_limit(None); tapead.tape_stats()["limit"]
+    0
+    """
     n = 0 if max_nodes is None else int(max_nodes)
     if n < 0:
         raise ValueError("the node limit must be >= 0")

@@ -21,7 +21,13 @@ _ffi, _lib = _core.ffi, _core.lib
 
 
 def values(arr: ArrayLike) -> List[Value]:
-    """A list of new leaf Values holding the entries of `arr` (flattened, as float64)."""
+    """A list of new leaf Values holding the entries of `arr` (flattened, as float64).
+
+    >>> import numpy as np, tapead
+    >>> xs = tapead.values(np.array([[1.0, 2.0], [3.0, 4.0]]))
+    >>> len(xs), xs[3]
+    (4, Value(data=4.0, grad=0.0))
+    """
     a = np.ascontiguousarray(arr, dtype=np.float64).ravel()
     ids = np.empty(a.size, dtype=np.int64)
     n = _lib.ta_leaves(_ffi.from_buffer("double[]", a), a.size, _ffi.from_buffer("int64_t[]", ids))
@@ -48,17 +54,34 @@ def _gather(vals: Iterable[Value], what: int) -> npt.NDArray[np.float64]:
 
 
 def data(vals: Iterable[Value]) -> npt.NDArray[np.float64]:
-    """The .data of each Value as a float64 array (one C call)."""
+    """The .data of each Value as a float64 array (one C call).
+
+    >>> import tapead
+    >>> tapead.data([tapead.Value(1.5), tapead.Value(2.0) * 2])
+    array([1.5, 4. ])
+    """
     return _gather(vals, 0)
 
 
 def grads(vals: Iterable[Value]) -> npt.NDArray[np.float64]:
-    """The .grad of each Value as a float64 array (one C call)."""
+    """The .grad of each Value as a float64 array (one C call).
+
+    >>> import tapead
+    >>> x, y = tapead.Value(2.0), tapead.Value(3.0)
+    >>> (x * y).backward(); tapead.grads([x, y])
+    array([3., 2.])
+    """
     return _gather(vals, 1)
 
 
 def set_data(vals: Iterable[Value], arr: ArrayLike) -> None:
-    """Set the .data of each Value from arr (same length), in one C call: all or nothing."""
+    """Set the .data of each Value from arr (same length), in one C call: all or nothing.
+
+    >>> import tapead
+    >>> xs = tapead.values([1.0, 2.0]); y = xs[0] * xs[1]
+    >>> tapead.set_data(xs, [3.0, 4.0]); y.recompute(); (tapead.data(xs), y.data)
+    (array([3., 4.]), 12.0)
+    """
     vals, ids = _ids(vals)
     a = np.ascontiguousarray(arr, dtype=np.float64)
     if a.shape != (len(vals),):

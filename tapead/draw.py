@@ -66,7 +66,15 @@ def _esc(s: str) -> str:
 
 
 def draw_dot(root: Value, format: str = "svg", rankdir: str = "LR") -> Any:
-    """A graphviz.Digraph of the graph behind `root` (micrograd's draw_dot)."""
+    """A graphviz.Digraph of the graph behind `root` (micrograd's draw_dot).
+
+    Needs the optional graphviz package, so this example is skipped in tests:
+
+    >>> from tapead import Value
+    >>> dot = draw_dot(Value(2.0, label="a") * 3)  # doctest: +SKIP
+    >>> dot.source.splitlines()[0]  # doctest: +SKIP
+    'digraph {'
+    """
     try:
         import graphviz
     except ImportError as exc:

@@ -472,12 +472,28 @@ def _binary_fn(op: int, a: Operand, b: Operand) -> Value:
 
 
 def maximum(a: Operand, b: Operand) -> Value:
-    """max(a, b) as a Value (either may be a plain number)."""
+    """max(a, b) as a Value (either may be a plain number).
+
+    >>> import tapead
+    >>> a, b = tapead.Value(2.0), tapead.Value(3.0)
+    >>> m = tapead.maximum(a, b); m.backward(); (m.data, a.grad, b.grad)
+    (3.0, 0.0, 1.0)
+    >>> tapead.maximum(0.0, tapead.Value(-1.5))
+    Value(data=0.0, grad=0.0)
+    """
     return _binary_fn(MAX, a, b)
 
 
 def minimum(a: Operand, b: Operand) -> Value:
-    """min(a, b) as a Value (either may be a plain number)."""
+    """min(a, b) as a Value (either may be a plain number).
+
+    >>> import tapead
+    >>> x = tapead.Value(2.0)
+    >>> m = tapead.minimum(x, 0.5); m.backward(); (m.data, x.grad)
+    (0.5, 0.0)
+    >>> x = tapead.Value(2.0); m = tapead.minimum(x, 2.0); m.backward(); x.grad
+    0.5
+    """
     return _binary_fn(MIN, a, b)
 
 
@@ -486,6 +502,11 @@ def collect() -> int:
 
     Never needed for bounded memory (the tape reclaims itself as it grows);
     useful before measuring memory.
+
+    >>> import tapead
+    >>> freed = tapead.collect()
+    >>> freed >= 0
+    True
     """
     release_current()
     return _core.collect()

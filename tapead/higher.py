@@ -84,7 +84,13 @@ def grad(outputs: Union[Value, Iterable[Value]], inputs: Union[Value, Iterable[V
 
 
 def hvp(output: Value, inputs: Iterable[Value], v: ArrayLike) -> _F64Array:
-    """The Hessian of output w.r.t. inputs times v, as a numpy array (reverse over reverse, in C)."""
+    """The Hessian of output w.r.t. inputs times v, as a numpy array (reverse over reverse, in C).
+
+    >>> from tapead import Value, hvp
+    >>> x, y = Value(1.0), Value(2.0)
+    >>> hvp(x * x * y, [x, y], [1.0, 0.0])
+    array([4., 2.])
+    """
     np = _np()
     out, n1 = _ids(output, "output")
     if n1 != 1:
@@ -100,7 +106,13 @@ def hvp(output: Value, inputs: Iterable[Value], v: ArrayLike) -> _F64Array:
 
 
 def hessian(output: Value, inputs: Iterable[Value]) -> _F64Array:
-    """The n x n Hessian of output w.r.t. inputs as a numpy array: the gradient recorded once, then one sweep per row."""
+    """The n x n Hessian of output w.r.t. inputs as a numpy array: the gradient recorded once, then one sweep per row.
+
+    >>> from tapead import Value, hessian
+    >>> x, y = Value(1.0), Value(2.0)
+    >>> hessian(x * x * y + y * y, [x, y]).tolist()
+    [[4.0, 2.0], [2.0, 2.0]]
+    """
     np = _np()
     out, n1 = _ids(output, "output")
     if n1 != 1:
@@ -112,7 +124,14 @@ def hessian(output: Value, inputs: Iterable[Value]) -> _F64Array:
 
 
 def jacobian(outputs: Union[Value, Iterable[Value]], inputs: Iterable[Value]) -> _F64Array:
-    """The m x n Jacobian d outputs_i / d inputs_j as a numpy array: one reverse sweep per output."""
+    """The m x n Jacobian d outputs_i / d inputs_j as a numpy array: one reverse sweep per output.
+
+    >>> from tapead import Value, jacobian
+    >>> x, y = Value(2.0), Value(3.0)
+    >>> jacobian([x * y, x + y], [x, y])
+    array([[3., 2.],
+           [1., 1.]])
+    """
     np = _np()
     outs, nout = _ids(outputs, "outputs")
     ins, nin = _ids(inputs, "inputs")

@@ -59,5 +59,15 @@ class no_grad(_Mode):
 
 class detect_anomaly(_Mode):
     """Raise AnomalyError at the first op whose result is nan or inf, and at the
-    first nan adjoint in backward(), naming the op and its inputs."""
+    first nan adjoint in backward(), naming the op and its inputs.
+
+    >>> import tapead
+    >>> (tapead.Value(1e308) * 10).data
+    inf
+    >>> with tapead.detect_anomaly():
+    ...     tapead.Value(1e308) * 10
+    Traceback (most recent call last):
+      ...
+    tapead._core.AnomalyError: detect_anomaly: op '*c' with inputs (1e+308, 10.0) produced a non-finite value
+    """
     _toggle = staticmethod(_core.lib.ta_anomaly)

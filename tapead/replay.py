@@ -41,17 +41,36 @@ __all__ = ["GuardError", "recompute", "compile", "Program", "clear_guards", "gua
 
 # ------------------------------------------------------ recompute, guards
 def recompute(v: Value) -> None:
-    """Re-evaluate v and everything it depends on from the leaves' current .data, in C."""
+    """Re-evaluate v and everything it depends on from the leaves' current .data, in C.
+
+    >>> import tapead
+    >>> x = tapead.Value(2.0); y = x * x
+    >>> x.data = 3.0; tapead.recompute(y); y.data
+    9.0
+    """
     v.recompute()
 
 
 def clear_guards() -> None:
-    """Forget every recorded comparison of this thread's tape."""
+    """Forget every recorded comparison of this thread's tape.
+
+    >>> import tapead
+    >>> x = tapead.Value(1.0); x > 0
+    True
+    >>> tapead.clear_guards(); tapead.guard_count()
+    0
+    """
     _core.check(lib.ta_guard_clear())
 
 
 def guard_count() -> int:
-    """Number of guards this thread's tape holds (they die with their nodes)."""
+    """Number of guards this thread's tape holds (they die with their nodes).
+
+    >>> import tapead
+    >>> x = tapead.Value(1.0); n = tapead.guard_count()
+    >>> x < 2.0, tapead.guard_count() - n
+    (True, 1)
+    """
     return lib.ta_guard_count()
 
 
@@ -88,6 +107,16 @@ class Program:
     Made by tapead.compile.  Leaves listed as inputs take their values from
     the columns of X; every other leaf (the parameters) is read from its
     Value's current .data at each call, so training updates are seen.
+
+    >>> import numpy as np, tapead
+    >>> w = tapead.Value(2.0); x = tapead.Value(0.0); y = w * x + 1
+    >>> p = tapead.compile(y, [x], wrt=[w]); isinstance(p, tapead.Program)
+    True
+    >>> p(np.array([[1.0], [3.0]]))
+    array([[3.],
+           [7.]])
+    >>> w.data = 0.5; p(np.array([[4.0]]))
+    array([[3.]])
     """
 
     def __init__(self, outputs: Union[Value, Iterable[Value]], inputs: Union[Value, Iterable[Value]],

@@ -34,7 +34,14 @@ def _drop(key: int, ref: List[Any]) -> Callable[[object], None]:
 
 
 def set_label(value: Value, label: Optional[str]) -> None:
-    """Give `value` a label (shown in Wengert tables); "" or None removes it."""
+    """Give `value` a label (shown in Wengert tables); "" or None removes it.
+
+    >>> import tapead
+    >>> x = tapead.Value(1.0); tapead.set_label(x, "x"); x.label
+    'x'
+    >>> tapead.set_label(x, None); x.label
+    ''
+    """
     if not isinstance(value, Value):
         raise TypeError(f"set_label needs a Value, not {type(value).__name__}")
     key = value._i
@@ -49,7 +56,13 @@ def set_label(value: Value, label: Optional[str]) -> None:
 
 
 def get_label(value: Value) -> str:
-    """The label of `value`, or "" if it has none."""
+    """The label of `value`, or "" if it has none.
+
+    >>> import tapead
+    >>> x = tapead.Value(1.0, label="x")
+    >>> tapead.get_label(x), tapead.get_label(x * 2)
+    ('x', '')
+    """
     entry = _labels.get(value._i)
     if entry is not None and entry[0]() is value:
         return entry[1]
@@ -82,6 +95,17 @@ class Wengert:
     .rows is a list of plain dicts (index, name, label, op, args, const,
     expr, value, tangent, adjoint, node); .columns the same as a dict of
     lists; str() an aligned plain-text table.
+
+    >>> import tapead
+    >>> x = tapead.Value(3.0, label="x"); t = tapead.wengert(x * x + 1)
+    >>> len(t), t.columns["value"]
+    (3, [3.0, 9.0, 10.0])
+    >>> print(t)
+    row  label  op    expression  value  adjoint
+    ---  -----  ----  ----------  -----  -------
+    v0   x      leaf  x               3        6
+    v1          *     v0 * v0         9        1
+    v2          +c    v1 + 1.0       10        1
     """
 
     def __init__(self, rows: List[Dict[str, Any]], has_tangent: bool, has_adjoint: bool) -> None:

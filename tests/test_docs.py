@@ -1,6 +1,7 @@
 """Every docstring example in every tapead module runs and gives what it shows."""
 import doctest
 import importlib
+import inspect
 import pkgutil
 
 import pytest
@@ -32,3 +33,9 @@ def test_there_are_examples_to_run():
         if name != "tapead.__main__":
             total += doctest.testmod(importlib.import_module(name)).attempted
     assert total >= 25
+
+
+@pytest.mark.parametrize("name", tapead.__all__)
+def test_every_public_name_has_an_example(name):
+    doc = inspect.getdoc(getattr(tapead, name)) or ""
+    assert ">>>" in doc, f"tapead.{name} has no >>> example in its docstring"
