@@ -2,6 +2,7 @@
 that can never see a reclaimed or reused slot."""
 import gc
 import random
+import threading
 
 import pytest
 
@@ -63,8 +64,28 @@ def _train(steps, seed=0):
     return w, b, most
 
 
+def on_fresh_tape(fn):
+    """Run fn in a new thread, so on a tape of its own that earlier tests left nothing on."""
+    out, err = [], []
+
+    def run():
+        try:
+            out.append(fn())
+        except BaseException as e:  # re-raised in the test's thread
+            err.append(e)
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    if err:
+        raise err[0]
+    return out[0]
+
+
 def test_training_loop_reclaims_tape():
-    tapead.collect()
+    on_fresh_tape(_training_loop_reclaims_tape)
+
+
+def _training_loop_reclaims_tape():
     base = tapead.tape_stats()["nodes"]
     w, b, most = _train(10_000)
     step = 4
@@ -78,11 +99,14 @@ def test_training_loop_reclaims_tape():
 
 
 def test_training_loop_with_a_multi_segment_step():
+    on_fresh_tape(_training_loop_with_a_multi_segment_step)
+
+
+def _training_loop_with_a_multi_segment_step():
     """One step records ~6,400 nodes (three segments); 40 steps stay within a
     small multiple of one step."""
     rnd = random.Random(1)
     ws = [Value(rnd.uniform(-1, 1)) for _ in range(20)]
-    tapead.collect()
     base = tapead.tape_stats()["nodes"]
     most = 0
     step_nodes = None
