@@ -279,15 +279,17 @@ static int ta_no_grad_arena(ta_tape *T)
     return TA_OK;
 }
 
+static int64_t ta_record_promoted(ta_tape *T, int op, int kind, int64_t x, int64_t yid,
+                                  int xng, int yng, double vx, double vy, ta_aux aux, double r);
+
 static int64_t ta_record(int op, int kind, int64_t x, double y, int64_t yid)
 {
     ta_tape *T = ta_self();
     ta_seg *sx, *sy;
-    uint32_t ox, oy, xref = (uint32_t)x;
+    uint32_t ox, oy;
     double vx, vy = y, r;
     ta_aux aux;
-    int st, xng = 0, yng = 0, promoted = 0;
-    int64_t id;
+    int st, xng = 0, yng = 0;
     if (!T) return TA_ENOMEM;
     if (op < 0 || op >= TA_NOPS || ta_kinds[op] != kind) return TA_EBADOP;
     if ((st = ta_resolve_any(T, x, &sx, &ox, &xng)) != TA_OK) return st;
@@ -309,17 +311,36 @@ static int64_t ta_record(int op, int kind, int64_t x, double y, int64_t yid)
         aux.c = 0.0;
         return ta_append(T->ng, TA_LEAF, 0, aux, r);
     }
+    if (!xng && !yng) return ta_append(T, op, (uint32_t)x, aux, r);
+    return ta_record_promoted(T, op, kind, x, yid, xng, yng, vx, vy, aux, r);
+}
+
+/* The rare case of ta_record: inputs from the no_grad arena enter as fresh
+ * leaves, appended with the op in one bulk step (the collector must not see
+ * a promoted leaf before the op that uses it). */
+static int64_t ta_record_promoted(ta_tape *T, int op, int kind, int64_t x, int64_t yid,
+                                  int xng, int yng, double vx, double vy, ta_aux aux, double r)
+{
+    uint32_t xref = (uint32_t)x, gc_at;
+    int st, promoted = 0;
+    int64_t id;
+    if ((st = ta_bulk_begin(T, 3, &gc_at)) != TA_OK) return st;
     if (xng) {
-        if ((st = ta_promote(T, vx, &xref)) != TA_OK) return st;
+        if ((st = ta_promote(T, vx, &xref)) != TA_OK) { ta_bulk_end(T, gc_at); return st; }
         promoted++;
     }
     if (yng) {
         if (kind == TA_K_BIN && x == yid) aux.y = xref;
-        else if ((st = ta_promote(T, vy, &aux.y)) != TA_OK) { while (promoted--) ta_unappend(T); return st; }
+        else if ((st = ta_promote(T, vy, &aux.y)) != TA_OK) {
+            while (promoted--) ta_unappend(T);
+            ta_bulk_end(T, gc_at);
+            return st;
+        }
         else promoted++;
     }
     id = ta_append(T, op, xref, aux, r);
     if (id < 0 && id > TA_NEWSEG) while (promoted--) ta_unappend(T);
+    ta_bulk_end(T, gc_at);
     return id;
 }
 
