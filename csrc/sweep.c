@@ -15,14 +15,14 @@
 #include "ops.h"
 
 /* Add v to the adjoint of node o of segment s.  On first arrival the node
- * is marked and counted in its segment, and an intermediate's adjoint is
- * set rather than added to (it holds only this pass's adjoint). */
+ * is marked, its segment flagged, and an intermediate's adjoint is set
+ * rather than added to (it holds only this pass's adjoint). */
 static inline void ta_accum(ta_seg *s, uint32_t o, double v, uint64_t *pending)
 {
     uint8_t b = s->op[o];
     if (b & TA_MARK) { s->adj[o] += v; return; }
     s->op[o] = (uint8_t)(b | TA_MARK);
-    s->marked++;
+    s->marked = 1;
     ++*pending;
     s->adj[o] = ((b & TA_OPMASK) == TA_LEAF ? s->adj[o] : 0.0) + v;  /* 0.0 + v: -0.0 becomes 0.0, as micrograd's 0 + v */
 }
@@ -38,26 +38,30 @@ int ta_backward(int64_t root)
     if ((st = ta_resolve(T, root, &rs, &ro)) != TA_OK) return st;
 
     rs->op[ro] |= TA_MARK;
-    rs->marked++;
+    rs->marked = 1;
     rs->adj[ro] = 1.0;
     /* A node's mark is cleared when it is visited (no later node can reach
-     * it again), a segment with no marked node left is skipped whole, and
-     * the sweep ends when no marked node is left at all. */
+     * it again); a segment no reached node lives in is skipped whole (its
+     * flag is clear: only nodes of its own or of later segments can flag
+     * it, so once it is swept it stays clear); the sweep ends when no marked
+     * node is left.  (A flag, not a count: a store per arrival instead of a
+     * read-modify-write chain on the segment header.) */
     for (p = rs->pos + 1; pending && p-- > 0;) {
         ta_seg *s = T->segs[T->order[p]];
         uint32_t i = (s == rs) ? ro + 1 : s->n;
+        if (!s->marked) continue;
         if (st != TA_OK) {                 /* aborted: only clear marks */
-            for (i = 0; s->marked && i < s->n; i++)
-                if (s->op[i] & TA_MARK) { s->op[i] &= (uint8_t)~TA_MARK; s->marked--; pending--; }
+            for (i = 0; i < s->n; i++)
+                if (s->op[i] & TA_MARK) { s->op[i] &= (uint8_t)~TA_MARK; pending--; }
+            s->marked = 0;
             continue;
         }
-        while (s->marked && i-- > 0) {
+        while (pending && i-- > 0) {
             uint8_t b = s->op[i];
             ta_local L;
             double g;
             if (!(b & TA_MARK)) continue;
             s->op[i] = (uint8_t)(b & ~TA_MARK);
-            s->marked--;
             pending--;
             ta_local_at(T, s, i, &L);
             if (L.kind == TA_K_LEAF) continue;
@@ -65,12 +69,13 @@ int ta_backward(int64_t root)
             if (T->anomaly && (isnan(L.dx * g) || (L.kind == TA_K_BIN && isnan(L.dy * g)))) {
                 T->err_op = L.op; T->err_x = L.xv; T->err_y = L.yv;
                 st = TA_EANOMALY;
-                p++;                        /* revisit this segment to clear its marks */
                 break;
             }
             ta_accum(TA_SEGOF(T, L.xr), TA_OFF(L.xr), L.dx * g, &pending);
             if (L.kind == TA_K_BIN) ta_accum(TA_SEGOF(T, L.yr), TA_OFF(L.yr), L.dy * g, &pending);
         }
+        if (st == TA_OK) s->marked = 0;
+        else p++;                          /* revisit this segment to clear its marks */
     }
     return st;
 }

@@ -41,7 +41,7 @@ typedef struct ta_seg {
     uint32_t pos;                /* index in tape->order                    */
     uint32_t slot;
     int      owned;              /* a Python token holds this segment       */
-    uint32_t marked;             /* nodes marked by ta_backward, unvisited  */
+    uint32_t marked;             /* ta_backward: a node here awaits a visit */
 } ta_seg;
 
 typedef struct ta_tape {
