@@ -89,7 +89,8 @@ def wide(V: Any, n: int) -> Tuple[Any, int, float]:
     return s, n, time.perf_counter() - t0
 
 
-def readme_expr(V: Any) -> Any:
+def readme_expr(V: Any) -> Tuple[Any, Any, Any]:
+    """micrograd's README expression with Value class V: returns (a, b, g)."""
     a = V(-4.0)
     b = V(2.0)
     c = a + b
@@ -102,7 +103,7 @@ def readme_expr(V: Any) -> Any:
     f = e**2
     g = f / 2.0
     g += 10.0 / f
-    return g
+    return a, b, g
 
 
 class Roots:
@@ -117,7 +118,7 @@ class Roots:
 
 
 def readme(V: Any, reps: int) -> Tuple[Roots, int]:
-    return Roots([readme_expr(V) for _ in range(reps)]), reps * 24  # 24 ops in micrograd's spelling
+    return Roots([readme_expr(V)[2] for _ in range(reps)]), reps * 24  # 24 ops in micrograd's spelling
 
 
 def timed(fn: Callable[[], object], repeats: int) -> float:

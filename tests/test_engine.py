@@ -6,6 +6,7 @@ import pytest
 from micrograd.engine import Value as MGValue
 
 import tapead
+from tapead.bench import readme_expr
 from tapead import Value
 
 
@@ -182,18 +183,7 @@ def test_backward_from_an_intermediate():
 
 # ---------------------------------------------------- micrograd's examples
 def _readme(V):
-    a = V(-4.0)
-    b = V(2.0)
-    c = a + b
-    d = a * b + b**3
-    c += c + 1
-    c += 1 + c + (-a)
-    d += d * 2 + (b + a).relu()
-    d += 3 * d + (b - a).relu()
-    e = c - d
-    f = e**2
-    g = f / 2.0
-    g += 10.0 / f
+    a, b, g = readme_expr(V)   # micrograd's README expression, also the benchmark's workload
     g.backward()
     return a, b, g
 
