@@ -8,14 +8,14 @@ array([2., 4., 6.])
 """
 from __future__ import annotations
 
-from typing import Iterable, List, Tuple
+from typing import Iterable, List
 
 import numpy as np
 import numpy.typing as npt
 from numpy.typing import ArrayLike
 
 from . import _core
-from .engine import Value, handles
+from .engine import Value, handles, node_ids
 
 _ffi, _lib = _core.ffi, _core.lib
 
@@ -36,19 +36,10 @@ def values(arr: ArrayLike) -> List[Value]:
     return handles(ids.tolist())
 
 
-def _ids(vals: Iterable[Value]) -> Tuple[List[Value], npt.NDArray[np.int64]]:
-    """The node ids of a sequence of Values, as an int64 array."""
-    vals = list(vals)
-    for v in vals:
-        if not isinstance(v, Value):
-            raise TypeError(f"expected Values, not {type(v).__name__}")
-    return vals, np.fromiter((v._i for v in vals), dtype=np.int64, count=len(vals))
-
-
 def _gather(vals: Iterable[Value], what: int) -> npt.NDArray[np.float64]:
-    vals, ids = _ids(vals)
+    vals, ids = node_ids(vals)
     out = np.empty(len(vals), dtype=np.float64)
-    _core.check(_lib.ta_gather(_ffi.from_buffer("int64_t[]", ids), len(vals), what,
+    _core.check(_lib.ta_gather(ids, len(vals), what,
                                _ffi.from_buffer("double[]", out)))
     return out
 
@@ -82,9 +73,9 @@ def set_data(vals: Iterable[Value], arr: ArrayLike) -> None:
     >>> tapead.set_data(xs, [3.0, 4.0]); y.recompute(); (tapead.data(xs), y.data)
     (array([3., 4.]), 12.0)
     """
-    vals, ids = _ids(vals)
+    vals, ids = node_ids(vals)
     a = np.ascontiguousarray(arr, dtype=np.float64)
     if a.shape != (len(vals),):
         raise ValueError(f"set_data: need an array of shape ({len(vals)},), not {a.shape}")
-    _core.check(_lib.ta_scatter(_ffi.from_buffer("int64_t[]", ids), len(vals), 0,
+    _core.check(_lib.ta_scatter(ids, len(vals), 0,
                                 _ffi.from_buffer("double[]", a)))

@@ -77,6 +77,19 @@ def handles(ids: Iterable[int]) -> List[Value]:
     return out
 
 
+def node_ids(values: Union[Value, Iterable[Value]], what: str = "values") -> Tuple[List[Value], Any]:
+    """(the Values as a list, their node ids as a C int64 array) for a bulk C call.
+
+    A single Value counts as a list of one; anything else in the list is a
+    TypeError naming `what`.  The array has at least one slot, so C never
+    gets a zero-length allocation."""
+    vals = [values] if isinstance(values, Value) else list(values)
+    for v in vals:
+        if not isinstance(v, Value):
+            raise TypeError(f"{what} must be Values, not {type(v).__name__}")
+    return vals, _core.ffi.new("int64_t[]", [v._i for v in vals] or [0])
+
+
 def _drop_fast_token(tape: _Tape) -> None:
     """A recording thread ended: the global must not keep its tape alive."""
     global _tok

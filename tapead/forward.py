@@ -10,21 +10,16 @@ from __future__ import annotations
 from typing import Any, Iterable, SupportsFloat, Tuple
 
 from ._core import ffi, lib, error
-from .engine import Value
+from .engine import Value, node_ids
 
 
 def seeds(inputs: Iterable[Value], tangents: Iterable[SupportsFloat]) -> Tuple[int, Any, Any]:
     """(n, int64 ids, double tangents) for C, checking the Python side."""
-    inputs = list(inputs)
-    tangents = [float(t) for t in tangents]
-    if len(inputs) != len(tangents):
-        raise ValueError(f"jvp: {len(inputs)} inputs but {len(tangents)} tangents")
-    for v in inputs:
-        if not isinstance(v, Value):
-            raise TypeError(f"jvp: inputs must be Values, not {type(v).__name__}")
-    n = len(inputs)
-    return n, ffi.new("int64_t[]", [v._i for v in inputs] or [0]), \
-        ffi.new("double[]", tangents or [0.0])
+    vals, ids = node_ids(inputs, "jvp: inputs")
+    ts = [float(t) for t in tangents]
+    if len(vals) != len(ts):
+        raise ValueError(f"jvp: {len(vals)} inputs but {len(ts)} tangents")
+    return len(vals), ids, ffi.new("double[]", ts or [0.0])
 
 
 def jvp(output: Value, inputs: Iterable[Value], tangents: Iterable[SupportsFloat]) -> float:

@@ -23,17 +23,12 @@ if TYPE_CHECKING:
     _F64Array = npt.NDArray[numpy.float64]
 
 from ._core import ffi, lib, error
-from .engine import Value, handles
+from .engine import Value, handles, node_ids
 
 
 def _ids(values: Union[Value, Iterable[Value]], what: str) -> Tuple[Any, int]:
-    if isinstance(values, Value):
-        values = [values]
-    values = list(values)
-    for v in values:
-        if not isinstance(v, Value):
-            raise TypeError(f"{what} must be Values, not {type(v).__name__}")
-    return ffi.new("int64_t[]", [v._i for v in values]), len(values)
+    vals, ids = node_ids(values, what)
+    return ids, len(vals)
 
 
 def _np() -> ModuleType:

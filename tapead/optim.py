@@ -8,27 +8,19 @@
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, List, SupportsFloat, Tuple
+from typing import Iterable, SupportsFloat, Tuple
 
 from . import _core
-from .engine import Value
+from .engine import Value, node_ids
 
 _ffi, _lib = _core.ffi, _core.lib
-
-
-def _ids(params: Iterable[Value]) -> Tuple[List[Value], Any]:
-    params = list(params)
-    for p in params:
-        if not isinstance(p, Value):
-            raise TypeError(f"optimizer parameters must be Values, not {type(p).__name__}")
-    return params, _ffi.new("int64_t[]", [p._i for p in params])
 
 
 class Optimizer:
     """Holds the parameters (keeping them alive) and their ids as a C array."""
 
     def __init__(self, params: Iterable[Value], lr: SupportsFloat) -> None:
-        self.params, self._ids = _ids(params)
+        self.params, self._ids = node_ids(params, "optimizer parameters")
         self.n = len(self.params)
         self.lr = float(lr)
 

@@ -25,7 +25,7 @@
 from __future__ import annotations
 
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Iterable, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Iterable, Optional, Tuple, Union
 
 if TYPE_CHECKING:
     import numpy
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 from . import _core
 from ._core import GuardError, error, ffi, guard_error, lib
-from .engine import Value
+from .engine import Value, node_ids
 
 __all__ = ["GuardError", "recompute", "compile", "Program", "clear_guards", "guard_count"]
 
@@ -75,14 +75,6 @@ def guard_count() -> int:
 
 
 # -------------------------------------------------------------- programs
-def _ids(vals: Union[Value, Iterable[Value]], what: str) -> Tuple[List[Value], Any]:
-    vals = [vals] if isinstance(vals, Value) else list(vals)
-    for v in vals:
-        if not isinstance(v, Value):
-            raise TypeError(f"{what} must be Values, not {type(v).__name__}")
-    return vals, ffi.new("int64_t[]", [v._i for v in vals] or [0])
-
-
 def _np() -> ModuleType:
     import numpy  # only Programs need numpy; the rest of tapead does not
     return numpy
@@ -121,9 +113,9 @@ class Program:
 
     def __init__(self, outputs: Union[Value, Iterable[Value]], inputs: Union[Value, Iterable[Value]],
                  wrt: Union[Value, Iterable[Value]] = ()) -> None:
-        outs, oid = _ids(outputs, "outputs")
-        ins, iid = _ids(inputs, "inputs")
-        wrts, wid = _ids(wrt, "wrt")
+        outs, oid = node_ids(outputs, "outputs")
+        ins, iid = node_ids(inputs, "inputs")
+        wrts, wid = node_ids(wrt, "wrt")
         p = ffi.new("ta_prog **")
         st = lib.ta_prog_new(oid, len(outs), iid, len(ins), wid, len(wrts), p)
         if st == lib.TA_EARG:
