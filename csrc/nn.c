@@ -26,13 +26,14 @@ static double nn_val(ta_tape *T, int64_t id)
     return TA_SEGOF(T, ref)->val[TA_OFF(ref)];
 }
 
-/* Append op(x, y-or-c); the inputs are valid refs.  Returns the ref or a status. */
-static int nn_node(ta_tape *T, int op, uint32_t x, ta_aux aux, double vx, double vy, uint32_t *ref)
+/* Append op(x, y-or-c); the inputs are valid refs.  Gives the new node's
+ * ref and value, returns TA_OK or a status. */
+static int nn_node(ta_tape *T, int op, uint32_t x, ta_aux aux, double vx, double vy,
+                   uint32_t *ref, double *r)
 {
-    double r;
     int64_t id;
-    ta_forward(op, vx, vy, &r);           /* MUL, MULC, ADD, RELU: cannot fail */
-    id = ta_append(T, op, x, aux, r);
+    ta_forward(op, vx, vy, r);            /* MUL, MULC, ADD, RELU: cannot fail */
+    id = ta_append(T, op, x, aux, *r);
     if (id < 0 && id > TA_NEWSEG) return (int)id;
     *ref = (uint32_t)(id < 0 ? TA_NEWSEG - id : id);
     return TA_OK;
@@ -57,25 +58,24 @@ int ta_layer(const int64_t *w, const int64_t *b, uint32_t nout, uint32_t nin,
         double vacc = nn_val(T, b[j]);
         for (i = 0; i < nin && st == TA_OK; i++) {
             int64_t wi = w[(size_t)j * nin + i];
-            double vw = nn_val(T, wi), vx;
+            double vw = nn_val(T, wi), vx, vprod;
             uint32_t prod;
             ta_aux aux;
             if (xid[i] >= 0) {
                 aux.y = (uint32_t)xid[i]; vx = nn_val(T, xid[i]);
-                st = nn_node(T, TA_MUL, (uint32_t)wi, aux, vw, vx, &prod);
+                st = nn_node(T, TA_MUL, (uint32_t)wi, aux, vw, vx, &prod, &vprod);
             } else {
                 aux.c = xc[i]; vx = xc[i];
-                st = nn_node(T, TA_MULC, (uint32_t)wi, aux, vw, vx, &prod);
+                st = nn_node(T, TA_MULC, (uint32_t)wi, aux, vw, vx, &prod, &vprod);
             }
             if (st != TA_OK) break;
             aux.y = prod;
-            st = nn_node(T, TA_ADD, acc, aux, vacc, vw * vx, &acc);
-            vacc = TA_SEGOF(T, acc)->val[TA_OFF(acc)];
+            st = nn_node(T, TA_ADD, acc, aux, vacc, vprod, &acc, &vacc);
         }
         if (st == TA_OK && relu) {
             ta_aux aux;
             aux.c = 0.0;
-            st = nn_node(T, TA_RELU, acc, aux, vacc, 0.0, &acc);
+            st = nn_node(T, TA_RELU, acc, aux, vacc, 0.0, &acc, &vacc);
         }
         out[j] = (int64_t)((T->tag << 32) | acc);
     }
