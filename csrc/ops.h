@@ -170,6 +170,39 @@ static inline void ta_partials(int op, double x, double y, double r, double *dx,
     *dx = 0; *dy = 0;
 }
 
+/* The partials of node i of segment s alone, for the reverse sweep's hot
+ * loop.  Each case loads only the values its d_ rule reads: the loads sit
+ * inside the case as arguments of a static inline function, so the
+ * compiler drops the ones the rule ignores (ADD and SUB read no value at
+ * all, MULC only its constant).  Same table, same rules as ta_partials. */
+#define TA_XV_LEAF 0.0
+#define TA_XV_UN   TA_SEGOF(T, s->x[i])->val[TA_OFF(s->x[i])]
+#define TA_XV_BIN  TA_XV_UN
+#define TA_XV_CST  TA_XV_UN
+#define TA_YV_LEAF 0.0
+#define TA_YV_UN   0.0
+#define TA_YV_BIN  TA_SEGOF(T, s->aux[i].y)->val[TA_OFF(s->aux[i].y)]
+#define TA_YV_CST  s->aux[i].c
+static inline void ta_partials_at(const ta_tape *T, const ta_seg *s, uint32_t i, int op,
+                                  double *dx, double *dy)
+{
+    switch (op) {
+#define TA_OP(NAME, KIND, SYM) \
+    case TA_##NAME: d_##NAME(TA_XV_##KIND, TA_YV_##KIND, s->val[i], dx, dy); return;
+#include "ops.def"
+#undef TA_OP
+    }
+    *dx = 0; *dy = 0;
+}
+#undef TA_XV_LEAF
+#undef TA_XV_UN
+#undef TA_XV_BIN
+#undef TA_XV_CST
+#undef TA_YV_LEAF
+#undef TA_YV_UN
+#undef TA_YV_BIN
+#undef TA_YV_CST
+
 /* Everything a sweep needs about node i of segment s: its op and kind, its
  * inputs (refs and values; yv is the constant of a CST op, 0 otherwise) and
  * the local partials dr/dx, dr/dy at the recorded values.  Every sweep

@@ -20,11 +20,11 @@
 static inline void ta_accum(ta_seg *s, uint32_t o, double v, uint64_t *pending)
 {
     uint8_t b = s->op[o];
-    if (b & TA_MARK) { s->adj[o] += v; return; }
+    if (b & TA_MARK || (b & TA_OPMASK) == TA_LEAF) { s->adj[o] += v; return; }
     s->op[o] = (uint8_t)(b | TA_MARK);
     s->marked = 1;
     ++*pending;
-    s->adj[o] = ((b & TA_OPMASK) == TA_LEAF ? s->adj[o] : 0.0) + v;  /* 0.0 + v: -0.0 becomes 0.0, as micrograd's 0 + v */
+    s->adj[o] = 0.0 + v;  /* 0.0 + v: -0.0 becomes 0.0, as micrograd's 0 + v */
 }
 
 int ta_backward(int64_t root)
@@ -58,21 +58,28 @@ int ta_backward(int64_t root)
         }
         while (pending && i-- > 0) {
             uint8_t b = s->op[i];
-            ta_local L;
-            double g;
+            int op = b & TA_OPMASK, kind = ta_kinds[op];
+            uint32_t xr;
+            double g, dx, dy;
             if (!(b & TA_MARK)) continue;
             s->op[i] = (uint8_t)(b & ~TA_MARK);
             pending--;
-            ta_local_at(T, s, i, &L);
-            if (L.kind == TA_K_LEAF) continue;
+            if (kind == TA_K_LEAF) continue;
             g = s->adj[i];
-            if (T->anomaly && (isnan(L.dx * g) || (L.kind == TA_K_BIN && isnan(L.dy * g)))) {
+            ta_partials_at(T, s, i, op, &dx, &dy);
+            if (T->anomaly && (isnan(dx * g) || (kind == TA_K_BIN && isnan(dy * g)))) {
+                ta_local L;                    /* cold: the values, for the message */
+                ta_local_at(T, s, i, &L);
                 T->err_op = L.op; T->err_x = L.xv; T->err_y = L.yv;
                 st = TA_EANOMALY;
                 break;
             }
-            ta_accum(TA_SEGOF(T, L.xr), TA_OFF(L.xr), L.dx * g, &pending);
-            if (L.kind == TA_K_BIN) ta_accum(TA_SEGOF(T, L.yr), TA_OFF(L.yr), L.dy * g, &pending);
+            xr = s->x[i];
+            ta_accum(TA_SEGOF(T, xr), TA_OFF(xr), dx * g, &pending);
+            if (kind == TA_K_BIN) {
+                uint32_t yr = s->aux[i].y;
+                ta_accum(TA_SEGOF(T, yr), TA_OFF(yr), dy * g, &pending);
+            }
         }
         if (st == TA_OK) s->marked = 0;
         else p++;                          /* revisit this segment to clear its marks */
