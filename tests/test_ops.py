@@ -152,3 +152,16 @@ def test_kink_conventions():
     a, b = Value(1.0), Value(1.0)
     tapead.maximum(a, b).backward()
     assert (a.grad, b.grad) == (0.5, 0.5)
+
+
+@pytest.mark.parametrize("x", [0.0, -0.0, 1e-310, -5e-324, 3.0, -2.5, 1e154, -1e154,
+                               math.inf, -math.inf, math.nan])
+def test_square_gradient_is_micrographs_formula_bit_for_bit(x):
+    """x**2 takes the C sweep's pow(x, 1.0) == x shortcut (and x**y with a Value
+    exponent 2 the same rule): the gradient must be micrograd's
+    0 + (2 * x**(2-1)) * 1.0 to the bit, sign of zero and nan included."""
+    want = 0 + (2 * x ** (2 - 1)) * 1.0
+    for make in (lambda a: a ** 2, lambda a: a ** Value(2.0)):
+        a = Value(x)
+        make(a).backward()
+        assert repr(a.grad) == repr(want) and math.copysign(1, a.grad) == math.copysign(1, want), (x, a.grad)
