@@ -8,16 +8,21 @@ array([2., 4., 6.])
 """
 from __future__ import annotations
 
-from typing import Iterable, List
-
-import numpy as np
-import numpy.typing as npt
-from numpy.typing import ArrayLike
+from typing import TYPE_CHECKING, Iterable, List
 
 from . import _core
 from .engine import Value, handles, node_ids
 
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+    from numpy.typing import ArrayLike
+
 _ffi, _lib = _core.ffi, _core.lib
+
+# numpy is imported on first use, not with tapead: `from tapead import Value`
+# stays as quick to import as micrograd (numpy's import is ~170 ms and, with
+# OpenBLAS, starts worker threads that spin on a core for a while).
 
 
 def values(arr: ArrayLike) -> List[Value]:
@@ -28,6 +33,7 @@ def values(arr: ArrayLike) -> List[Value]:
     >>> len(xs), xs[3]
     (4, Value(data=4.0, grad=0.0))
     """
+    import numpy as np
     a = np.ascontiguousarray(arr, dtype=np.float64).ravel()
     ids = np.empty(a.size, dtype=np.int64)
     n = _lib.ta_leaves(_ffi.from_buffer("double[]", a), a.size, _ffi.from_buffer("int64_t[]", ids))
@@ -37,6 +43,7 @@ def values(arr: ArrayLike) -> List[Value]:
 
 
 def _gather(vals: Iterable[Value], what: int) -> npt.NDArray[np.float64]:
+    import numpy as np
     vals, ids = node_ids(vals)
     out = np.empty(len(vals), dtype=np.float64)
     _core.check(_lib.ta_gather(ids, len(vals), what,
@@ -73,6 +80,7 @@ def set_data(vals: Iterable[Value], arr: ArrayLike) -> None:
     >>> tapead.set_data(xs, [3.0, 4.0]); y.recompute(); (tapead.data(xs), y.data)
     (array([3., 4.]), 12.0)
     """
+    import numpy as np
     vals, ids = node_ids(vals)
     a = np.ascontiguousarray(arr, dtype=np.float64)
     if a.shape != (len(vals),):

@@ -1,6 +1,8 @@
 """numpy interop (values, data, grads) against Python loops, and the graph
 drawing (to_dot source, draw_dot's graphviz.Digraph)."""
 import re
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -201,3 +203,16 @@ def test_draw_dot_renders_when_graphviz_is_installed():
     assert svg.lstrip().startswith("<?xml") and "<svg" in svg
     assert "data 4.0000" in svg and "grad 4.0000" in svg and ">a<" in svg.replace(" ", "")
     del graphviz
+
+
+def test_import_tapead_does_not_import_numpy():
+    """numpy loads on first use of an array function, not with `import tapead`
+    (or tapead.nn / tapead.optim): micrograd code that never touches an array
+    does not pay numpy's import or start OpenBLAS's threads."""
+    code = ("import sys, tapead, tapead.nn, tapead.optim\n"
+            "v = tapead.Value(2.0) ** 2; v.backward()\n"
+            "assert 'numpy' not in sys.modules, 'numpy imported'\n"
+            "tapead.data([v])\n"
+            "assert 'numpy' in sys.modules\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
