@@ -15,8 +15,8 @@ SOURCES = sorted(glob.glob(os.path.join(CSRC, "*.c")))
 if sys.platform == "win32":
     cflags, ldflags = ["/O2"], []
 else:
-    cflags = ["-O3", "-std=c99", "-Wall", "-Wextra", "-fno-strict-aliasing"]
-    ldflags = ["-lm"]
+    cflags = ["-O3", "-std=c99", "-Wall", "-Wextra", "-fno-strict-aliasing", "-pthread"]
+    ldflags = ["-lm", "-pthread"]
     if os.environ.get("TAPEAD_SANITIZE"):
         cflags += ["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined"]
         ldflags += ["-fsanitize=address,undefined"]

@@ -64,6 +64,7 @@ int     ta_release(int64_t key, int current);   /* that token died       */
 void   *ta_tape_current(void);
 int64_t ta_tape_tag(void);
 void    ta_tape_free(void *tape);      /* after its thread and all tokens are gone   */
+int64_t ta_tapes_alive(void);          /* tapes (and no_grad arenas) not yet freed   */
 int     ta_collect(void);
 int     ta_stats(ta_stats_t *out);
 int     ta_set_limit(uint64_t max_nodes);
@@ -72,6 +73,8 @@ int     ta_nograd(int delta);          /* enter (+1) / leave (-1) no_grad; retur
 int     ta_anomaly(int delta);         /* enter (+1) / leave (-1) detect_anomaly         */
 uint64_t ta_nograd_nodes(void);        /* leaves held by the no_grad arena              */
 int     ta_validate(void);             /* TA_OK, or TA_ECORRUPT if an invariant fails   */
+int     ta_fail_alloc(int64_t n);      /* tests: make the n-th allocation from now fail,
+                                          once (-1 disarms); returns 1 if one was armed  */
 
 /* n new leaves holding x[0..n); their ids in ids[] (always plain ids: the
  * caller gives each segment a token).  Returns n or a negative status (a

@@ -59,12 +59,12 @@ static hi_blk *hi_blk_at(hi_scr *S, uint32_t pos)
 {
     if (pos >= S->nb) {
         uint32_t nb = S->T->norder > pos ? S->T->norder : pos + 1u;
-        hi_blk **p = (hi_blk **)realloc(S->b, nb * sizeof *p);
+        hi_blk **p = (hi_blk **)ta_realloc(S->b, nb * sizeof *p);
         if (!p) return NULL;
         memset(p + S->nb, 0, (nb - S->nb) * sizeof *p);
         S->b = p; S->nb = nb;
     }
-    if (!S->b[pos]) S->b[pos] = (hi_blk *)calloc(1, sizeof(hi_blk));
+    if (!S->b[pos]) S->b[pos] = (hi_blk *)ta_calloc(1, sizeof(hi_blk));
     return S->b[pos];
 }
 
@@ -347,7 +347,7 @@ int ta_grad_graph(const int64_t *outs, const double *w, int nout,
     if (!T) return TA_ENOMEM;
     if ((st = hi_check(T, outs, nout, &hp, &ho)) != TA_OK) return st;
     if ((st = hi_check(T, ins, nin, NULL, NULL)) != TA_OK) return st;
-    gcs = (double *)malloc((size_t)(nin > 0 ? nin : 1) * sizeof *gcs);
+    gcs = (double *)ta_malloc((size_t)(nin > 0 ? nin : 1) * sizeof *gcs);
     if (!gcs) return TA_ENOMEM;
     memset(&S, 0, sizeof S); S.T = T;
     sv = hi_gc_off(T, &E);
@@ -384,7 +384,7 @@ static int hi_for_setup(hi_scr *S, int64_t out, uint32_t *lowpos, uint32_t *hipo
         b = p < S->nb ? S->b[p] : NULL;
         if (!b) continue;
         *lowpos = p;
-        if (!b->ext && !(b->ext = (double *)malloc((size_t)TA_SEG * HI_EXT * sizeof(double))))
+        if (!b->ext && !(b->ext = (double *)ta_malloc((size_t)TA_SEG * HI_EXT * sizeof(double))))
             return TA_ENOMEM;
         while (i-- > 0) {
             ta_local L;
@@ -507,7 +507,7 @@ int ta_hessian(int64_t out, const int64_t *ins, int nin, double *H)
     if ((st = hi_check(T, &out, 1, &hp, &ho)) != TA_OK) return st;
     if ((st = hi_check(T, ins, nin, NULL, NULL)) != TA_OK) return st;
     if (nin <= 0) return TA_OK;
-    if (!(e = (double *)calloc((size_t)nin, sizeof *e))) return TA_ENOMEM;
+    if (!(e = (double *)ta_calloc((size_t)nin, sizeof *e))) return TA_ENOMEM;
     memset(&S, 0, sizeof S); S.T = T;
     st = hi_for_setup(&S, out, &lp, &hp, &ho);
     for (k = 0; st == TA_OK && k < nin; k++) {

@@ -24,8 +24,8 @@ static int ta_locate(const int64_t *ids, size_t n, ta_seg ***segs, uint32_t **of
     ta_tape *T = ta_self();
     int st;
     if (!T) return TA_ENOMEM;
-    *segs = (ta_seg **)malloc((n ? n : 1) * sizeof **segs);
-    *offs = (uint32_t *)malloc((n ? n : 1) * sizeof **offs);
+    *segs = (ta_seg **)ta_malloc((n ? n : 1) * sizeof **segs);
+    *offs = (uint32_t *)ta_malloc((n ? n : 1) * sizeof **offs);
     if (!*segs || !*offs) { free(*segs); free(*offs); return TA_ENOMEM; }
     st = ta_resolve_all(T, ids, n, *segs, *offs);
     if (st != TA_OK) { free(*segs); free(*offs); }

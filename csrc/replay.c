@@ -63,7 +63,7 @@ static int ta_compare(int kind, double x, double y)
 static struct ta_guards *ta_guards_of(ta_tape *T)
 {
     if (!T->guards) {
-        T->guards = (struct ta_guards *)calloc(1, sizeof *T->guards);
+        T->guards = (struct ta_guards *)ta_calloc(1, sizeof *T->guards);
         if (T->guards) T->guards->failed = -1;
     }
     return T->guards;
@@ -108,7 +108,7 @@ static int ta_guard_push(ta_tape *T, ta_guard g)
         uint32_t cap = G->cap ? 2u * G->cap : 64u;
         void *p;
         if (G->cap >= UINT32_MAX / 2u) return TA_ELIMIT;
-        p = realloc(G->g, (size_t)cap * sizeof *G->g);
+        p = ta_realloc(G->g, (size_t)cap * sizeof *G->g);
         if (!p) return TA_ENOMEM;
         G->g = (ta_guard *)p; G->cap = cap;
     }
@@ -304,16 +304,16 @@ static ta_plan *ta_plan_build(ta_tape *T, ta_seg *rs, uint32_t ro, int64_t root,
         for (i = 0; i < s->n; i++) n += (s->op[i] & (TA_MARK | TA_LIVE)) != 0;
     }
     *st = TA_ENOMEM;
-    L = (ta_plan *)calloc(1, sizeof *L);
-    idx = (uint32_t *)malloc((size_t)(rs->pos - lowpos + 1) * TA_SEG * sizeof *idx);
+    L = (ta_plan *)ta_calloc(1, sizeof *L);
+    idx = (uint32_t *)ta_malloc((size_t)(rs->pos - lowpos + 1) * TA_SEG * sizeof *idx);
     if (!L || !idx) goto fail;
     L->root = root; L->ver = G->ver; L->n = (uint32_t)n;
-    L->op = (uint8_t *)malloc(n); L->reach = (uint8_t *)malloc(n);
-    L->a = (uint32_t *)malloc(n * 4); L->b = (uint32_t *)malloc(n * 4);
-    L->c = (double *)malloc(n * 8); L->v = (double *)malloc(n * 8); L->d = (double *)malloc(n * 8);
-    L->vp = (double **)malloc(n * sizeof(double *));
-    L->g = (ta_guard *)malloc(((size_t)G->n + 1) * sizeof *L->g);
-    L->gidx = (uint32_t *)malloc(((size_t)G->n + 1) * sizeof *L->gidx);
+    L->op = (uint8_t *)ta_malloc(n); L->reach = (uint8_t *)ta_malloc(n);
+    L->a = (uint32_t *)ta_malloc(n * 4); L->b = (uint32_t *)ta_malloc(n * 4);
+    L->c = (double *)ta_malloc(n * 8); L->v = (double *)ta_malloc(n * 8); L->d = (double *)ta_malloc(n * 8);
+    L->vp = (double **)ta_malloc(n * sizeof(double *));
+    L->g = (ta_guard *)ta_malloc(((size_t)G->n + 1) * sizeof *L->g);
+    L->gidx = (uint32_t *)ta_malloc(((size_t)G->n + 1) * sizeof *L->gidx);
     if (!L->gidx || !L->op || !L->reach || !L->a || !L->b || !L->c || !L->v || !L->d || !L->vp || !L->g) goto fail;
 #define IDX(ref) idx[(size_t)(TA_SEGOF(T, ref)->pos - lowpos) * TA_SEG + TA_OFF(ref)]
     for (k = 0, p = lowpos; p <= rs->pos; p++) {
@@ -467,11 +467,11 @@ static int ta_prog_build(ta_tape *T, ta_prog *P, const int64_t *outs, const int6
     uint32_t p, i, j, k = 0, gk = 0;
     size_t n = P->n;
 #define IDX(ref) idx[(size_t)(TA_SEGOF(T, ref)->pos - lowpos) * TA_SEG + TA_OFF(ref)]
-    P->op = (uint8_t *)malloc(n); P->a = (uint32_t *)malloc(n * 4); P->b = (uint32_t *)malloc(n * 4);
-    P->c = (double *)malloc(n * 8);
-    P->in = (uint32_t *)malloc((P->nin + 1) * 4); P->out = (uint32_t *)malloc((P->nout + 1) * 4);
-    P->wrt = (uint32_t *)malloc((P->nwrt + 1) * 4);
-    P->g = (ta_guard *)malloc((P->ng + 1) * sizeof *P->g);
+    P->op = (uint8_t *)ta_malloc(n); P->a = (uint32_t *)ta_malloc(n * 4); P->b = (uint32_t *)ta_malloc(n * 4);
+    P->c = (double *)ta_malloc(n * 8);
+    P->in = (uint32_t *)ta_malloc((P->nin + 1) * 4); P->out = (uint32_t *)ta_malloc((P->nout + 1) * 4);
+    P->wrt = (uint32_t *)ta_malloc((P->nwrt + 1) * 4);
+    P->g = (ta_guard *)ta_malloc((P->ng + 1) * sizeof *P->g);
     if (!P->op || !P->a || !P->b || !P->c || !P->in || !P->out || !P->wrt || !P->g) return TA_ENOMEM;
     for (p = lowpos; p <= hipos; p++) {
         ta_seg *s = T->segs[T->order[p]];
@@ -507,8 +507,8 @@ static int ta_prog_build(ta_tape *T, ta_prog *P, const int64_t *outs, const int6
     }
     for (k = 0, P->npar = 0; k < P->n; k++)
         if (P->op[k] == TA_LEAF && !P->b[k]) P->npar++;
-    P->par = (uint32_t *)malloc((P->npar + 1) * 4); P->parid = (int64_t *)malloc((P->npar + 1) * 8);
-    P->pv = (double *)malloc((P->npar + 1) * 8);
+    P->par = (uint32_t *)ta_malloc((P->npar + 1) * 4); P->parid = (int64_t *)ta_malloc((P->npar + 1) * 8);
+    P->pv = (double *)ta_malloc((P->npar + 1) * 8);
     if (!P->par || !P->parid || !P->pv) return TA_ENOMEM;
     /* parameter leaves' tape ids, found again in tape order */
     j = 0;
@@ -557,7 +557,7 @@ int ta_prog_new(const int64_t *outs, uint32_t nout, const int64_t *ins, uint32_t
         w = ((uint64_t)s->pos << 32) | o;
         if (w > hi) { hi = w; hipos = s->pos; }
     }
-    P = (ta_prog *)calloc(1, sizeof *P);
+    P = (ta_prog *)ta_calloc(1, sizeof *P);
     if (!P) return TA_ENOMEM;
     P->nin = nin; P->nout = nout; P->nwrt = nwrt; P->tag = T->tag; P->failed = -1;
     for (j = 0; j < nout; j++) {
@@ -577,7 +577,7 @@ int ta_prog_new(const int64_t *outs, uint32_t nout, const int64_t *ins, uint32_t
         }
     }
     P->n = (uint32_t)nmark;
-    idx = (uint32_t *)malloc((size_t)(hipos - lowpos + 1) * TA_SEG * sizeof *idx);
+    idx = (uint32_t *)ta_malloc((size_t)(hipos - lowpos + 1) * TA_SEG * sizeof *idx);
     st = idx ? ta_prog_build(T, P, outs, ins, wrt, idx, lowpos, hipos, hi) : TA_ENOMEM;
     free(idx);
     ta_unmark(T, lowpos, hipos);
@@ -586,8 +586,8 @@ int ta_prog_new(const int64_t *outs, uint32_t nout, const int64_t *ins, uint32_t
         uint32_t ch = (uint32_t)(16384u / (P->n ? P->n : 1));
         ch = ch < 16u ? 16u : ch > 256u ? 256u : (ch & ~7u);
         P->ch = ch;
-        P->v = (double *)malloc((size_t)P->n * ch * sizeof(double));
-        P->d = (double *)malloc((size_t)P->n * ch * sizeof(double));
+        P->v = (double *)ta_malloc((size_t)P->n * ch * sizeof(double));
+        P->d = (double *)ta_malloc((size_t)P->n * ch * sizeof(double));
         if (!P->v || !P->d) st = TA_ENOMEM;
     }
     if (st != TA_OK) { ta_prog_free(P); return st; }

@@ -90,13 +90,13 @@ static int ta_sub_open(ta_sub *S, int64_t root)
     if ((st = ta_resolve(S->T, root, &S->rs, &S->ro)) != TA_OK) return st;
     ta_sub_mark(S);
     S->span = S->rs->pos - S->lowpos + 1;
-    if (!(S->rowof = (uint32_t **)calloc(S->span, sizeof *S->rowof))) goto nomem;
+    if (!(S->rowof = (uint32_t **)ta_calloc(S->span, sizeof *S->rowof))) goto nomem;
     for (p = S->lowpos; p <= S->rs->pos; p++) {
         ta_seg *s = S->T->segs[S->T->order[p]];
         uint32_t i, *m = NULL;
         for (i = 0; i < s->n; i++) {
             if (!(s->op[i] & TA_MARK)) continue;
-            if (!m && !(m = S->rowof[p - S->lowpos] = (uint32_t *)malloc(TA_SEG * sizeof *m)))
+            if (!m && !(m = S->rowof[p - S->lowpos] = (uint32_t *)ta_malloc(TA_SEG * sizeof *m)))
                 goto nomem;
             m[i] = row++;
         }
@@ -182,7 +182,7 @@ int ta_jvp(int64_t root, int nin, const int64_t *inputs, const double *tangents,
     if (!T) return TA_ENOMEM;
     if ((st = ta_check_seeds(T, nin, inputs)) != TA_OK) return st;
     if ((st = ta_sub_open(&S, root)) != TA_OK) return st;
-    tdot = (double *)calloc(S.n, sizeof *tdot);
+    tdot = (double *)ta_calloc(S.n, sizeof *tdot);
     if (!tdot) { ta_sub_close(&S); return TA_ENOMEM; }
     ta_seed(&S, nin, inputs, tangents, tdot);
     ta_tangent_sweep(&S, tdot, 1);   /* clears every mark: marks exist only

@@ -19,10 +19,15 @@
 #  define TA_TLS __declspec(thread)
 static volatile LONG ta_tagctr = 0;
 static uint64_t ta_next_tag(void) { return (uint64_t)(uint32_t)InterlockedIncrement(&ta_tagctr); }
+static volatile LONG64 ta_alive = 0;
+#  define TA_ALIVE(d) InterlockedAdd64(&ta_alive, (d))
 #elif defined(__GNUC__) || defined(__clang__)
+#  include <pthread.h>
 #  define TA_TLS __thread
 static uint32_t ta_tagctr = 0;
 static uint64_t ta_next_tag(void) { return __atomic_add_fetch(&ta_tagctr, 1u, __ATOMIC_RELAXED); }
+static int64_t ta_alive = 0;
+#  define TA_ALIVE(d) __atomic_add_fetch(&ta_alive, (d), __ATOMIC_RELAXED)
 #else
 #  error "tapead needs thread-local storage and an atomic increment for this compiler"
 #endif
@@ -51,10 +56,35 @@ static void ta_owner_cas(uint32_t from, uint32_t to)
 
 /* ---------------------------------------------------------------- tapes */
 
+/* Who frees a thread's tape.  Python takes it over (ta_tape_current) when
+ * it makes the thread's first segment token, and frees it once the thread
+ * and every Value of it are gone.  But C creates the tape on the thread's
+ * first call of any kind, and a thread may never get as far as a token: its
+ * only calls were tape_stats() or set_limit(), or its first op raised
+ * (ZeroDivisionError, MemoryError).  Such a tape has no Value, so on POSIX
+ * a thread-exit destructor frees it; the destructor is disarmed when Python
+ * takes the tape over.  (MSVC builds have no such destructor and keep those
+ * few hundred bytes per thread.) */
+#if !defined(_MSC_VER)
+static pthread_key_t ta_exit_key;
+static pthread_once_t ta_exit_once = PTHREAD_ONCE_INIT;
+static int ta_exit_ok = 0;
+static void ta_thread_exit(void *tape) { ta_tape_free(tape); }
+static void ta_exit_key_make(void) { ta_exit_ok = pthread_key_create(&ta_exit_key, ta_thread_exit) == 0; }
+static void ta_exit_watch(ta_tape *T)      /* T = NULL disarms */
+{
+    pthread_once(&ta_exit_once, ta_exit_key_make);
+    if (ta_exit_ok) pthread_setspecific(ta_exit_key, T);
+}
+#else
+static void ta_exit_watch(ta_tape *T) { (void)T; }
+#endif
+
 static ta_tape *ta_tape_new(void)
 {
-    ta_tape *T = (ta_tape *)calloc(1, sizeof *T);
+    ta_tape *T = (ta_tape *)ta_calloc(1, sizeof *T);
     if (!T) return NULL;
+    TA_ALIVE(1);
     T->tag = ta_next_tag() & 0x7FFFFFFFu;
     if (T->tag == 0) T->tag = ta_next_tag() & 0x7FFFFFFFu;
     T->limit = UINT64_MAX;
@@ -64,11 +94,18 @@ static ta_tape *ta_tape_new(void)
 
 ta_tape *ta_self(void)
 {
-    if (!ta_tls) ta_tls = ta_tape_new();
+    if (!ta_tls && (ta_tls = ta_tape_new()) != NULL) ta_exit_watch(ta_tls);
     return ta_tls;
 }
 
-void *ta_tape_current(void) { return ta_self(); }
+void *ta_tape_current(void)
+{
+    ta_tape *T = ta_self();
+    if (T) ta_exit_watch(NULL);            /* Python owns it from now on */
+    return T;
+}
+
+int64_t ta_tapes_alive(void) { return TA_ALIVE(0); }
 
 int64_t ta_tape_tag(void)
 {
@@ -89,6 +126,7 @@ void ta_tape_free(void *tape)
     if (ta_tls == T) ta_tls = NULL;
     TA_OWNER_DROP(T->tag);
     free(T);
+    TA_ALIVE(-1);
 }
 
 /* --------------------------------------------------------------- growth */
@@ -101,9 +139,9 @@ static int ta_grow_slots(ta_tape *T)
     uint32_t cap = T->capslots ? T->capslots * 2u : 16u;
     void *p;
     if (T->capslots >= TA_MAXSLOTS / 2u) return TA_ELIMIT;
-    p = realloc(T->segs, cap * sizeof *T->segs);      if (!p) return TA_ENOMEM; T->segs = (ta_seg **)p;
-    p = realloc(T->freeslots, cap * sizeof(uint32_t)); if (!p) return TA_ENOMEM; T->freeslots = (uint32_t *)p;
-    p = realloc(T->order, cap * sizeof(uint32_t));     if (!p) return TA_ENOMEM; T->order = (uint32_t *)p;
+    p = ta_realloc(T->segs, cap * sizeof *T->segs);      if (!p) return TA_ENOMEM; T->segs = (ta_seg **)p;
+    p = ta_realloc(T->freeslots, cap * sizeof(uint32_t)); if (!p) return TA_ENOMEM; T->freeslots = (uint32_t *)p;
+    p = ta_realloc(T->order, cap * sizeof(uint32_t));     if (!p) return TA_ENOMEM; T->order = (uint32_t *)p;
     memset(T->segs + T->capslots, 0, (cap - T->capslots) * sizeof *T->segs);
     T->capslots = cap;
     return TA_OK;
@@ -178,7 +216,7 @@ static int ta_new_seg(ta_tape *T)
         if (T->nslots == T->capslots && (st = ta_grow_slots(T)) != TA_OK) return st;
         k = T->nslots;
     }
-    s = T->spare ? T->spare : (ta_seg *)malloc(sizeof *s);
+    s = T->spare ? T->spare : (ta_seg *)ta_malloc(sizeof *s);
     if (!s) return TA_ENOMEM;
     /* nothing can fail from here on */
     T->spare = NULL;

@@ -65,6 +65,10 @@ typedef struct ta_tape {
 
 extern const uint8_t ta_kinds[TA_NOPS];
 
+/* alloc.c: malloc, calloc and realloc, failable on demand by tests. */
+void *ta_malloc(size_t n);
+void *ta_calloc(size_t k, size_t n);
+void *ta_realloc(void *p, size_t n);
 ta_tape *ta_self(void);          /* this thread's tape, created on demand  */
 
 /* ref <-> segment/offset; refs come from the tape itself, so unchecked. */

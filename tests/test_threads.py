@@ -165,3 +165,34 @@ def test_collect_in_another_thread_leaves_the_fast_path_intact():
     c.backward()
     assert a.grad == 6.0
     assert tapead._core.lib.ta_validate() == 0
+
+
+def _first_op_raises():
+    with pytest.raises(ZeroDivisionError):
+        Value(1.0) / 0          # Value(1.0) is a leaf: its token comes first
+    return True
+
+
+def _stats_only():
+    return tapead.tape_stats()["nodes"] == 0
+
+
+def _failed_c_call_only():
+    from tapead import _core
+    return _core.lib.ta_opc(tapead.engine.RDIVC, 0, 0.0) < 0   # refused (id 0 is no node here), after C made the tape
+
+
+@pytest.mark.parametrize("body", [_stats_only, _failed_c_call_only, _first_op_raises,
+                                  lambda: (Value(2.0) ** 2).data == 4.0])
+def test_a_finished_threads_tape_is_freed(body):
+    """Every tape a thread made is freed once the thread and its Values are
+    gone, also when the thread never made a Value (its only call was
+    tape_stats(), or a C call that failed): C frees such a tape at thread
+    exit, Python frees the others."""
+    import gc
+    from tapead import _core
+    alive = _core.lib.ta_tapes_alive()
+    for _ in range(5):
+        assert run_in_thread(body)
+    gc.collect()
+    assert _core.lib.ta_tapes_alive() == alive
