@@ -16,7 +16,8 @@
  * and the node limit are saved and restored): positions and refs must not
  * move under it.  Recorded nodes have no Python handle until the caller
  * wraps the returned ids (engine.handles); those not returned are garbage
- * the next collection frees.
+ * the next collection frees.  A call that fails records nothing: the tape
+ * is rolled back to where it started (ta_rollback).
  *
  * hvp = forward over reverse, numeric: one reverse sweep (adjoints and
  * each node's partials), one forward sweep of tangents from the inputs, one
@@ -341,6 +342,7 @@ int ta_grad_graph(const int64_t *outs, const double *w, int nout,
     hi_scr S;
     hi_em E;
     hi_saved sv;
+    ta_pos start;
     double *gcs;
     uint32_t hp = 0, ho = 0;
     int st, k;
@@ -351,10 +353,12 @@ int ta_grad_graph(const int64_t *outs, const double *w, int nout,
     if (!gcs) return TA_ENOMEM;
     memset(&S, 0, sizeof S); S.T = T;
     sv = hi_gc_off(T, &E);
+    ta_tell(T, &start);
     st = hi_emit(&S, &E, outs, w, nout, ins, nin, gids, gcs);
     /* constant gradients become leaves, so every result is a node */
     for (k = 0; st == TA_OK && k < nin; k++)
         if (!gids[k]) { gids[k] = hi_leaf(&E, gcs[k]); st = E.st; }
+    if (st != TA_OK) ta_rollback(T, &start);   /* a failed call records nothing */
     hi_gc_on(T, sv);
     hi_scr_free(&S);
     free(gcs);

@@ -44,6 +44,7 @@ int ta_layer(const int64_t *w, const int64_t *b, uint32_t nout, uint32_t nin,
 {
     ta_tape *T = ta_self();
     uint32_t j, i, gc_at;
+    ta_pos start;
     uint64_t need;
     int st;
     if (!T) return TA_ENOMEM;
@@ -53,6 +54,7 @@ int ta_layer(const int64_t *w, const int64_t *b, uint32_t nout, uint32_t nin,
         return st;
     need = (uint64_t)nout * (2u * (uint64_t)nin + (relu ? 1u : 0u));
     if ((st = ta_bulk_begin(T, need, &gc_at)) != TA_OK) return st;
+    ta_tell(T, &start);
     for (j = 0; j < nout && st == TA_OK; j++) {
         uint32_t acc = (uint32_t)b[j];
         double vacc = nn_val(T, b[j]);
@@ -79,6 +81,7 @@ int ta_layer(const int64_t *w, const int64_t *b, uint32_t nout, uint32_t nin,
         }
         out[j] = (int64_t)((T->tag << 32) | acc);
     }
+    if (st != TA_OK) ta_rollback(T, &start);   /* out of memory midway: all or nothing */
     ta_bulk_end(T, gc_at);
-    return st;      /* on ENOMEM midway, the nodes made so far are garbage the collector frees */
+    return st;
 }

@@ -290,13 +290,6 @@ int ta_check(int64_t id)
 
 /* ------------------------------------------------------- recording ops */
 
-/* Undo the last append (it must be in the current segment). */
-void ta_unappend(ta_tape *T)
-{
-    T->cur->n--;
-    T->nodes--;
-}
-
 /* An input from the no_grad arena enters the graph as a fresh leaf holding
  * its value (a constant, as a detached tensor would be).  *ref gets it. */
 static int ta_promote(ta_tape *T, double v, uint32_t *ref)
@@ -360,24 +353,18 @@ static int64_t ta_record_promoted(ta_tape *T, int op, int kind, int64_t x, int64
                                   int xng, int yng, double vx, double vy, ta_aux aux, double r)
 {
     uint32_t xref = (uint32_t)x, gc_at;
-    int st, promoted = 0;
+    ta_pos start;
+    int st = TA_OK;
     int64_t id;
     if ((st = ta_bulk_begin(T, 3, &gc_at)) != TA_OK) return st;
-    if (xng) {
-        if ((st = ta_promote(T, vx, &xref)) != TA_OK) { ta_bulk_end(T, gc_at); return st; }
-        promoted++;
-    }
-    if (yng) {
+    ta_tell(T, &start);
+    if (xng) st = ta_promote(T, vx, &xref);
+    if (st == TA_OK && yng) {
         if (kind == TA_K_BIN && x == yid) aux.y = xref;
-        else if ((st = ta_promote(T, vy, &aux.y)) != TA_OK) {
-            while (promoted--) ta_unappend(T);
-            ta_bulk_end(T, gc_at);
-            return st;
-        }
-        else promoted++;
+        else st = ta_promote(T, vy, &aux.y);
     }
-    id = ta_append(T, op, xref, aux, r);
-    if (id < 0 && id > TA_NEWSEG) while (promoted--) ta_unappend(T);
+    id = st == TA_OK ? ta_append(T, op, xref, aux, r) : st;
+    if (id < 0 && id > TA_NEWSEG) ta_rollback(T, &start);
     ta_bulk_end(T, gc_at);
     return id;
 }
@@ -411,22 +398,40 @@ void ta_bulk_end(ta_tape *T, uint32_t saved_gc_at)
     T->gc_at = saved_gc_at;
 }
 
+void ta_tell(const ta_tape *T, ta_pos *p)
+{
+    p->norder = T->norder;
+    p->cur_n = T->cur ? T->cur->n : 0;
+    p->nodes = T->nodes;
+    p->cur_token = T->cur_token;
+}
+
+void ta_rollback(ta_tape *T, const ta_pos *p)
+{
+    while (T->norder > p->norder)           /* segments opened since: no token holds them */
+        ta_free_seg(T, T->segs[T->order[--T->norder]]);
+    T->cur = T->norder ? T->segs[T->order[T->norder - 1]] : NULL;
+    if (T->cur) T->cur->n = p->cur_n;       /* the newest segment is always the current one */
+    T->nodes = p->nodes;
+    T->cur_token = p->cur_token;
+}
+
 int64_t ta_leaves(const double *x, size_t n, int64_t *ids)
 {
     ta_tape *T = ta_self();
     ta_aux aux;
     size_t i;
-    uint64_t start;
+    ta_pos start;
     uint32_t gc_at;
     int st;
     if (!T) return TA_ENOMEM;
     if ((st = ta_bulk_begin(T, n, &gc_at)) != TA_OK) return st;
     aux.c = 0.0;
-    start = T->nodes;
+    ta_tell(T, &start);
     for (i = 0; i < n; i++) {
         int64_t id = ta_append(T, TA_LEAF, 0, aux, x[i]);
-        if (id < 0 && id > TA_NEWSEG) {       /* out of memory: undo what we can */
-            while (T->nodes > start && T->cur && T->cur->n) ta_unappend(T);
+        if (id < 0 && id > TA_NEWSEG) {       /* out of memory: all or nothing */
+            ta_rollback(T, &start);
             ta_bulk_end(T, gc_at);
             return id;
         }

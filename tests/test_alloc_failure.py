@@ -251,3 +251,49 @@ def test_collect_after_failures_frees_everything():
         return st["nodes"]
     assert fresh_thread(run) <= 2 * 2048
     assert not math.isnan(Value(1.0).data)
+
+
+def all_or_nothing(call, max_n=200):
+    """call() records many nodes in one C call: every injected failure must
+    leave the node count exactly as before (it records all or nothing)."""
+    for n in range(max_n):
+        nodes = tapead.tape_stats()["nodes"]
+        lib.ta_fail_alloc(n)
+        try:
+            call()
+        except MemoryError:
+            lib.ta_fail_alloc(-1)
+            assert tapead.tape_stats()["nodes"] == nodes, n
+            assert lib.ta_validate() == 0
+            continue
+        if lib.ta_fail_alloc(-1):
+            return n
+    raise AssertionError("still allocating")
+
+
+def test_bulk_calls_record_all_or_nothing():
+    """values(), grad(create_graph=True), the fused Layer and a no_grad
+    input's promotion each record many nodes in one C call, over several
+    segments; a failure midway leaves none of them on the tape."""
+    def run():
+        arr = np.arange(5000.0)
+        keep = []
+        assert all_or_nothing(lambda: keep.append(tapead.values(arr))) >= 3
+
+        x = Value(0.3)
+        f = x
+        for _ in range(1500):
+            f = (f * x).tanh() + x
+        assert all_or_nothing(lambda: keep.append(tapead.grad(f, [x], create_graph=True))) >= 2
+
+        import random
+        random.seed(1)
+        layer = tnn.Layer(40, 60)       # one C call: 60 * 81 nodes over 3 segments
+        xs = [Value(float(i) / 40) for i in range(40)]
+        assert all_or_nothing(lambda: keep.append(layer(xs))) >= 2
+
+        with tapead.no_grad():
+            c = x * 2
+        assert all_or_nothing(lambda: keep.append(c * c)) >= 0
+        return True
+    assert fresh_thread(run)
