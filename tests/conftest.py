@@ -1,6 +1,8 @@
 """Shared helpers: micrograd as the reference, extended with the tanh and exp
-that micrograd's lecture version has (0.1.0 ships without them)."""
+that micrograd's lecture version has (0.1.0 ships without them); and a
+function run on a thread of its own (so on a tape of its own)."""
 import math
+import threading
 
 import pytest
 from hypothesis import settings
@@ -47,3 +49,21 @@ class MG(_MG):
 @pytest.fixture
 def mg():
     return MG
+
+
+def on_fresh_tape(fn):
+    """fn() run in a new thread, so on a tape of its own that earlier tests
+    left nothing on; its exception, if any, re-raised here."""
+    out, err = [], []
+
+    def run():
+        try:
+            out.append(fn())
+        except BaseException as e:  # noqa: BLE001 - handed back to the test
+            err.append(e)
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    if err:
+        raise err[0]
+    return out[0]

@@ -8,7 +8,6 @@ the tape's invariants intact (ta_validate), leave the data and grad of
 Values that existed before exactly as they were, and leave the library
 usable: the same operation, run again, gives the reference result."""
 import math
-import threading
 
 import numpy as np
 import pytest
@@ -17,6 +16,8 @@ import tapead
 import tapead.nn as tnn
 from tapead import Value, _core
 from tapead.optim import SGD, Adam
+
+from conftest import on_fresh_tape
 
 lib = _core.lib
 
@@ -81,23 +82,6 @@ def test_hook_counts_allocations():
     assert lib.ta_fail_alloc(-1) == 0
 
 
-def fresh_thread(fn):
-    """fn() in a new thread: a tape of its own, created on its first op."""
-    out, err = [], []
-
-    def run():
-        try:
-            out.append(fn())
-        except BaseException as e:  # re-raised in the test's thread
-            err.append(e)
-    t = threading.Thread(target=run)
-    t.start()
-    t.join()
-    if err:
-        raise err[0]
-    return out[0]
-
-
 def test_new_tape_and_every_segment_boundary():
     """A thread's first op creates its tape; every 2048th op opens a segment
     (and sometimes grows the segment table).  Fail each, in turn."""
@@ -107,7 +91,7 @@ def test_new_tape_and_every_segment_boundary():
             s = s * 0.999 + x
         s.backward()
         return [s.data, x.grad]
-    assert fails_cleanly(lambda: fresh_thread(record)) >= 3
+    assert fails_cleanly(lambda: on_fresh_tape(record)) >= 3
 
 
 def test_failed_op_at_a_segment_boundary_leaves_the_tape_as_it_was():
@@ -128,7 +112,7 @@ def test_failed_op_at_a_segment_boundary_leaves_the_tape_as_it_was():
         y = x + 1.0                     # and then it works
         assert y.data == 3.0 and all(v.data == 6.0 for v in ys)
         return True
-    assert fresh_thread(run)
+    assert on_fresh_tape(run)
 
 
 def test_leaves_from_an_array():
@@ -230,7 +214,7 @@ def test_no_grad_arena():
         z.backward()
         return [y.data, z.data, x.grad]
     # each run on a new thread, so on a new tape with no arena yet
-    assert fails_cleanly(lambda: fresh_thread(op)) >= 3
+    assert fails_cleanly(lambda: on_fresh_tape(op)) >= 3
 
 
 def test_collect_after_failures_frees_everything():
@@ -249,7 +233,7 @@ def test_collect_after_failures_frees_everything():
         st = tapead.tape_stats()
         assert lib.ta_validate() == 0
         return st["nodes"]
-    assert fresh_thread(run) <= 2 * 2048
+    assert on_fresh_tape(run) <= 2 * 2048
     assert not math.isnan(Value(1.0).data)
 
 
@@ -296,4 +280,4 @@ def test_bulk_calls_record_all_or_nothing():
             c = x * 2
         assert all_or_nothing(lambda: keep.append(c * c)) >= 0
         return True
-    assert fresh_thread(run)
+    assert on_fresh_tape(run)

@@ -2,12 +2,13 @@
 that can never see a reclaimed or reused slot."""
 import gc
 import random
-import threading
 
 import pytest
 
 import tapead
 from tapead import Value
+
+from conftest import on_fresh_tape
 
 SEG = 2048
 
@@ -62,23 +63,6 @@ def _train(steps, seed=0):
         if k % 50 == 0:
             most = max(most, tapead.tape_stats()["nodes"])
     return w, b, most
-
-
-def on_fresh_tape(fn):
-    """Run fn in a new thread, so on a tape of its own that earlier tests left nothing on."""
-    out, err = [], []
-
-    def run():
-        try:
-            out.append(fn())
-        except BaseException as e:  # re-raised in the test's thread
-            err.append(e)
-    t = threading.Thread(target=run)
-    t.start()
-    t.join()
-    if err:
-        raise err[0]
-    return out[0]
 
 
 def test_training_loop_reclaims_tape():

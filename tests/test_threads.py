@@ -9,25 +9,11 @@ import pytest
 import tapead
 from tapead import Value
 
-
-def run_in_thread(f):
-    out = {}
-
-    def body():
-        try:
-            out["result"] = f()
-        except BaseException as e:  # noqa: BLE001 - handed back to the test
-            out["error"] = e
-    t = threading.Thread(target=body)
-    t.start()
-    t.join()
-    if "error" in out:
-        raise out["error"]
-    return out["result"]
+from conftest import on_fresh_tape
 
 
 def test_values_from_another_thread_raise_tape_error():
-    foreign = run_in_thread(lambda: [Value(2.0), Value(3.0) * 4])   # thread has ended
+    foreign = on_fresh_tape(lambda: [Value(2.0), Value(3.0) * 4])   # thread has ended
     mine = Value(1.0)
     for v in foreign:
         with pytest.raises(tapead.TapeError):
@@ -63,7 +49,7 @@ def test_this_threads_values_refused_in_a_live_other_thread():
             except tapead.TapeError:
                 errors += 1
         return errors
-    assert run_in_thread(use) == 4
+    assert on_fresh_tape(use) == 4
     w.backward()
     assert (w.data, mine.grad) == (6.0, 3.0)
 
@@ -193,6 +179,6 @@ def test_a_finished_threads_tape_is_freed(body):
     from tapead import _core
     alive = _core.lib.ta_tapes_alive()
     for _ in range(5):
-        assert run_in_thread(body)
+        assert on_fresh_tape(body)
     gc.collect()
     assert _core.lib.ta_tapes_alive() == alive
