@@ -9,12 +9,13 @@ graphviz.Digraph (pip install "tapead[draw]", plus Graphviz's `dot` to render).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, Iterator, Tuple
+from typing import TYPE_CHECKING, Any, Iterator, Tuple
 
 if TYPE_CHECKING:
     from .engine import Value
 
 from ._core import lib
+from .engine import op_text
 from .wengert import wengert
 
 
@@ -26,7 +27,7 @@ def _elements(root: Value) -> Iterator[Tuple[str, ...]]:
         label = r["label"] or ("" if r["op"] == "leaf" else r["name"])
         yield ("node", nid, f"{{ {_esc(label)} | data {r['value']:.4f} | grad {grad:.4f} }}", "record")
         if r["op"] != "leaf":
-            yield ("node", nid + "op", _esc(_op_text(r)), "ellipse")
+            yield ("node", nid + "op", _esc(op_text(r["op"], r["const"])), "ellipse")
             yield ("edge", nid + "op", nid)
             for a in r["args"]:
                 yield ("edge", f"n{a}", nid + "op")
@@ -47,16 +48,6 @@ def to_dot(root: Value, rankdir: str = "LR") -> str:
             lines.append(f"  {e[1]} -> {e[2]}")
     lines.append("}")
     return "\n".join(lines) + "\n"
-
-
-def _op_text(r: Dict[str, Any]) -> str:
-    """The op as micrograd draws it: '+', '*', 'ReLU', '**2', ..."""
-    sym: str
-    sym, c = r["op"], r["const"]
-    if c is None:
-        return sym
-    return {"+c": f"+{c:g}", "c-": f"{c:g}-", "*c": f"*{c:g}", "c/": f"{c:g}/",
-            "**c": f"**{c:g}", "c**": f"{c:g}**"}.get(sym, sym)
 
 
 def _esc(s: str) -> str:

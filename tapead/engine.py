@@ -13,10 +13,12 @@ each extra Python call would cost about a tenth of an op.
 from __future__ import annotations
 
 import numbers
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, SupportsFloat, Tuple, Union
+import weakref
+from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Set, SupportsFloat,
+                    Tuple, Union)
 
 from . import _core
-from ._core import OP, NEWSEG, SHIFT, error
+from ._core import OP, OP_KINDS, OP_NAMES, NEWSEG, SHIFT, error
 
 if TYPE_CHECKING:
     from ._core import _Tape, _Token
@@ -426,12 +428,76 @@ class Value:
         # pickle, copy.copy and copy.deepcopy: a detached leaf, same data and grad
         return (_restore, (self.data, self.grad))
 
+    # ------------------------------------------ micrograd's graph attributes
+    # Code written for micrograd walks the graph through these (its
+    # trace_graph notebook's trace/draw_dot, the lecture's topological sort);
+    # here they read the tape.  A constant is part of its op ("+1", "**2"),
+    # not a child, as the tape stores it.
+    @property
+    def _op(self) -> str:
+        """The op that made this node, as micrograd names it ('' for a leaf).
+
+        >>> x = Value(2.0); (x * x)._op, (x ** 2)._op, (x + 1).relu()._op, x._op
+        ('*', '**2', 'ReLU', '')
+        """
+        op, _, _, c = _node(self)
+        if OP_KINDS[op] == 0:
+            return ""
+        return op_text(OP_NAMES[op], c if OP_KINDS[op] == 3 else None)
+
+    @property
+    def _prev(self) -> Set[Value]:
+        """The Values this node was computed from, as micrograd's set.
+
+        While a Value returned here is alive, the same node comes back as the
+        same object, so a walk that keeps a set of visited Values (micrograd's
+        trace) sees each node once.  (A Value you made yourself and the one
+        found here for the same node may be two objects.)
+
+        >>> x = Value(2.0); y = x * x + 3
+        >>> [v._op for v in y._prev], [v.data for v in next(iter(y._prev))._prev]
+        (['*'], [2.0])
+        """
+        op, x, y, _ = _node(self)
+        _canon.setdefault(self._i, self)
+        ids = [i for i in dict.fromkeys((x, y)) if i >= 0]
+        out = {v for v in (_canon.get(i) for i in ids) if v is not None}
+        for v in handles([i for i in ids if i not in _canon]):
+            _canon[v._i] = v
+            out.add(v)
+        return out
+
     if TYPE_CHECKING:  # set by tapead.wengert (Value.label = property(...))
         @property
         def label(self) -> str: ...
 
         @label.setter
         def label(self, label: Optional[str]) -> None: ...
+
+
+# node id -> the Value _prev gave for it, while that Value lives
+_canon: "weakref.WeakValueDictionary[int, Value]" = weakref.WeakValueDictionary()
+
+
+def _node(v: Value) -> Tuple[int, int, int, float]:
+    """(op code, input x id or -1, input y id or -1, constant) of v's node.
+    A no_grad result is a plain leaf."""
+    p = _core.ffi.new("int *"); x = _core.ffi.new("int64_t *"); y = _core.ffi.new("int64_t *")
+    c = _core.ffi.new("double *")
+    st = _core.lib.ta_node(v._i, p, x, y, c)
+    if st == _core.lib.TA_ENOGRAD:
+        return OP["LEAF"], -1, -1, 0.0
+    if st:
+        raise error(st)
+    return p[0], x[0], y[0], c[0]
+
+
+def op_text(sym: str, c: Optional[float]) -> str:
+    """An op as micrograd draws it: '+', '*', 'ReLU', with a constant '**2', '+1', '3/'."""
+    if c is None:
+        return sym
+    return {"+c": f"+{c:g}", "c-": f"{c:g}-", "*c": f"*{c:g}", "c/": f"{c:g}/",
+            "**c": f"**{c:g}", "c**": f"{c:g}**"}.get(sym, sym)
 
 
 def _compare(kind: int, a: Value, b: Operand) -> bool:

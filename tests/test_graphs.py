@@ -150,3 +150,82 @@ def test_graphs_without_division_match_micrograd_exactly(leaves, program):
     for nd in nodes:
         assert nd["ta"].data == nd["mg"].data
         assert nd["ta"].grad == nd["mg"].grad
+
+
+# ---------------------------------------------- micrograd's graph attributes
+def trace(root):
+    """micrograd's trace_graph notebook: every node and edge reachable through
+    _prev, with a set of visited Values (so it relies on one object per node)."""
+    nodes, edges = set(), set()
+
+    def walk(v):
+        if v not in nodes:
+            nodes.add(v)
+            for child in v._prev:
+                edges.add((child, v))
+                walk(child)
+    walk(root)
+    return nodes, edges
+
+
+def test_trace_graph_notebook_walks_the_tape():
+    x = Value(1.0)
+    y = (x * 2 + 1).relu()
+    y.backward()
+    nodes, edges = trace(y)
+    # constants are part of their op on the tape: x, x*2, +1, relu
+    assert sorted(n._op for n in nodes) == ["", "*2", "+1", "ReLU"]
+    assert len(edges) == 3
+    leaf, = [n for n in nodes if not n._op]
+    assert (leaf.data, leaf.grad) == (1.0, 2.0)
+    graphviz = __import__("pytest").importorskip("graphviz")
+    dot = graphviz.Digraph(format="svg", graph_attr={"rankdir": "LR"})
+    for n in nodes:                      # the notebook's draw_dot, verbatim in substance
+        dot.node(name=str(id(n)), label="{ data %.4f | grad %.4f }" % (n.data, n.grad), shape="record")
+        if n._op:
+            dot.node(name=str(id(n)) + n._op, label=n._op)
+            dot.edge(str(id(n)) + n._op, str(id(n)))
+    for n1, n2 in edges:
+        dot.edge(str(id(n1)), str(id(n2)) + n2._op)
+    assert dot.source.count("->") == 3 + 3 and "grad 2.0000" in dot.source
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(leaf, min_size=1, max_size=4),
+       st.lists(st.tuples(st.sampled_from(["add", "mul", "relu"]), st.integers(0, 10**6),
+                          st.integers(0, 10**6)), min_size=1, max_size=25))
+def test_prev_and_op_give_micrographs_graph(leaves, program):
+    """With no constants (which micrograd makes leaves of), micrograd and
+    tapead give the same graph through _prev/_op: same nodes, ops and edges."""
+    def run(V):
+        vs = [V(x) for x in leaves]
+        for op, i, j in program:
+            a, b = vs[i % len(vs)], vs[j % len(vs)]
+            vs.append(a + b if op == "add" else a * b if op == "mul" else a.relu())
+        return vs[-1]
+
+    def shape(root):
+        nodes, edges = trace(root)
+        ops = {"": "", "+": "+", "*": "*", "ReLU": "ReLU"}
+        return (sorted(ops[n._op] for n in nodes),
+                sorted((c._op, round(c.data, 9), p._op, round(p.data, 9)) for c, p in edges))
+    assert shape(run(Value)) == shape(run(MG))
+
+
+def test_prev_gives_one_object_per_node_so_shared_graphs_stay_linear():
+    x = Value(1.5)
+    v = x
+    for _ in range(40):                  # 2**40 paths, 41 nodes
+        v = v * v
+    nodes, edges = trace(v)
+    assert len(nodes) == 41 and len(edges) == 40
+    n = next(iter(v._prev))
+    assert next(iter(v._prev)) is n      # asked again: the same object
+
+
+def test_no_grad_values_are_leaves_to_prev():
+    import tapead
+    x = Value(2.0)
+    with tapead.no_grad():
+        y = x * 3
+    assert y._prev == set() and y._op == ""
