@@ -130,6 +130,40 @@ static hi_blk *hi_entry(hi_scr *S, int64_t id, uint32_t *o)
 
 /* ------------------------------------------------------- numeric sweep */
 
+/* The descending pass of both numeric sweeps: from node (hipos, hioff)
+ * down, each node this epoch reached pushes its adjoint to its inputs,
+ * until `pending` reached nodes are done.  With lowpos (forward over
+ * reverse), each node's partials are also kept in its block's ext, and
+ * *lowpos gets the oldest segment reached. */
+static int hi_reverse(hi_scr *S, uint32_t hipos, uint32_t hioff, uint64_t pending, uint32_t *lowpos)
+{
+    ta_tape *T = S->T;
+    uint32_t p;
+    int st;
+    for (p = hipos + 1; p-- > 0 && pending;) {
+        ta_seg *s = T->segs[T->order[p]];
+        hi_blk *b = p < S->nb ? S->b[p] : NULL;
+        uint32_t i = (p == hipos) ? hioff + 1 : s->n;
+        if (!b) continue;
+        if (lowpos) {
+            *lowpos = p;
+            if (!b->ext && !(b->ext = (double *)ta_malloc((size_t)TA_SEG * HI_EXT * sizeof(double))))
+                return TA_ENOMEM;
+        }
+        while (i-- > 0) {
+            ta_local L;
+            if (b->ep[i] != S->ep) continue;
+            --pending;
+            ta_local_at(T, s, i, &L);
+            if (L.kind != TA_K_LEAF && (st = hi_push(S, b->adj[i], &L, &pending)) != TA_OK)
+                return st;
+            if (lowpos) { HI_X(b, i, HI_PX) = L.dx; HI_X(b, i, HI_PY) = L.dy; HI_X(b, i, HI_IN) = 0.0; }
+            if (!pending) break;
+        }
+    }
+    return TA_OK;
+}
+
 /* d(sum_k w_k roots_k)/d ins_j into out[j], in S's buffer; ids checked by
  * the caller.  Roots with a zero id are skipped (constant gradients). */
 static int hi_sweep(hi_scr *S, const int64_t *roots, const double *w, int nr,
@@ -137,7 +171,7 @@ static int hi_sweep(hi_scr *S, const int64_t *roots, const double *w, int nr,
 {
     ta_tape *T = S->T;
     uint64_t pending = 0;
-    uint32_t hipos = 0, hioff = 0, p;
+    uint32_t hipos = 0, hioff = 0;
     int k, st, any = 0;
     hi_next_epoch(S);
     for (k = 0; k < nr; k++) {
@@ -149,21 +183,7 @@ static int hi_sweep(hi_scr *S, const int64_t *roots, const double *w, int nr,
         if (!any || s->pos > hipos || (s->pos == hipos && o > hioff)) { hipos = s->pos; hioff = o; }
         any = 1;
     }
-    for (p = hipos + 1; any && p-- > 0 && pending;) {
-        ta_seg *s = T->segs[T->order[p]];
-        hi_blk *b = p < S->nb ? S->b[p] : NULL;
-        uint32_t i = (p == hipos) ? hioff + 1 : s->n;
-        if (!b) continue;
-        while (i-- > 0) {
-            ta_local L;
-            if (b->ep[i] != S->ep) continue;
-            --pending;
-            ta_local_at(T, s, i, &L);
-            if (L.kind != TA_K_LEAF && (st = hi_push(S, b->adj[i], &L, &pending)) != TA_OK)
-                return st;
-            if (!pending) break;
-        }
-    }
+    if (any && (st = hi_reverse(S, hipos, hioff, pending, NULL)) != TA_OK) return st;
     for (k = 0; k < nin; k++) {
         uint32_t o;
         hi_blk *b = hi_entry(S, ins[k], &o);
@@ -371,37 +391,16 @@ int ta_grad_graph(const int64_t *outs, const double *w, int nout,
  * node's partials; *lowpos = the oldest segment it reached. */
 static int hi_for_setup(hi_scr *S, int64_t out, uint32_t *lowpos, uint32_t *hipos, uint32_t *hioff)
 {
-    ta_tape *T = S->T;
     uint64_t pending = 0;
-    uint32_t p;
     ta_seg *rs; uint32_t ro;
     hi_blk *b;
     int st;
     hi_next_epoch(S);
-    ta_resolve(T, out, &rs, &ro);
+    ta_resolve(S->T, out, &rs, &ro);
     if ((st = hi_reach(S, rs, ro, &pending, &b)) != TA_OK) return st;
     b->adj[ro] = 1.0;
     *hipos = *lowpos = rs->pos; *hioff = ro;
-    for (p = rs->pos + 1; p-- > 0 && pending;) {
-        ta_seg *s = T->segs[T->order[p]];
-        uint32_t i = (p == rs->pos) ? ro + 1 : s->n;
-        b = p < S->nb ? S->b[p] : NULL;
-        if (!b) continue;
-        *lowpos = p;
-        if (!b->ext && !(b->ext = (double *)ta_malloc((size_t)TA_SEG * HI_EXT * sizeof(double))))
-            return TA_ENOMEM;
-        while (i-- > 0) {
-            ta_local L;
-            if (b->ep[i] != S->ep) continue;
-            --pending;
-            ta_local_at(T, s, i, &L);
-            if (L.kind != TA_K_LEAF && (st = hi_push(S, b->adj[i], &L, &pending)) != TA_OK)
-                return st;
-            HI_X(b, i, HI_PX) = L.dx; HI_X(b, i, HI_PY) = L.dy; HI_X(b, i, HI_IN) = 0.0;
-            if (!pending) break;
-        }
-    }
-    return TA_OK;
+    return hi_reverse(S, rs->pos, ro, pending, lowpos);
 }
 
 /* Passes B and C for one direction v: tangents forward from the inputs,

@@ -43,8 +43,8 @@ int ta_layer(const int64_t *w, const int64_t *b, uint32_t nout, uint32_t nin,
              const int64_t *xid, const double *xc, int relu, int64_t *out)
 {
     ta_tape *T = ta_self();
-    uint32_t j, i, gc_at;
-    ta_pos start;
+    uint32_t j, i;
+    ta_bulk bk;
     uint64_t need;
     int st;
     if (!T) return TA_ENOMEM;
@@ -53,8 +53,7 @@ int ta_layer(const int64_t *w, const int64_t *b, uint32_t nout, uint32_t nin,
         (st = nn_refs(T, xid, nin, 1)) != TA_OK)
         return st;
     need = (uint64_t)nout * (2u * (uint64_t)nin + (relu ? 1u : 0u));
-    if ((st = ta_bulk_begin(T, need, &gc_at)) != TA_OK) return st;
-    ta_tell(T, &start);
+    if ((st = ta_bulk_begin(T, need, &bk)) != TA_OK) return st;
     for (j = 0; j < nout && st == TA_OK; j++) {
         uint32_t acc = (uint32_t)b[j];
         double vacc = nn_val(T, b[j]);
@@ -81,7 +80,6 @@ int ta_layer(const int64_t *w, const int64_t *b, uint32_t nout, uint32_t nin,
         }
         out[j] = (int64_t)((T->tag << 32) | acc);
     }
-    if (st != TA_OK) ta_rollback(T, &start);   /* out of memory midway: all or nothing */
-    ta_bulk_end(T, gc_at);
+    ta_bulk_end(T, &bk, st != TA_OK);      /* out of memory midway: all or nothing */
     return st;
 }

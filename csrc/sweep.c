@@ -58,12 +58,14 @@ int ta_backward(int64_t root)
         }
         while (pending && i-- > 0) {
             uint8_t b = s->op[i];
-            int op = b & TA_OPMASK, kind = ta_kinds[op];
+            int op, kind;
             uint32_t xr;
             double g, dx, dy;
             if (!(b & TA_MARK)) continue;
             s->op[i] = (uint8_t)(b & ~TA_MARK);
             pending--;
+            op = b & TA_OPMASK;
+            kind = ta_kinds[op];
             if (kind == TA_K_LEAF) continue;
             g = s->adj[i];
             ta_partials_at(T, s, i, op, &dx, &dy);

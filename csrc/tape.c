@@ -352,20 +352,18 @@ static int64_t ta_record(int op, int kind, int64_t x, double y, int64_t yid)
 static int64_t ta_record_promoted(ta_tape *T, int op, int kind, int64_t x, int64_t yid,
                                   int xng, int yng, double vx, double vy, ta_aux aux, double r)
 {
-    uint32_t xref = (uint32_t)x, gc_at;
-    ta_pos start;
+    uint32_t xref = (uint32_t)x;
+    ta_bulk bk;
     int st = TA_OK;
     int64_t id;
-    if ((st = ta_bulk_begin(T, 3, &gc_at)) != TA_OK) return st;
-    ta_tell(T, &start);
+    if ((st = ta_bulk_begin(T, 3, &bk)) != TA_OK) return st;
     if (xng) st = ta_promote(T, vx, &xref);
     if (st == TA_OK && yng) {
         if (kind == TA_K_BIN && x == yid) aux.y = xref;
         else st = ta_promote(T, vy, &aux.y);
     }
     id = st == TA_OK ? ta_append(T, op, xref, aux, r) : st;
-    if (id < 0 && id > TA_NEWSEG) ta_rollback(T, &start);
-    ta_bulk_end(T, gc_at);
+    ta_bulk_end(T, &bk, id < 0 && id > TA_NEWSEG);
     return id;
 }
 
@@ -382,20 +380,22 @@ int64_t ta_leaf(double x)
     return ta_append(T, TA_LEAF, 0, aux, x);
 }
 
-int ta_bulk_begin(ta_tape *T, uint64_t need, uint32_t *saved_gc_at)
+int ta_bulk_begin(ta_tape *T, uint64_t need, ta_bulk *bk)
 {
     if (T->nodes > T->limit || need > T->limit - T->nodes) {
         ta_gc(T);                 /* garbage does not count against the limit (as in ta_append) */
         if (T->nodes > T->limit || need > T->limit - T->nodes) return TA_ELIMIT;
     }
-    *saved_gc_at = T->gc_at;
+    bk->gc_at = T->gc_at;
     T->gc_at = UINT32_MAX;
+    ta_tell(T, &bk->start);
     return TA_OK;
 }
 
-void ta_bulk_end(ta_tape *T, uint32_t saved_gc_at)
+void ta_bulk_end(ta_tape *T, const ta_bulk *bk, int failed)
 {
-    T->gc_at = saved_gc_at;
+    if (failed) ta_rollback(T, &bk->start);
+    T->gc_at = bk->gc_at;
 }
 
 void ta_tell(const ta_tape *T, ta_pos *p)
@@ -421,23 +421,20 @@ int64_t ta_leaves(const double *x, size_t n, int64_t *ids)
     ta_tape *T = ta_self();
     ta_aux aux;
     size_t i;
-    ta_pos start;
-    uint32_t gc_at;
+    ta_bulk bk;
     int st;
     if (!T) return TA_ENOMEM;
-    if ((st = ta_bulk_begin(T, n, &gc_at)) != TA_OK) return st;
+    if ((st = ta_bulk_begin(T, n, &bk)) != TA_OK) return st;
     aux.c = 0.0;
-    ta_tell(T, &start);
     for (i = 0; i < n; i++) {
         int64_t id = ta_append(T, TA_LEAF, 0, aux, x[i]);
         if (id < 0 && id > TA_NEWSEG) {       /* out of memory: all or nothing */
-            ta_rollback(T, &start);
-            ta_bulk_end(T, gc_at);
+            ta_bulk_end(T, &bk, 1);
             return id;
         }
         ids[i] = id < 0 ? TA_NEWSEG - id : id;
     }
-    ta_bulk_end(T, gc_at);
+    ta_bulk_end(T, &bk, 0);
     return (int64_t)n;
 }
 

@@ -87,12 +87,6 @@ int ta_gc(ta_tape *T);        /* reclaim; returns segments freed */
 /* Append one node; returns its id or a negative status. */
 int64_t ta_append(ta_tape *T, int op, uint32_t x, ta_aux aux, double val);
 
-/* Recording many nodes in one call: the nodes have no Python token until
- * the call returns, so the collector must not run meanwhile.  begin checks
- * that `need` more nodes fit under the limit (collecting first if not) and
- * holds the collector off; end lets it run again. */
-int  ta_bulk_begin(ta_tape *T, uint64_t need, uint32_t *saved_gc_at);
-void ta_bulk_end(ta_tape *T, uint32_t saved_gc_at);
 /* A place on the tape to go back to: a call that records many nodes and
  * fails midway (out of memory, a forward error) drops every node it
  * appended, so the tape is as it was (the house rule).  Only while the
@@ -100,6 +94,14 @@ void ta_bulk_end(ta_tape *T, uint32_t saved_gc_at);
 typedef struct { uint32_t norder, cur_n; uint64_t nodes; int cur_token; } ta_pos;
 void ta_tell(const ta_tape *T, ta_pos *p);
 void ta_rollback(ta_tape *T, const ta_pos *p);
+/* Recording many nodes in one call: the nodes have no Python token until
+ * the call returns, so the collector must not run meanwhile.  begin checks
+ * that `need` more nodes fit under the limit (collecting first if not),
+ * holds the collector off and notes where the tape ends; end lets the
+ * collector run again and, if the call failed, rolls back to that end. */
+typedef struct { uint32_t gc_at; ta_pos start; } ta_bulk;
+int  ta_bulk_begin(ta_tape *T, uint64_t need, ta_bulk *bk);
+void ta_bulk_end(ta_tape *T, const ta_bulk *bk, int failed);
 
 /* replay.c: guards die with their nodes (called at the end of ta_gc) and
  * with the tape. */

@@ -4,6 +4,8 @@ function run on a thread of its own (so on a tape of its own)."""
 import math
 import threading
 
+import tapead
+
 import pytest
 from hypothesis import settings
 from micrograd.engine import Value as _MG
@@ -67,3 +69,19 @@ def on_fresh_tape(fn):
     if err:
         raise err[0]
     return out[0]
+
+
+def assert_every_use_refused(v, ok, exc):
+    """Every way of using Value v (read or write data and grad, backward, an
+    op on either side, with another Value ok or a number, repr) raises exc,
+    and ok is left as it was."""
+    before = (ok.data, ok.grad)
+    uses = (lambda: v.data, lambda: v.grad, lambda: setattr(v, "data", 3.0),
+            lambda: setattr(v, "grad", 0), lambda: v.backward(),
+            lambda: v + ok, lambda: ok * v, lambda: v * 2, lambda: 2 - v, lambda: v ** 2,
+            lambda: v / ok, lambda: -v, lambda: v.relu(), lambda: v.tanh(),
+            lambda: tapead.maximum(v, ok), lambda: tapead.maximum(ok, v), lambda: repr(v))
+    for use in uses:
+        with pytest.raises(exc):
+            use()
+    assert (ok.data, ok.grad) == before
