@@ -10,6 +10,7 @@
  * process-wide and meant for tests in one thread; armed never, it costs a
  * predictable branch per allocation (allocations are per segment, per plan
  * or per call, never per node). */
+#define _POSIX_C_SOURCE 200112L   /* posix_memalign under -std=c99 */
 #include <stdlib.h>
 #include "tapead.h"
 
@@ -25,6 +26,21 @@ static int ta_should_fail(void)
 void *ta_malloc(size_t n)            { return ta_should_fail() ? NULL : malloc(n); }
 void *ta_calloc(size_t k, size_t n)  { return ta_should_fail() ? NULL : calloc(k, n); }
 void *ta_realloc(void *p, size_t n)  { return ta_should_fail() ? NULL : realloc(p, n); }
+
+#if defined(_MSC_VER)
+#  include <malloc.h>
+ta_seg *ta_seg_alloc(void)
+{ return ta_should_fail() ? NULL : (ta_seg *)_aligned_malloc(sizeof(ta_seg), TA_SEG_ALIGN); }
+void ta_seg_free(ta_seg *s) { _aligned_free(s); }
+#else
+ta_seg *ta_seg_alloc(void)
+{
+    void *p = NULL;
+    if (ta_should_fail() || posix_memalign(&p, TA_SEG_ALIGN, sizeof(ta_seg)) != 0) return NULL;
+    return (ta_seg *)p;
+}
+void ta_seg_free(ta_seg *s) { free(s); }
+#endif
 
 int ta_fail_alloc(int64_t n)
 {

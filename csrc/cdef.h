@@ -2,11 +2,16 @@
  * and included by the C sources, so the two cannot drift apart.
  *
  * Node ids are int64: (tape tag << 32) | (segment slot << TA_SHIFT) | offset.
- * Functions that create a node return its id (>= 0), or a negative status:
- * -1..-15 are errors (TA_E*), and id <= TA_NEWSEG means "this node opened a
- * segment that has no Python owner yet, or the calling thread is not the
- * fast-path owner": the id is TA_NEWSEG - code, and Python must make sure
- * it holds the segment's token (ta_ack) before returning a Value. */
+ * A segment's key is id >> TA_SHIFT.  Functions that create a node return
+ * its id (>= 0) or a negative status.  The recording calls of the cffi
+ * front (ta_leaf, ta_op1, ta_op2, ta_opc) take the key of the segment the
+ * caller holds (its current token, see ta_cur_hold): the node is recorded
+ * only if it lands in that segment, else nothing happens and they return
+ * TA_NEEDSEG (or TA_NEEDNG for the no_grad arena), so a node never exists
+ * unheld.  Calls that return new nodes in bulk hold each returned id once
+ * (tapead.h: holds); the caller adopts those holds. */
+
+typedef struct ta_seg ta_seg;          /* a tape segment (opaque) */
 
 typedef struct {
     uint64_t nodes;      /* nodes held in the arena (live or awaiting reclaim) */
@@ -33,7 +38,8 @@ typedef struct {
 #define TA_ECORRUPT -11   /* ta_validate found a broken invariant        */
 #define TA_EGUARD   -12   /* replay: a recorded comparison flips         */
 #define TA_EARG     -13   /* bad argument (not a leaf, a duplicate input) */
-#define TA_NEWSEG   -16
+#define TA_NEEDSEG  -16   /* take a hold on the current segment, then retry */
+#define TA_NEEDNG   -17   /* the same for the no_grad arena             */
 #define TA_SHIFT    11
 
 int         ta_nops(void);
@@ -41,10 +47,10 @@ const char *ta_op_name(int op);        /* symbol, e.g. "+" */
 const char *ta_op_ident(int op);       /* enum name, e.g. "ADD" */
 int         ta_op_kind(int op);        /* 0 leaf, 1 unary, 2 binary, 3 const */
 
-int64_t ta_leaf(double x);
-int64_t ta_op1(int op, int64_t x);
-int64_t ta_op2(int op, int64_t x, int64_t y);
-int64_t ta_opc(int op, int64_t x, double c);
+int64_t ta_leaf(double x, int64_t key);
+int64_t ta_op1(int op, int64_t x, int64_t key);
+int64_t ta_op2(int op, int64_t x, int64_t y, int64_t key);
+int64_t ta_opc(int op, int64_t x, double c, int64_t key);
 
 double  ta_val(int64_t id);            /* NaN if id is invalid (ta_check says why) */
 double  ta_adj(int64_t id);
@@ -55,15 +61,22 @@ int     ta_node(int64_t id, int *op, int64_t *x, int64_t *y, double *c);
 
 int     ta_backward(int64_t root);     /* seed root with 1, one reverse sweep       */
 
-/* Python made a token for segment `slot`; current = it is the token new
- * nodes in the current segment will share.  Returns 1 if this thread may
- * take the fast path, 0 if not, or a negative status. */
-int     ta_ack(int64_t key, int current);   /* key = node id >> TA_SHIFT;
-                                              2 = a segment of the no_grad arena */
-int     ta_release(int64_t key, int current);   /* that token died       */
-void   *ta_tape_current(void);
-int64_t ta_tape_tag(void);
-void    ta_tape_free(void *tape);      /* after its thread and all tokens are gone   */
+/* Holds (see tapead.h).  ta_cur_hold: hold the segment the next node
+ * goes to (arena 0: the tape, for leaves and ops; 1: the no_grad arena,
+ * for ops under no_grad), opening one if the current one is full; gives
+ * it and its key.  ta_unhold drops one hold, from any thread (the last
+ * hold on an exited thread's tape frees the tape).  ta_seg_of: the
+ * segment of a node of this thread (NULL if none).  ta_hold_ids: one more
+ * hold for each id (all checked first: a status, and nothing held, if any
+ * is bad); ta_unhold_ids: drop one each. */
+int     ta_cur_hold(int arena, ta_seg **seg, int64_t *key);
+void    ta_unhold(ta_seg *seg);
+ta_seg *ta_seg_of(int64_t id);
+int     ta_hold_ids(const int64_t *ids, size_t n);
+int     ta_unhold_ids(const int64_t *ids, size_t n);
+/* val (what 0) or adj (1) of node `off` of a held segment, from any thread:
+ * what pickling a Value needs, wherever the pickler runs. */
+double  ta_peek(ta_seg *seg, uint32_t off, int what);
 int64_t ta_tapes_alive(void);          /* tapes (and no_grad arenas) not yet freed   */
 int     ta_collect(void);
 int     ta_stats(ta_stats_t *out);
@@ -76,10 +89,9 @@ int     ta_validate(void);             /* TA_OK, or TA_ECORRUPT if an invariant 
 int     ta_fail_alloc(int64_t n);      /* tests: make the n-th allocation from now fail,
                                           once (-1 disarms); returns 1 if one was armed  */
 
-/* n new leaves holding x[0..n); their ids in ids[] (always plain ids: the
- * caller gives each segment a token).  Returns n or a negative status (a
- * node limit is checked first, so then nothing was added; if memory runs
- * out midway, the leaves already added are unreferenced and reclaimed). */
+/* n new leaves holding x[0..n); their ids in ids[], each held once.
+ * Returns n or a negative status (the node limit is checked first; if
+ * memory runs out midway nothing is added). */
 int64_t ta_leaves(const double *x, size_t n, int64_t *ids);
 
 /* optim.c: bulk access and optimizer steps; every id is checked before
@@ -166,7 +178,7 @@ int     ta_prog_ref(ta_prog *P, uint32_t reps);
 int ta_grad(const int64_t *outs, const double *w, int nout,
             const int64_t *ins, int nin, double *g);        /* g[j] = d(sum w_k outs_k)/d ins_j; w NULL = ones */
 int ta_grad_graph(const int64_t *outs, const double *w, int nout,
-                  const int64_t *ins, int nin, int64_t *gids); /* same, recorded: gids[j] = node ids (no owner yet) */
+                  const int64_t *ins, int nin, int64_t *gids); /* same, recorded: gids[j] = node ids, each held once */
 int ta_hvp(int64_t out, const int64_t *ins, int nin, const double *v, double *hv); /* hv = H v */
 int ta_hessian(int64_t out, const int64_t *ins, int nin, double *H);  /* H: nin x nin, row-major */
 int ta_jacobian(const int64_t *outs, int nout, const int64_t *ins, int nin, double *J); /* nout x nin */
@@ -174,7 +186,8 @@ int ta_jacobian(const int64_t *outs, int nout, const int64_t *ins, int nin, doub
 /* nn.c: one layer of micrograd's MLP in one call: for each neuron j,
  * b[j] + w[j,0]*x0 + ... (left to right), then relu if asked; x_i is node
  * xid[i], or the constant xc[i] where xid[i] < 0.  Records the same nodes
- * as micrograd's Python loop, in the same order; out[j] gets neuron j's id.
+ * as micrograd's Python loop, in the same order; out[j] gets neuron j's id,
+ * held once.
  * TA_EBADOP inside no_grad / detect_anomaly (use the op-by-op path). */
 int ta_layer(const int64_t *w, const int64_t *b, uint32_t nout, uint32_t nin,
              const int64_t *xid, const double *xc, int relu, int64_t *out);

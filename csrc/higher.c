@@ -219,8 +219,7 @@ int64_t hi_node(hi_em *E, int op, int64_t x, int64_t y, double c)
     }
     if (T->nodes >= E->limit) { E->st = TA_ELIMIT; return 0; }
     id = ta_append(T, op, (uint32_t)x, aux, r);
-    if (id <= TA_NEWSEG) id = TA_NEWSEG - id;
-    else if (id < 0) { E->st = (int)id; return 0; }
+    if (id < 0) { E->st = (int)id; return 0; }
     return id;
 }
 
@@ -232,8 +231,7 @@ static int64_t hi_leaf(hi_em *E, double v)
     if (E->T->nodes >= E->limit) { E->st = TA_ELIMIT; return 0; }
     aux.c = 0.0;
     id = ta_append(E->T, TA_LEAF, 0, aux, v);
-    if (id <= TA_NEWSEG) id = TA_NEWSEG - id;
-    else if (id < 0) { E->st = (int)id; return 0; }
+    if (id < 0) { E->st = (int)id; return 0; }
     return id;
 }
 
@@ -330,6 +328,7 @@ typedef struct { uint32_t gc_at; uint64_t limit; } hi_saved;
 static hi_saved hi_gc_off(ta_tape *T, hi_em *E)
 {
     hi_saved sv;
+    if (T->norder >= T->gc_at) ta_gc(T);   /* due: a loop of these calls must still reclaim */
     sv.gc_at = T->gc_at; sv.limit = T->limit;
     T->gc_at = UINT32_MAX; T->limit = UINT64_MAX;
     E->T = T; E->limit = sv.limit; E->st = TA_OK;
@@ -379,6 +378,7 @@ int ta_grad_graph(const int64_t *outs, const double *w, int nout,
     for (k = 0; st == TA_OK && k < nin; k++)
         if (!gids[k]) { gids[k] = hi_leaf(&E, gcs[k]); st = E.st; }
     if (st != TA_OK) ta_rollback(T, &start);   /* a failed call records nothing */
+    else ta_hold_fresh(T, gids, (size_t)nin);
     hi_gc_on(T, sv);
     hi_scr_free(&S);
     free(gcs);

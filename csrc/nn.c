@@ -34,8 +34,8 @@ static int nn_node(ta_tape *T, int op, uint32_t x, ta_aux aux, double vx, double
     int64_t id;
     ta_forward(op, vx, vy, r);            /* MUL, MULC, ADD, RELU: cannot fail */
     id = ta_append(T, op, x, aux, *r);
-    if (id < 0 && id > TA_NEWSEG) return (int)id;
-    *ref = (uint32_t)(id < 0 ? TA_NEWSEG - id : id);
+    if (id < 0) return (int)id;
+    *ref = (uint32_t)id;
     return TA_OK;
 }
 
@@ -60,7 +60,7 @@ int ta_layer(const int64_t *w, const int64_t *b, uint32_t nout, uint32_t nin,
         for (i = 0; i < nin && st == TA_OK; i++) {
             int64_t wi = w[(size_t)j * nin + i];
             double vw = nn_val(T, wi), vx, vprod;
-            uint32_t prod;
+            uint32_t prod = 0;
             ta_aux aux;
             if (xid[i] >= 0) {
                 aux.y = (uint32_t)xid[i]; vx = nn_val(T, xid[i]);
@@ -80,6 +80,7 @@ int ta_layer(const int64_t *w, const int64_t *b, uint32_t nout, uint32_t nin,
         }
         out[j] = (int64_t)((T->tag << 32) | acc);
     }
+    if (st == TA_OK) ta_hold_fresh(T, out, nout);
     ta_bulk_end(T, &bk, st != TA_OK);      /* out of memory midway: all or nothing */
     return st;
 }

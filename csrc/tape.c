@@ -1,21 +1,26 @@
-/* tape.c: the arena.  Per-thread tapes, segment allocation, node append,
- * lookups from Python ids, and reclamation of segments no handle can reach.
+/* tape.c: the arena.  Per-thread tapes, segment allocation, holds, node
+ * append, recording, lookups from Python ids, and reclamation of segments
+ * nothing can reach.
  *
- * Reclamation: Python holds one token object per segment, shared by every
- * Value whose node is in it; the token's death (one __del__ per segment,
- * not per Value) clears seg->owned.  A node is live if its segment is owned
- * or a live node uses it, and since inputs precede their users one pass
- * from newest to oldest decides it.  Segments with no live node are freed;
- * dead nodes in kept segments become DEAD so nothing ever follows their
- * (possibly dangling) inputs.  The pass runs when the number of segments
- * doubles since the last one, so it costs amortised O(1) per node. */
+ * Reclamation: a segment is held while anything Python can reach a node
+ * through holds it (tapead.h: holds).  A node is live if its segment is
+ * held or a live node uses it, and since inputs precede their users one
+ * pass from newest to oldest decides it.  Segments with no live node are
+ * freed; dead nodes in kept segments become DEAD so nothing ever follows
+ * their (possibly dangling) inputs.  The pass runs when the number of
+ * segments doubles since the last one, so it costs amortised O(1) per node.
+ *
+ * Lifetime: C owns every tape.  A tape counts one reference for its thread
+ * (dropped by a thread-exit destructor) and one per hold; whoever drops
+ * the last frees it, in whatever thread that happens.  No Python object
+ * owns a tape, so nothing in Python (greenlets sharing a thread, a module
+ * reloaded, a thread-local cleared early) can free one under running code. */
 #include <stdlib.h>
 #include <string.h>
 #include "tapead.h"
 #include "ops.h"
 
 #if defined(_MSC_VER)
-#  include <windows.h>
 #  define TA_TLS __declspec(thread)
 static volatile LONG ta_tagctr = 0;
 static uint64_t ta_next_tag(void) { return (uint64_t)(uint32_t)InterlockedIncrement(&ta_tagctr); }
@@ -37,41 +42,30 @@ static int64_t ta_alive = 0;
 
 static TA_TLS ta_tape *ta_tls = NULL;
 
-/* The tag of the one tape whose thread may take Python's fast path (its
- * current token sits in a module global); every other thread's ops return
- * TA_NEWSEG codes and find their token in a threading.local. */
-#if defined(_MSC_VER)
-static volatile LONG ta_owner = 0;
-#  define TA_OWNER() ((uint64_t)(uint32_t)ta_owner)
-#  define TA_OWNER_CLAIM(t) (InterlockedCompareExchange(&ta_owner, (LONG)(t), 0))
-#  define TA_OWNER_DROP(t) (InterlockedCompareExchange(&ta_owner, 0, (LONG)(t)))
-#else
-static uint32_t ta_owner = 0;
-#  define TA_OWNER() ((uint64_t)__atomic_load_n(&ta_owner, __ATOMIC_RELAXED))
-static void ta_owner_cas(uint32_t from, uint32_t to)
-{ __atomic_compare_exchange_n(&ta_owner, &from, to, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED); }
-#  define TA_OWNER_CLAIM(t) ta_owner_cas(0u, (uint32_t)(t))
-#  define TA_OWNER_DROP(t) ta_owner_cas((uint32_t)(t), 0u)
-#endif
+static void ta_tape_free(ta_tape *T);
+static int ta_new_seg(ta_tape *T);
+
+/* Drop one reference to the thread's tape R; the last one frees it. */
+static void ta_tape_unref(ta_tape *R)
+{
+    if (TA_ATOMIC_ADD64(&R->refs, -1) == 0) ta_tape_free(R);
+}
 
 /* ---------------------------------------------------------------- tapes */
 
-/* Who frees a thread's tape.  Python takes it over (ta_tape_current) when
- * it makes the thread's first segment token, and frees it once the thread
- * and every Value of it are gone.  But C creates the tape on the thread's
- * first call of any kind, and a thread may never get as far as a token: its
- * only calls were tape_stats() or set_limit(), or its first op raised
- * (ZeroDivisionError, MemoryError).  Such a tape has no Value, so on POSIX
- * a thread-exit destructor frees it; the destructor is disarmed when Python
- * takes the tape over.  (MSVC builds have no such destructor and keep those
- * few hundred bytes per thread.) */
+/* The thread's reference: a POSIX thread-exit destructor drops it.  (MSVC
+ * builds have no such destructor: an exited thread's tape is kept.) */
 #if !defined(_MSC_VER)
 static pthread_key_t ta_exit_key;
 static pthread_once_t ta_exit_once = PTHREAD_ONCE_INIT;
 static int ta_exit_ok = 0;
-static void ta_thread_exit(void *tape) { ta_tape_free(tape); }
+static void ta_thread_exit(void *tape)
+{
+    if (ta_tls == tape) ta_tls = NULL;
+    ta_tape_unref((ta_tape *)tape);
+}
 static void ta_exit_key_make(void) { ta_exit_ok = pthread_key_create(&ta_exit_key, ta_thread_exit) == 0; }
-static void ta_exit_watch(ta_tape *T)      /* T = NULL disarms */
+static void ta_exit_watch(ta_tape *T)
 {
     pthread_once(&ta_exit_once, ta_exit_key_make);
     if (ta_exit_ok) pthread_setspecific(ta_exit_key, T);
@@ -80,7 +74,7 @@ static void ta_exit_watch(ta_tape *T)      /* T = NULL disarms */
 static void ta_exit_watch(ta_tape *T) { (void)T; }
 #endif
 
-static ta_tape *ta_tape_new(void)
+static ta_tape *ta_tape_new(ta_tape *root)
 {
     ta_tape *T = (ta_tape *)ta_calloc(1, sizeof *T);
     if (!T) return NULL;
@@ -89,44 +83,71 @@ static ta_tape *ta_tape_new(void)
     if (T->tag == 0) T->tag = ta_next_tag() & 0x7FFFFFFFu;
     T->limit = UINT64_MAX;
     T->gc_at = TA_GC_MIN;
+    T->root = root ? root : T;
+    T->refs = 1;                          /* root: its thread */
     return T;
 }
 
 ta_tape *ta_self(void)
 {
-    if (!ta_tls && (ta_tls = ta_tape_new()) != NULL) ta_exit_watch(ta_tls);
+    if (!ta_tls && (ta_tls = ta_tape_new(NULL)) != NULL) ta_exit_watch(ta_tls);
     return ta_tls;
-}
-
-void *ta_tape_current(void)
-{
-    ta_tape *T = ta_self();
-    if (T) ta_exit_watch(NULL);            /* Python owns it from now on */
-    return T;
 }
 
 int64_t ta_tapes_alive(void) { return TA_ALIVE(0); }
 
-int64_t ta_tape_tag(void)
+static void ta_tape_free(ta_tape *T)
 {
-    ta_tape *T = ta_self();
-    return T ? (int64_t)T->tag : TA_ENOMEM;
-}
-
-void ta_tape_free(void *tape)
-{
-    ta_tape *T = (ta_tape *)tape;
     uint32_t k;
-    if (!T) return;
-    for (k = 0; k < T->nslots; k++) free(T->segs[k]);
-    free(T->spare);
+    for (k = 0; k < T->nslots; k++) if (T->segs[k]) ta_seg_free(T->segs[k]);
+    if (T->spare) ta_seg_free(T->spare);
     free(T->segs); free(T->freeslots); free(T->order);
     if (T->ng) ta_tape_free(T->ng);
     ta_guards_free(T);
-    if (ta_tls == T) ta_tls = NULL;
-    TA_OWNER_DROP(T->tag);
     free(T);
     TA_ALIVE(-1);
+}
+
+/* ---------------------------------------------------------------- holds */
+
+void ta_unhold_seg(ta_seg *s)
+{
+    ta_tape *R = s->tape->root;
+    TA_ATOMIC_ADD32(&s->owned, (uint32_t)-1);
+    ta_tape_unref(R);
+}
+
+void ta_unhold(ta_seg *s) { if (s) ta_unhold_seg(s); }
+
+void ta_hold_fresh(ta_tape *T, const int64_t *ids, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; i++) {
+        uint32_t ref = (uint32_t)ids[i];
+        ta_hold(T->segs[ref >> TA_SHIFT]);
+    }
+}
+
+int ta_cur_hold(int arena, ta_seg **seg, int64_t *key)
+{
+    ta_tape *T = ta_self();
+    int st;
+    if (!T) return TA_ENOMEM;
+    if (arena) {
+        if (!T->ng && !(T->ng = ta_tape_new(T))) return TA_ENOMEM;
+        T = T->ng;
+    }
+    if ((!T->cur || T->cur->n == TA_SEG) && (st = ta_new_seg(T)) != TA_OK) return st;
+    ta_hold(T->cur);
+    *seg = T->cur;
+    *key = TA_KEY(T, T->cur);
+    return TA_OK;
+}
+
+double ta_peek(ta_seg *s, uint32_t off, int what)
+{
+    if (!s || off >= TA_SEG) return NAN;
+    return what ? s->adj[off] : s->val[off];
 }
 
 /* --------------------------------------------------------------- growth */
@@ -159,7 +180,7 @@ static void ta_free_seg(ta_tape *T, ta_seg *s)
     T->segs[s->slot] = NULL;
     T->freeslots[T->nfree++] = s->slot;
     T->nodes -= s->n;
-    if (!T->spare) T->spare = s; else free(s);
+    if (!T->spare) T->spare = s; else ta_seg_free(s);
 }
 
 int ta_gc(ta_tape *T)
@@ -168,10 +189,11 @@ int ta_gc(ta_tape *T)
     for (p = T->norder; p-- > 0;) {
         ta_seg *s = T->segs[T->order[p]];
         uint32_t i, live = 0;
+        int held = TA_ATOMIC_LOAD32(&s->owned) != 0;
         for (i = s->n; i-- > 0;) {
             uint8_t b = s->op[i];
             uint8_t op = (uint8_t)(b & TA_OPMASK);
-            if (s->owned || (b & TA_LIVE)) {
+            if (held || (b & TA_LIVE)) {
                 uint8_t k = ta_kinds[op];
                 live++;
                 if (k != TA_K_LEAF) ta_mark_live(T, s->x[i]);
@@ -216,16 +238,15 @@ static int ta_new_seg(ta_tape *T)
         if (T->nslots == T->capslots && (st = ta_grow_slots(T)) != TA_OK) return st;
         k = T->nslots;
     }
-    s = T->spare ? T->spare : (ta_seg *)ta_malloc(sizeof *s);
+    s = T->spare ? T->spare : ta_seg_alloc();
     if (!s) return TA_ENOMEM;
     /* nothing can fail from here on */
     T->spare = NULL;
     if (T->nfree) T->nfree--; else T->nslots++;
-    s->n = 0; s->owned = 0; s->marked = 0; s->slot = k; s->pos = T->norder;
+    s->tape = T; s->n = 0; s->owned = 0; s->marked = 0; s->slot = k; s->pos = T->norder;
     T->segs[k] = s;
     T->order[T->norder++] = k;
     T->cur = s;
-    T->cur_token = 0;
     return TA_OK;
 }
 
@@ -233,7 +254,6 @@ int64_t ta_append(ta_tape *T, int op, uint32_t x, ta_aux aux, double val)
 {
     ta_seg *s = T->cur;
     uint32_t o;
-    int64_t id;
     if (T->nodes >= T->limit) {
         ta_gc(T);
         if (T->nodes >= T->limit) return TA_ELIMIT;
@@ -247,8 +267,7 @@ int64_t ta_append(ta_tape *T, int op, uint32_t x, ta_aux aux, double val)
     s->op[o] = (uint8_t)op; s->x[o] = x; s->aux[o] = aux;
     s->val[o] = val; s->adj[o] = 0.0;
     if (++T->nodes > T->peak) T->peak = T->nodes;
-    id = (int64_t)((T->tag << 32) | TA_REF(s, o));
-    return (T->cur_token && T->tag == TA_OWNER()) ? id : TA_NEWSEG - id;
+    return (int64_t)((T->tag << 32) | TA_REF(s, o));
 }
 
 /* --------------------------------------------------------------- lookup */
@@ -290,6 +309,20 @@ int ta_check(int64_t id)
 
 /* ------------------------------------------------------- recording ops */
 
+static int ta_no_grad_arena(ta_tape *T)
+{
+    if (!T->ng && !(T->ng = ta_tape_new(T))) return TA_ENOMEM;
+    return TA_OK;
+}
+
+/* May `need` nodes be appended to D for a caller holding segment `key`?
+ * Only into D's current segment, if it is that one and has room. */
+static int ta_dest_ok(const ta_tape *D, int64_t key, uint32_t need)
+{
+    const ta_seg *s = D->cur;
+    return key == TA_NOKEY || (s && s->n + need <= TA_SEG && TA_KEY(D, s) == key);
+}
+
 /* An input from the no_grad arena enters the graph as a fresh leaf holding
  * its value (a constant, as a detached tensor would be).  *ref gets it. */
 static int ta_promote(ta_tape *T, double v, uint32_t *ref)
@@ -298,38 +331,45 @@ static int ta_promote(ta_tape *T, double v, uint32_t *ref)
     int64_t id;
     aux.c = 0.0;
     id = ta_append(T, TA_LEAF, 0, aux, v);
-    if (id < 0 && id > TA_NEWSEG) return (int)id;
-    if (id < 0) id = TA_NEWSEG - id;
+    if (id < 0) return (int)id;
     *ref = (uint32_t)id;
     return TA_OK;
 }
 
-static int ta_no_grad_arena(ta_tape *T)
+/* The rare case of ta_record_at: inputs from the no_grad arena enter as
+ * fresh leaves, appended with the op in one bulk step (the collector must
+ * not see a promoted leaf before the op that uses it). */
+static int64_t ta_record_promoted(ta_tape *T, int op, ta_seg *sx, uint32_t ox, ta_seg *sy,
+                                  uint32_t oy, int xng, int yng, ta_aux aux, double r)
 {
-    if (!T->ng && !(T->ng = ta_tape_new())) return TA_ENOMEM;
-    return TA_OK;
+    uint32_t xref = TA_REF(sx, ox);
+    ta_bulk bk;
+    int st;
+    int64_t id;
+    if ((st = ta_bulk_begin(T, 3, &bk)) != TA_OK) return st;
+    if (xng) st = ta_promote(T, sx->val[ox], &xref);
+    if (st == TA_OK && yng) {
+        if (sx == sy && ox == oy) aux.y = xref;
+        else st = ta_promote(T, sy->val[oy], &aux.y);
+    }
+    id = st == TA_OK ? ta_append(T, op, xref, aux, r) : st;
+    ta_bulk_end(T, &bk, id < 0);
+    return id;
 }
 
-static int64_t ta_record_promoted(ta_tape *T, int op, int kind, int64_t x, int64_t yid,
-                                  int xng, int yng, double vx, double vy, ta_aux aux, double r);
-
-static int64_t ta_record(int op, int kind, int64_t x, double y, int64_t yid)
+int64_t ta_record_at(ta_tape *T, int op, ta_seg *sx, uint32_t ox, ta_seg *sy, uint32_t oy,
+                     double c, int64_t key, ta_seg **where)
 {
-    ta_tape *T = ta_self();
-    ta_seg *sx, *sy;
-    uint32_t ox, oy;
-    double vx, vy = y, r;
+    int kind = ta_kinds[op], xng = sx->tape != T, yng = 0, st;
+    double vx = sx->val[ox], vy = c, r;
     ta_aux aux;
-    int st, xng = 0, yng = 0;
-    if (!T) return TA_ENOMEM;
-    if (op < 0 || op >= TA_NOPS || ta_kinds[op] != kind) return TA_EBADOP;
-    if ((st = ta_resolve_any(T, x, &sx, &ox, &xng)) != TA_OK) return st;
-    vx = sx->val[ox];
-    aux.c = y;
+    ta_tape *D = T;
+    int64_t id;
+    aux.c = c;
     if (kind == TA_K_BIN) {
-        if ((st = ta_resolve_any(T, yid, &sy, &oy, &yng)) != TA_OK) return st;
         vy = sy->val[oy];
-        aux.y = (uint32_t)yid;
+        yng = sy->tape != T;
+        aux.y = TA_REF(sy, oy);
     }
     st = ta_forward(op, vx, vy, &r);
     if (st == TA_OK && T->anomaly && !isfinite(r)) st = TA_EANOMALY;
@@ -339,49 +379,59 @@ static int64_t ta_record(int op, int kind, int64_t x, double y, int64_t yid)
     }
     if (T->nograd) {                      /* compute, record nothing */
         if ((st = ta_no_grad_arena(T)) != TA_OK) return st;
+        D = T->ng;
+        if (!ta_dest_ok(D, key, 1)) return TA_NEEDNG;
         aux.c = 0.0;
-        return ta_append(T->ng, TA_LEAF, 0, aux, r);
+        id = ta_append(D, TA_LEAF, 0, aux, r);
+    } else {
+        if (!ta_dest_ok(T, key, 1u + (uint32_t)xng + (uint32_t)yng)) return TA_NEEDSEG;
+        id = (xng || yng) ? ta_record_promoted(T, op, sx, ox, sy, oy, xng, yng, aux, r)
+                          : ta_append(T, op, TA_REF(sx, ox), aux, r);
     }
-    if (!xng && !yng) return ta_append(T, op, (uint32_t)x, aux, r);
-    return ta_record_promoted(T, op, kind, x, yid, xng, yng, vx, vy, aux, r);
-}
-
-/* The rare case of ta_record: inputs from the no_grad arena enter as fresh
- * leaves, appended with the op in one bulk step (the collector must not see
- * a promoted leaf before the op that uses it). */
-static int64_t ta_record_promoted(ta_tape *T, int op, int kind, int64_t x, int64_t yid,
-                                  int xng, int yng, double vx, double vy, ta_aux aux, double r)
-{
-    uint32_t xref = (uint32_t)x;
-    ta_bulk bk;
-    int st = TA_OK;
-    int64_t id;
-    if ((st = ta_bulk_begin(T, 3, &bk)) != TA_OK) return st;
-    if (xng) st = ta_promote(T, vx, &xref);
-    if (st == TA_OK && yng) {
-        if (kind == TA_K_BIN && x == yid) aux.y = xref;
-        else st = ta_promote(T, vy, &aux.y);
-    }
-    id = st == TA_OK ? ta_append(T, op, xref, aux, r) : st;
-    ta_bulk_end(T, &bk, id < 0 && id > TA_NEWSEG);
+    if (id >= 0) *where = D->cur;         /* a new node is always in the current segment */
     return id;
 }
 
-int64_t ta_op1(int op, int64_t x)           { return ta_record(op, TA_K_UN, x, 0.0, 0); }
-int64_t ta_op2(int op, int64_t x, int64_t y) { return ta_record(op, TA_K_BIN, x, 0.0, y); }
-int64_t ta_opc(int op, int64_t x, double c)  { return ta_record(op, TA_K_CST, x, c, 0); }
+int64_t ta_leaf_at(ta_tape *T, double x, int64_t key, ta_seg **where)
+{
+    ta_aux aux;
+    int64_t id;
+    if (!ta_dest_ok(T, key, 1)) return TA_NEEDSEG;
+    aux.c = 0.0;
+    id = ta_append(T, TA_LEAF, 0, aux, x);
+    if (id >= 0) *where = T->cur;
+    return id;
+}
 
-int64_t ta_leaf(double x)
+/* The cffi front's recording calls: resolve the ids, then ta_record_at. */
+static int64_t ta_record_ids(int op, int kind, int64_t x, double c, int64_t y, int64_t key)
 {
     ta_tape *T = ta_self();
-    ta_aux aux;
+    ta_seg *sx, *sy = NULL, *where;
+    uint32_t ox, oy = 0;
+    int st, ng;
     if (!T) return TA_ENOMEM;
-    aux.c = 0.0;
-    return ta_append(T, TA_LEAF, 0, aux, x);
+    if (op < 0 || op >= TA_NOPS || ta_kinds[op] != kind) return TA_EBADOP;
+    if ((st = ta_resolve_any(T, x, &sx, &ox, &ng)) != TA_OK) return st;
+    if (kind == TA_K_BIN && (st = ta_resolve_any(T, y, &sy, &oy, &ng)) != TA_OK) return st;
+    return ta_record_at(T, op, sx, ox, sy, oy, c, key, &where);
+}
+
+int64_t ta_op1(int op, int64_t x, int64_t key)            { return ta_record_ids(op, TA_K_UN, x, 0.0, 0, key); }
+int64_t ta_op2(int op, int64_t x, int64_t y, int64_t key) { return ta_record_ids(op, TA_K_BIN, x, 0.0, y, key); }
+int64_t ta_opc(int op, int64_t x, double c, int64_t key)  { return ta_record_ids(op, TA_K_CST, x, c, 0, key); }
+
+int64_t ta_leaf(double x, int64_t key)
+{
+    ta_tape *T = ta_self();
+    ta_seg *where;
+    if (!T) return TA_ENOMEM;
+    return ta_leaf_at(T, x, key, &where);
 }
 
 int ta_bulk_begin(ta_tape *T, uint64_t need, ta_bulk *bk)
 {
+    if (T->norder >= T->gc_at) ta_gc(T);
     if (T->nodes > T->limit || need > T->limit - T->nodes) {
         ta_gc(T);                 /* garbage does not count against the limit (as in ta_append) */
         if (T->nodes > T->limit || need > T->limit - T->nodes) return TA_ELIMIT;
@@ -403,7 +453,6 @@ void ta_tell(const ta_tape *T, ta_pos *p)
     p->norder = T->norder;
     p->cur_n = T->cur ? T->cur->n : 0;
     p->nodes = T->nodes;
-    p->cur_token = T->cur_token;
 }
 
 void ta_rollback(ta_tape *T, const ta_pos *p)
@@ -413,7 +462,6 @@ void ta_rollback(ta_tape *T, const ta_pos *p)
     T->cur = T->norder ? T->segs[T->order[T->norder - 1]] : NULL;
     if (T->cur) T->cur->n = p->cur_n;       /* the newest segment is always the current one */
     T->nodes = p->nodes;
-    T->cur_token = p->cur_token;
 }
 
 int64_t ta_leaves(const double *x, size_t n, int64_t *ids)
@@ -428,12 +476,13 @@ int64_t ta_leaves(const double *x, size_t n, int64_t *ids)
     aux.c = 0.0;
     for (i = 0; i < n; i++) {
         int64_t id = ta_append(T, TA_LEAF, 0, aux, x[i]);
-        if (id < 0 && id > TA_NEWSEG) {       /* out of memory: all or nothing */
+        if (id < 0) {                          /* out of memory: all or nothing */
             ta_bulk_end(T, &bk, 1);
             return id;
         }
-        ids[i] = id < 0 ? TA_NEWSEG - id : id;
+        ids[i] = id;
     }
+    ta_hold_fresh(T, ids, n);
     ta_bulk_end(T, &bk, 0);
     return (int64_t)n;
 }
@@ -488,42 +537,41 @@ int ta_node(int64_t id, int *op, int64_t *x, int64_t *y, double *c)
     return TA_OK;
 }
 
-/* ------------------------------------------------------ Python tokens */
+/* ------------------------------------------------- holds from Python */
 
-/* The tape (this thread's, or its no_grad arena) and slot a token key names. */
-static ta_tape *ta_keyed(int64_t key, uint32_t *slot)
+ta_seg *ta_seg_of(int64_t id)
+{
+    ta_tape *T = ta_self(); ta_seg *s; uint32_t o; int ng;
+    return (T && ta_resolve_any(T, id, &s, &o, &ng) == TA_OK) ? s : NULL;
+}
+
+int ta_hold_ids(const int64_t *ids, size_t n)
 {
     ta_tape *T = ta_self();
-    uint64_t tag;
-    if (!T || key < 0) return NULL;
-    tag = (uint64_t)key >> (32 - TA_SHIFT);
-    *slot = (uint32_t)key & (TA_MAXSLOTS - 1u);
-    if (tag == T->tag) return T;
-    if (T->ng && tag == T->ng->tag) return T->ng;
-    return NULL;
+    ta_seg *s; uint32_t o; int st, ng;
+    size_t i;
+    if (!T) return TA_ENOMEM;
+    for (i = 0; i < n; i++)
+        if ((st = ta_resolve_any(T, ids[i], &s, &o, &ng)) != TA_OK) return st;
+    for (i = 0; i < n; i++) {
+        ta_resolve_any(T, ids[i], &s, &o, &ng);
+        ta_hold(s);
+    }
+    return TA_OK;
 }
 
-int ta_ack(int64_t key, int current)
+int ta_unhold_ids(const int64_t *ids, size_t n)
 {
-    uint32_t slot;
-    ta_tape *T = ta_keyed(key, &slot);
-    if (!T) return TA_EBADID;
-    if (slot >= T->nslots || !T->segs[slot]) return TA_EBADID;
-    T->segs[slot]->owned++;
-    if (T != ta_tls) return 2;              /* no_grad arena: never the fast path */
-    if (current && T->segs[slot] == T->cur) T->cur_token = 1;
-    TA_OWNER_CLAIM(T->tag);
-    return T->tag == TA_OWNER();
-}
-
-int ta_release(int64_t key, int current)
-{
-    uint32_t slot;
-    ta_tape *T = ta_keyed(key, &slot);
-    if (!T) return TA_EBADID;
-    if (slot >= T->nslots || !T->segs[slot] || T->segs[slot]->owned <= 0) return TA_EBADID;
-    T->segs[slot]->owned--;
-    if (current && T->segs[slot] == T->cur) T->cur_token = 0;
+    ta_tape *T = ta_self();
+    ta_seg *s; uint32_t o; int st, ng;
+    size_t i;
+    if (!T) return TA_ENOMEM;
+    for (i = 0; i < n; i++)
+        if ((st = ta_resolve_any(T, ids[i], &s, &o, &ng)) != TA_OK) return st;
+    for (i = 0; i < n; i++) {
+        ta_resolve_any(T, ids[i], &s, &o, &ng);
+        ta_unhold_seg(s);
+    }
     return TA_OK;
 }
 

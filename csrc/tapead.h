@@ -1,11 +1,19 @@
-/* tapead.h: internal layout of the tape, shared by tape.c, ops.c, sweep.c.
+/* tapead.h: internal layout of the tape, shared by every C file.
  *
  * A tape is a list of fixed-size segments, each a struct-of-arrays of
  * TA_SEG nodes.  Slots in the segment table are reused; the creation order
  * of segments (order[]) is what makes the tape a topological order: every
  * argument of a node lives in the same segment at a lower offset or in an
- * earlier segment.  Nodes never move, so a node id stays valid for as long
- * as its segment is held, and a Python token holds the segment. */
+ * earlier segment.  Nodes never move, so a node stays valid for as long as
+ * its segment is held.
+ *
+ * Holds.  Whatever Python can reach a node through holds the node's
+ * segment: a native Value holds it once, a cffi-front segment token once,
+ * and a call that hands Python new node ids holds once per id before it
+ * returns (the caller adopts those holds).  A hold is taken in the same C
+ * call that makes the node, so a node is never visible to Python unheld.
+ * Holds also keep the thread's tape alive: the tape is freed by C when its
+ * thread has exited and the last hold on it is dropped, from any thread. */
 #ifndef TAPEAD_H
 #define TAPEAD_H
 
@@ -31,18 +39,23 @@ enum ta_op {
 
 typedef union { double c; uint32_t y; } ta_aux;   /* constant or 2nd input */
 
-typedef struct ta_seg {
+struct ta_seg {          /* typedef'd in cdef.h, where Python sees it as opaque */
     uint8_t  op[TA_SEG];
     uint32_t x[TA_SEG];          /* first input (node ref)                  */
     ta_aux   aux[TA_SEG];        /* second input or constant                */
     double   val[TA_SEG];
     double   adj[TA_SEG];
+    struct ta_tape *tape;        /* the tape (or no_grad arena) it is in    */
     uint32_t n;                  /* nodes filled                            */
     uint32_t pos;                /* index in tape->order                    */
     uint32_t slot;
-    int      owned;              /* a Python token holds this segment       */
+    uint32_t owned;              /* holds on it (atomic: dropped from any thread) */
     uint32_t marked;             /* ta_backward: a node here awaits a visit */
-} ta_seg;
+};
+
+/* Segments are aligned to TA_SEG_ALIGN so a (segment, offset) pair packs
+ * into one word: the native Value stores a node as seg | off. */
+#define TA_SEG_ALIGN 4096u
 
 typedef struct ta_tape {
     ta_seg  **segs;              /* by slot; NULL = free slot               */
@@ -51,8 +64,9 @@ typedef struct ta_tape {
     uint32_t *order;      uint32_t norder;    /* live segments, oldest first; capacity = capslots */
     ta_seg   *cur;               /* segment being appended to               */
     ta_seg   *spare;             /* one freed segment kept for reuse        */
-    int       cur_token;         /* Python's current token is for cur: new
-                                    nodes in cur may take the fast path     */
+    struct ta_tape *root;        /* the thread's tape: itself, or the owner of this no_grad arena */
+    int64_t   refs;              /* root only (atomic): 1 while its thread lives, plus every
+                                    hold on its segments and its arena's */
     uint64_t  tag;
     uint64_t  nodes, peak, limit, collections;
     uint32_t  gc_at;             /* collect when norder reaches this        */
@@ -65,11 +79,36 @@ typedef struct ta_tape {
 
 extern const uint8_t ta_kinds[TA_NOPS];
 
-/* alloc.c: malloc, calloc and realloc, failable on demand by tests. */
+/* alloc.c: malloc, calloc, realloc and segments, failable on demand by tests. */
 void *ta_malloc(size_t n);
 void *ta_calloc(size_t k, size_t n);
 void *ta_realloc(void *p, size_t n);
+ta_seg *ta_seg_alloc(void);      /* aligned to TA_SEG_ALIGN */
+void  ta_seg_free(ta_seg *s);
 ta_tape *ta_self(void);          /* this thread's tape, created on demand  */
+
+/* Atomic counters (holds are dropped from any thread). */
+#if defined(_MSC_VER)
+#  include <windows.h>
+#  define TA_ATOMIC_ADD32(p, d) ((uint32_t)InterlockedExchangeAdd((volatile LONG *)(p), (LONG)(d)) + (uint32_t)(d))
+#  define TA_ATOMIC_ADD64(p, d) (InterlockedExchangeAdd64((volatile LONG64 *)(p), (d)) + (d))
+#  define TA_ATOMIC_LOAD32(p) ((uint32_t)InterlockedCompareExchange((volatile LONG *)(p), 0, 0))
+#else
+#  define TA_ATOMIC_ADD32(p, d) __atomic_add_fetch((p), (d), __ATOMIC_ACQ_REL)
+#  define TA_ATOMIC_ADD64(p, d) __atomic_add_fetch((p), (d), __ATOMIC_ACQ_REL)
+#  define TA_ATOMIC_LOAD32(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#endif
+
+/* Holds (see the top of this file).  ta_hold: only in the tape's own
+ * thread; ta_unhold: from any thread, and may free the whole tape. */
+static inline void ta_hold(ta_seg *s)
+{
+    TA_ATOMIC_ADD32(&s->owned, 1u);
+    TA_ATOMIC_ADD64(&s->tape->root->refs, 1);
+}
+void ta_unhold_seg(ta_seg *s);
+/* Hold the segment of each of n fresh ids this thread's tape just made. */
+void ta_hold_fresh(ta_tape *T, const int64_t *ids, size_t n);
 
 /* ref <-> segment/offset; refs come from the tape itself, so unchecked. */
 #define TA_SEGOF(T, ref) ((T)->segs[(ref) >> TA_SHIFT])
@@ -87,18 +126,39 @@ int ta_gc(ta_tape *T);        /* reclaim; returns segments freed */
 /* Append one node; returns its id or a negative status. */
 int64_t ta_append(ta_tape *T, int op, uint32_t x, ta_aux aux, double val);
 
+/* The key of a segment: the id of its first node >> TA_SHIFT (tape tag
+ * and slot).  A front pins a hold on a segment and passes its key; a node
+ * is appended only if it lands in that very segment. */
+#define TA_KEY(T, s) ((int64_t)(((T)->tag << (32 - TA_SHIFT)) | (s)->slot))
+#define TA_NOKEY (-1)
+
+/* Record one op of either front.  Inputs are resolved: (sx, ox) and, for
+ * a binary op, (sy, oy); c is the constant of a CST op.  An input from
+ * T's no_grad arena enters as a fresh leaf.  Under no_grad() the result is
+ * a leaf of the arena.  key: TA_NOKEY, or the key of the segment the
+ * caller holds; if the node would land elsewhere nothing is recorded and
+ * the result is TA_NEEDSEG (main tape) or TA_NEEDNG (arena).  On success
+ * *where is the result's segment (not held: the caller holds it).  On an
+ * op error T->err_* say which op and inputs. */
+int64_t ta_record_at(ta_tape *T, int op, ta_seg *sx, uint32_t ox, ta_seg *sy, uint32_t oy,
+                     double c, int64_t key, ta_seg **where);
+/* A new leaf on T's main tape (never the arena), with the same key rule. */
+int64_t ta_leaf_at(ta_tape *T, double x, int64_t key, ta_seg **where);
+
 /* A place on the tape to go back to: a call that records many nodes and
  * fails midway (out of memory, a forward error) drops every node it
  * appended, so the tape is as it was (the house rule).  Only while the
  * collector is held off, and only for nodes no Python token holds yet. */
-typedef struct { uint32_t norder, cur_n; uint64_t nodes; int cur_token; } ta_pos;
+typedef struct { uint32_t norder, cur_n; uint64_t nodes; } ta_pos;
 void ta_tell(const ta_tape *T, ta_pos *p);
 void ta_rollback(ta_tape *T, const ta_pos *p);
-/* Recording many nodes in one call: the nodes have no Python token until
- * the call returns, so the collector must not run meanwhile.  begin checks
- * that `need` more nodes fit under the limit (collecting first if not),
- * holds the collector off and notes where the tape ends; end lets the
- * collector run again and, if the call failed, rolls back to that end. */
+/* Recording many nodes in one call: the nodes are held only when the call
+ * returns, so the collector must not run meanwhile.  begin collects if
+ * the tape is due for it (a loop that records only through bulk calls
+ * must still reclaim), checks that `need` more nodes fit under the limit
+ * (collecting first if not), holds the collector off and notes where the
+ * tape ends; end lets the collector run again and, if the call failed,
+ * rolls back to that end. */
 typedef struct { uint32_t gc_at; ta_pos start; } ta_bulk;
 int  ta_bulk_begin(ta_tape *T, uint64_t need, ta_bulk *bk);
 void ta_bulk_end(ta_tape *T, const ta_bulk *bk, int failed);

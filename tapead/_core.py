@@ -2,13 +2,13 @@
 
 It owns the FFI boundary: the C functions bound once as module globals (the
 per-op hot path reads them directly), the mapping from C status codes to
-Python exceptions, and the per-thread tape owners and per-segment tokens
-that tell C which segments Python can still reach (see csrc/tape.c).
+Python exceptions, and the segment tokens through which the cffi front holds
+the segments its Values live in (csrc/tapead.h: holds).
 """
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Dict, List, Optional, SupportsInt, Tuple
+from typing import Any, Dict, List, Optional, SupportsInt
 
 from ._tapead_c import ffi as ffi, lib as lib  # re-exported (the "as" tells type checkers)
 
@@ -95,7 +95,6 @@ val = lib.ta_val
 adj = lib.ta_adj
 set_val = lib.ta_set_val
 set_adj = lib.ta_set_adj
-NEWSEG = lib.TA_NEWSEG
 SHIFT = lib.TA_SHIFT
 
 # -------------------------------------------------------------- errors
@@ -163,103 +162,70 @@ def check(status: int) -> None:
         raise error(status)
 
 
-# ------------------------------------------------- tapes and segment tokens
+# ------------------------------------------------------ holds (segment tokens)
 _tl = threading.local()
-_ack = lib.ta_ack
-_release = lib.ta_release
-
-
-class _Tape:
-    """Owns one thread's C tape; freed when the thread and every token of it are gone."""
-    __slots__ = ("ptr", "pending")
-    ptr: Any
-    pending: List[Tuple[int, int]]
-
-    def __init__(self) -> None:
-        self.ptr = lib.ta_tape_current()
-        if self.ptr == ffi.NULL:
-            raise MemoryError("tapead: could not allocate a tape")
-        self.pending = []   # segments released from other threads
-
-    def __del__(self) -> None:
-        try:
-            lib.ta_tape_free(self.ptr)
-        except Exception:  # interpreter shutdown
-            pass
+NEEDSEG, NEEDNG = lib.TA_NEEDSEG, lib.TA_NEEDNG
 
 
 class _Token:
-    """One per tape segment, shared by every Value whose node lives there.
+    """A hold on one tape segment (csrc/tapead.h: holds), shared by every
+    cffi-front Value whose node lives there; `key` is the segment's key
+    (node id >> SHIFT).
 
-    Its single __del__ (when the last such Value dies) tells C the segment
-    has no Python handle left, which is what lets the collector reclaim it.
-    """
-    __slots__ = ("tape", "key", "current")
-    tape: _Tape
+    The hold is dropped by C when the token dies: ffi.gc calls ta_unhold
+    directly, so no Python code runs then and a Ctrl-C cannot land halfway,
+    and it may die in any thread (C frees an exited thread's tape when its
+    last hold goes)."""
+    __slots__ = ("key", "seg")
     key: int
-    current: int
+    seg: Any
 
-    def __del__(self) -> None:
-        try:
-            if self.current < 0:
-                return
-            if getattr(_tl, "tape", None) is self.tape:
-                _release(self.key, self.current)
-            else:  # dying in another thread: the owner thread releases it
-                self.tape.pending.append((self.key, self.current))
-        except Exception:  # interpreter shutdown
-            pass
+    def __init__(self, key: int, seg: Any) -> None:
+        self.key = key
+        self.seg = ffi.gc(seg, lib.ta_unhold)  # adopts one hold
 
 
-def new_token(key: int, current: int = 1) -> Tuple[_Token, bool]:
-    """Make this thread's token for the tape segment `key` (node id >> SHIFT) and tell C.
+NOTOKEN = _Token.__new__(_Token)  # holds nothing; its key matches no segment
+NOTOKEN.key = -2
+NOTOKEN.seg = None
 
-    current=1: the token for the segment being appended to (shared by the
-    Values the fast path makes next); current=0: an extra token for a node
-    C created elsewhere (results of a sweep that records).
 
-    Returns (token, fast): fast is True when this thread owns the fast path
-    (its current token may live in engine's module global).  Segments of the
-    no_grad arena get their own cached token (_tl.ngtok)."""
+def hold_current(code: int) -> _Token:
+    """A token holding the segment the next node goes to (code: NEEDSEG for
+    the tape, NEEDNG for the no_grad arena); raises for any other status."""
+    if code != NEEDSEG and code != NEEDNG:
+        raise error(code)
+    seg, key = ffi.new("ta_seg **"), ffi.new("int64_t *")
+    check(lib.ta_cur_hold(code == NEEDNG, seg, key))
+    return _Token(key[0], seg[0])
+
+
+def adopt(ids: List[int]) -> List[_Token]:
+    """Tokens for node ids that C returned each held once: one token per
+    segment adopts one hold, and the other holds on that segment are dropped.
+    result[k] is the token of ids[k]."""
+    toks: Dict[int, _Token] = {}
+    out: List[_Token] = []
+    extra: List[int] = []
+    done = 0
     try:
-        tape = _tl.tape
-    except AttributeError:
-        tape = _tl.tape = _Tape()
-        _tl.exit_guard = _ThreadExit(tape)
-    pending = tape.pending
-    while pending:
-        _release(*pending.pop())
-    tok = _Token()
-    tok.tape = tape
-    tok.key = key
-    tok.current = current
-    fast = _ack(key, current)
-    if fast < 0:
-        tok.current = -1  # never acknowledged: nothing to release
-        raise error(fast)
-    if fast == 2:
-        _tl.ngtok = tok
-    elif current:
-        _tl.tok = tok
-    return tok, fast == 1
-
-
-on_thread_exit: List[Callable[[_Tape], object]] = []  # callables(tape) run when a recording thread ends
-
-
-class _ThreadExit:
-    """Lives in the thread's threading.local: its __del__ runs when the thread ends."""
-    __slots__ = ("tape",)
-
-    def __init__(self, tape: _Tape) -> None:
-        self.tape = tape
-
-    def __del__(self) -> None:
-        for f in on_thread_exit:
-            try:
-                f(self.tape)
-            except Exception:
-                pass
+        for i in ids:
+            key = i >> SHIFT
+            t = toks.get(key)
+            if t is None:
+                seg = lib.ta_seg_of(i)
+                if seg == ffi.NULL:
+                    raise error(lib.ta_check(i) or lib.TA_EBADID)
+                t = toks[key] = _Token(key, seg)
+            else:
+                extra.append(i)
+            out.append(t)
+            done += 1
+    finally:  # holds nobody adopted (the call was interrupted) are dropped, not leaked
+        rest = extra + list(ids[done:])
+        if rest:
+            lib.ta_unhold_ids(ffi.new("int64_t[]", rest), len(rest))
+    return out
 
 
 def stats() -> Dict[str, int]:
@@ -280,10 +246,6 @@ def stats() -> Dict[str, int]:
 
 def collect() -> int:
     """Reclaim every segment no Value can reach now; returns segments freed."""
-    tape = getattr(_tl, "tape", None)
-    if tape is not None:
-        while tape.pending:
-            _release(*tape.pending.pop())
     n = lib.ta_collect()
     if n < 0:
         raise error(n)

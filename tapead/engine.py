@@ -1,27 +1,30 @@
 """Value: micrograd's scalar, recorded on a C tape.
 
 A Value is a handle: the id of its node on this thread's tape and the
-token of the tape segment that node lives in (which keeps the segment
-alive).  Every operator records one node with one C call and returns a new
+token that holds the tape segment that node lives in (csrc/tapead.h:
+holds).  Every operator records one node with one C call and returns a new
 handle; backward() is one C sweep.  Values hold no references to other
 Values, so plain reference counting frees them and the cyclic garbage
 collector has nothing to chase.
 
-The operator bodies are written out rather than routed through a helper:
-each extra Python call would cost about a tenth of an op.
+The recording calls pass the key of the token they hold (pinned in a local
+before the call), and C records only into that very segment: a node is
+never visible to Python unheld, whatever runs between two bytecodes (a
+signal handler, a finalizer, another greenlet).
 """
 from __future__ import annotations
 
 import numbers
 import weakref
-from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Set, SupportsFloat,
+from threading import get_ident
+from typing import (TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Set, SupportsFloat,
                     Tuple, Union)
 
 from . import _core
-from ._core import OP, OP_KINDS, OP_NAMES, NEWSEG, SHIFT, error
+from ._core import NEEDNG, NEEDSEG, NOTOKEN, OP, OP_KINDS, OP_NAMES, error
 
 if TYPE_CHECKING:
-    from ._core import _Tape, _Token
+    from ._core import _Token
 
 # What the operators take besides a Value: int, float, bool, numpy scalars
 # (anything float() accepts through __float__).
@@ -34,49 +37,71 @@ _backward = _core.lib.ta_backward
 _recompute, _cmp2, _cmpc = _core.lib.ta_recompute, _core.lib.ta_cmp2, _core.lib.ta_cmpc
 _ta_check = _core.lib.ta_check
 _new = object.__new__
-_tok: Optional[_Token] = None  # token of the fast-path thread's current tape segment
+
+# The current token of one thread (the first to record) sits in a module
+# global, read by every recording call; other threads keep theirs in a
+# threading.local and reach it through _slow.  Either way C checks the key.
+_tok: _Token = NOTOKEN
+_fast: Optional[int] = None   # that thread's ident
 
 
-def claim(code: int) -> Tuple[int, Optional[_Token]]:
-    """Slow path of every recording call: raise for an error status, or find
-    the token for a node C could not vouch for (a new segment, or a thread
-    other than the fast-path owner).  Returns (id, token)."""
-    global _tok
-    if code > NEWSEG:
-        raise error(code)
-    i = NEWSEG - code
-    key = i >> SHIFT
-    tok = getattr(_tl, "tok", None)
-    if tok is None or tok.key != key:
-        tok = getattr(_tl, "ngtok", None)
-        if tok is None or tok.key != key:
-            tok, fast = _core.new_token(key)
-            if fast:
-                _tok = tok
-    return i, tok
+class _FastExit:
+    """Lives in the fast thread's threading.local: when that thread ends,
+    the global lets go of its token so another thread can take the place."""
+    __slots__ = ()
+
+    def __del__(self) -> None:
+        global _tok, _fast
+        _tok, _fast = NOTOKEN, None
+
+
+def _mine() -> _Token:
+    """This thread's current token."""
+    return _tok if _fast == get_ident() else getattr(_tl, "tok", NOTOKEN)
+
+
+def _slow(code: int, used: _Token, fn: Callable[..., int], *args: Any) -> Value:
+    """Slow path of every recording call `fn(*args, key)`: raise for an error
+    status, or (TA_NEEDSEG/NEEDNG) retry with this thread's own current token,
+    holding the segment the node goes to first if that token is not it."""
+    global _tok, _fast
+    while True:
+        if code != NEEDSEG and code != NEEDNG:
+            raise error(code)
+        t = _mine()
+        if t is used:
+            t = _core.hold_current(code)
+            me = get_ident()
+            if _fast is None:
+                _fast = me
+                _tl.fast_exit = _FastExit()
+            if _fast == me:
+                _tok = t
+            else:
+                _tl.tok = t
+        code = fn(*args, t.key)
+        if code >= 0:
+            v = _new(Value); v._i = code; v._t = t
+            return v
+        used = t
 
 
 def handles(ids: Iterable[int]) -> List[Value]:
-    """Values for node ids that C made in one call (e.g. a sweep that records).
-
-    Each gets a token of its own segment (one per distinct segment), never
-    the fast path's current token, so the fast path stays consistent."""
-    toks: Dict[int, _Token] = {}
+    """Values for node ids that C returned each held once (a bulk call)."""
+    ids = list(ids)
     out: List[Value] = []
     append = out.append
-    key = -(1 << 63)  # no id's key
-    t: Optional[_Token] = None
-    for i in ids:
-        if i >> SHIFT != key:  # ids come in runs per segment: one lookup per run
-            if i < 0:
-                raise error(i)
-            key = i >> SHIFT
-            t = toks.get(key)
-            if t is None:
-                t = toks[key] = _core.new_token(key, 0)[0]
+    for i, t in zip(ids, _core.adopt(ids)):
         v = _new(Value); v._i = i; v._t = t
         append(v)
     return out
+
+
+def held(ids: Iterable[int]) -> List[Value]:
+    """Values for existing nodes of this thread (held by something else now)."""
+    ids = list(ids)
+    _core.check(_core.lib.ta_hold_ids(_core.ffi.new("int64_t[]", ids or [0]), len(ids)))
+    return handles(ids)
 
 
 def node_ids(values: Union[Value, Iterable[Value]], what: str = "values") -> Tuple[List[Value], Any]:
@@ -90,24 +115,6 @@ def node_ids(values: Union[Value, Iterable[Value]], what: str = "values") -> Tup
         if not isinstance(v, Value):
             raise TypeError(f"{what} must be Values, not {type(v).__name__}")
     return vals, _core.ffi.new("int64_t[]", [v._i for v in vals] or [0])
-
-
-def _drop_fast_token(tape: _Tape) -> None:
-    """A recording thread ended: the global must not keep its tape alive."""
-    global _tok
-    if _tok is not None and _tok.tape is tape:
-        _tok = None
-
-
-_core.on_thread_exit.append(_drop_fast_token)
-
-
-def release_current() -> None:
-    """Let go of this thread's current segment token (before an explicit collect)."""
-    global _tok
-    if _tok is not None and _tok.tape is getattr(_tl, "tape", None):
-        _tok = None  # only the fast-path thread's own global; another thread's stays
-    _tl.tok = None
 
 
 ADD, SUB, MUL, DIV, POW = OP["ADD"], OP["SUB"], OP["MUL"], OP["DIV"], OP["POW"]
@@ -140,7 +147,7 @@ class Value:
     """
     __slots__ = ("_i", "_t", "__weakref__")
     _i: int                   # node id
-    _t: Optional[_Token]      # token of the node's tape segment
+    _t: _Token                # holds the node's tape segment
     __array_ufunc__ = None  # numpy scalars defer to our reflected operators
 
     def __init__(self, data: SupportsFloat, _children: Tuple[()] = (), _op: str = "",
@@ -150,11 +157,11 @@ class Value:
                             "not with _children")
         if type(data) is not float:
             data = _real(data)
-        i = _leaf(data)
+        t = _tok
+        i = _leaf(data, t.key)
         if i < 0:
-            i, t = claim(i)
-        else:
-            t = _tok
+            v = _slow(i, t, _leaf, data)
+            i, t = v._i, v._t
         self._i = i
         self._t = t
         if label:
@@ -195,191 +202,104 @@ class Value:
             raise error(st)
 
     # ------------------------------------------------------------- operators
+    # Each is one node; a plain-number operand travels as the op's constant.
     def __add__(self, other: Operand) -> Value:
         if type(other) is Value:
-            i = _op2(ADD, self._i, other._i)
-        else:
-            try:
-                i = _opc(ADDC, self._i, other)
-            except TypeError:
-                return _fallback(self, other, Value.__add__)
-        if i < 0:
-            i, t = claim(i)
-        else:
-            t = _tok
-        v = _new(Value); v._i = i; v._t = t
-        return v
+            return _rec2(ADD, self, other)
+        return _num(ADDC, self, other, ADD)
 
     __radd__ = __add__  # other + self: x + c == c + x exactly
 
     def __mul__(self, other: Operand) -> Value:
         if type(other) is Value:
-            i = _op2(MUL, self._i, other._i)
-        else:
-            try:
-                i = _opc(MULC, self._i, other)
-            except TypeError:
-                return _fallback(self, other, Value.__mul__)
-        if i < 0:
-            i, t = claim(i)
-        else:
-            t = _tok
-        v = _new(Value); v._i = i; v._t = t
-        return v
+            return _rec2(MUL, self, other)
+        return _num(MULC, self, other, MUL)
 
     __rmul__ = __mul__  # other * self
 
     def __sub__(self, other: Operand) -> Value:
         if type(other) is Value:
-            i = _op2(SUB, self._i, other._i)
-        else:
-            try:
-                i = _opc(ADDC, self._i, -other)  # type: ignore[operator]  # x - c == x + (-c) exactly
-            except TypeError:
-                return _fallback(self, other, Value.__sub__)
-        if i < 0:
-            i, t = claim(i)
-        else:
-            t = _tok
-        v = _new(Value); v._i = i; v._t = t
-        return v
+            return _rec2(SUB, self, other)
+        try:
+            c = -_const(other)  # x - c == x + (-c) exactly
+        except TypeError:
+            return _lift(self, other, SUB)
+        return _recc(ADDC, self, c)
 
     def __rsub__(self, other: Operand) -> Value:  # other - self
-        try:
-            i = _opc(RSUBC, self._i, other)
-        except TypeError:
-            return NotImplemented
-        if i < 0:
-            i, t = claim(i)
-        else:
-            t = _tok
-        v = _new(Value); v._i = i; v._t = t
-        return v
+        return _num(RSUBC, self, other, -1)
 
     def __truediv__(self, other: Operand) -> Value:
         if type(other) is Value:
-            i = _op2(DIV, self._i, other._i)
-        else:
-            try:
-                c = _const(other)
-            except TypeError:
-                return _fallback(self, other, Value.__truediv__)
-            if c == 0.0:
-                raise ZeroDivisionError("float division by zero")
-            i = _opc(MULC, self._i, 1.0 / c)  # micrograd: self * other**-1, bit for bit
-        if i < 0:
-            i, t = claim(i)
-        else:
-            t = _tok
-        v = _new(Value); v._i = i; v._t = t
-        return v
+            return _rec2(DIV, self, other)
+        try:
+            c = _const(other)
+        except TypeError:
+            return _lift(self, other, DIV)
+        if c == 0.0:
+            raise ZeroDivisionError("float division by zero")
+        return _recc(MULC, self, 1.0 / c)  # micrograd: self * other**-1, bit for bit
 
     def __rtruediv__(self, other: Operand) -> Value:  # other / self
-        try:
-            i = _opc(RDIVC, self._i, other)
-        except TypeError:
-            return NotImplemented
-        if i < 0:
-            i, t = claim(i)
-        else:
-            t = _tok
-        v = _new(Value); v._i = i; v._t = t
-        return v
+        return _num(RDIVC, self, other, -1)
 
     def __pow__(self, other: Operand, modulo: None = None) -> Value:
         if modulo is not None:
             return NotImplemented
         if type(other) is Value:
-            i = _op2(POW, self._i, other._i)
-        else:
-            try:
-                i = _opc(POWC, self._i, other)
-            except TypeError:
-                return _fallback(self, other, Value.__pow__)
-        if i < 0:
-            i, t = claim(i)
-        else:
-            t = _tok
-        v = _new(Value); v._i = i; v._t = t
-        return v
+            return _rec2(POW, self, other)
+        return _num(POWC, self, other, POW)
 
     def __rpow__(self, other: SupportsFloat, modulo: None = None) -> Value:  # other ** self
         if modulo is not None:
             return NotImplemented
-        try:
-            i = _opc(RPOWC, self._i, other)
-        except TypeError:
-            return NotImplemented
-        if i < 0:
-            i, t = claim(i)
-        else:
-            t = _tok
-        v = _new(Value); v._i = i; v._t = t
-        return v
+        return _num(RPOWC, self, other, -1)
 
     def __neg__(self) -> Value:  # -self, as micrograd: self * -1
-        return self._unary_c(MULC, -1.0)
+        return _recc(MULC, self, -1.0)
 
     def __pos__(self) -> Value:
         return self
 
     def __abs__(self) -> Value:
-        return self._unary(ABS)
+        return _rec1(ABS, self)
 
     # ------------------------------------------------------------- functions
-    def _unary(self, op: int) -> Value:
-        i = _op1(op, self._i)
-        if i < 0:
-            i, t = claim(i)
-        else:
-            t = _tok
-        v = _new(Value); v._i = i; v._t = t
-        return v
-
-    def _unary_c(self, op: int, c: float) -> Value:
-        i = _opc(op, self._i, c)
-        if i < 0:
-            i, t = claim(i)
-        else:
-            t = _tok
-        v = _new(Value); v._i = i; v._t = t
-        return v
-
     def relu(self) -> Value:
         """max(0, x), with micrograd's conventions: relu(-0.0) is -0.0, d/dx at 0 is 0."""
-        return self._unary(RELU)
+        return _rec1(RELU, self)
 
     def tanh(self) -> Value:
         """tanh(x) (C's tanh: accurate near 0 and never overflows, unlike micrograd's formula)."""
-        return self._unary(TANH)
+        return _rec1(TANH, self)
 
     def exp(self) -> Value:
         """e**x; OverflowError when it overflows, as math.exp."""
-        return self._unary(EXP)
+        return _rec1(EXP, self)
 
     def log(self) -> Value:
         """Natural log; ValueError for x <= 0, as math.log."""
-        return self._unary(LOG)
+        return _rec1(LOG, self)
 
     def sigmoid(self) -> Value:
         """1 / (1 + e**-x), evaluated without overflow."""
-        return self._unary(SIGMOID)
+        return _rec1(SIGMOID, self)
 
     def sin(self) -> Value:
         """sin(x); ValueError for infinite x, as math.sin."""
-        return self._unary(SIN)
+        return _rec1(SIN, self)
 
     def cos(self) -> Value:
         """cos(x); ValueError for infinite x, as math.cos."""
-        return self._unary(COS)
+        return _rec1(COS, self)
 
     def sqrt(self) -> Value:
         """sqrt(x); ValueError for x < 0, as math.sqrt."""
-        return self._unary(SQRT)
+        return _rec1(SQRT, self)
 
     def abs(self) -> Value:
         """|x|; its derivative at 0 is taken as 0."""
-        return self._unary(ABS)
+        return _rec1(ABS, self)
 
     def maximum(self, other: Operand) -> Value:
         """max(self, other); at a tie each input gets half the gradient."""
@@ -462,7 +382,7 @@ class Value:
         _canon.setdefault(self._i, self)
         ids = [i for i in dict.fromkeys((x, y)) if i >= 0]
         out = {v for v in (_canon.get(i) for i in ids) if v is not None}
-        for v in handles([i for i in ids if i not in _canon]):
+        for v in held([i for i in ids if i not in _canon]):
             _canon[v._i] = v
             out.add(v)
         return out
@@ -526,11 +446,48 @@ def _const(c: Any) -> float:
     return _real(c)
 
 
-def _fallback(self: Value, other: object, method: Callable[[Value, Value], Value]) -> Value:
-    """Slow path when `other` is not a plain number: a Value subclass, or unsupported."""
-    if isinstance(other, Value):  # a subclass instance: lift it to the base class handle
-        o = _new(Value); o._i = other._i; o._t = other._t
-        return method(self, o)
+def _rec2(op: int, a: Value, b: Value) -> Value:
+    """Record a op b (Values, or instances of a subclass)."""
+    t = _tok
+    i = _op2(op, a._i, b._i, t.key)
+    if i < 0:
+        return _slow(i, t, _op2, op, a._i, b._i)
+    v = _new(Value); v._i = i; v._t = t
+    return v
+
+
+def _recc(op: int, a: Value, c: Any) -> Value:
+    """Record a op c for a plain number c (cffi raises TypeError for anything else)."""
+    t = _tok
+    i = _opc(op, a._i, c, t.key)
+    if i < 0:
+        return _slow(i, t, _opc, op, a._i, c)
+    v = _new(Value); v._i = i; v._t = t
+    return v
+
+
+def _rec1(op: int, a: Value) -> Value:
+    t = _tok
+    i = _op1(op, a._i, t.key)
+    if i < 0:
+        return _slow(i, t, _op1, op, a._i)
+    v = _new(Value); v._i = i; v._t = t
+    return v
+
+
+def _num(opc: int, a: Value, c: Any, op: int) -> Value:
+    """a opc c for a plain number c; for a Value subclass instance, the
+    Value op `op` (-1: none, a reflected call); else NotImplemented."""
+    try:
+        return _recc(opc, a, c)
+    except TypeError:
+        return _lift(a, c, op)
+
+
+def _lift(a: Value, b: object, op: int) -> Value:
+    """Slow path when `b` is not a plain number: a Value subclass, or unsupported."""
+    if op >= 0 and isinstance(b, Value):
+        return _rec2(op, a, b)
     return NotImplemented  # type: ignore[no-any-return]  # (NotImplemented is typed Any)
 
 
@@ -540,14 +497,7 @@ def as_value(x: Operand) -> Value:
 
 
 def _binary_fn(op: int, a: Operand, b: Operand) -> Value:
-    a, b = as_value(a), as_value(b)
-    i = _op2(op, a._i, b._i)
-    if i < 0:
-        i, t = claim(i)
-    else:
-        t = _tok
-    v = _new(Value); v._i = i; v._t = t
-    return v
+    return _rec2(op, as_value(a), as_value(b))
 
 
 def maximum(a: Operand, b: Operand) -> Value:
@@ -587,5 +537,9 @@ def collect() -> int:
     >>> freed >= 0
     True
     """
-    release_current()
+    global _tok
+    if _fast == get_ident():  # this thread's current token need not hold its segment now
+        _tok = NOTOKEN
+    else:
+        _tl.tok = NOTOKEN
     return _core.collect()

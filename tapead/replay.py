@@ -128,8 +128,8 @@ class Program:
         npar = lib.ta_prog_size(self._p, 1)
         pid = ffi.new("int64_t[]", max(npar, 1))
         lib.ta_prog_params(self._p, pid)
-        from .engine import handles
-        self._params = handles([pid[k] for k in range(npar)])  # keeps their segments alive
+        from .engine import held
+        self._params = held([pid[k] for k in range(npar)])  # keeps their segments alive
 
     @property
     def nodes(self) -> int:

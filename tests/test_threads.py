@@ -154,7 +154,7 @@ def _stats_only():
 
 def _failed_c_call_only():
     from tapead import _core
-    return _core.lib.ta_opc(tapead.engine.RDIVC, 0, 0.0) < 0   # refused (id 0 is no node here), after C made the tape
+    return _core.lib.ta_opc(tapead.engine.RDIVC, 0, 0.0, -2) < 0   # refused (id 0 is no node here), after C made the tape
 
 
 @pytest.mark.parametrize("body", [_stats_only, _failed_c_call_only, _first_op_raises,
@@ -162,12 +162,17 @@ def _failed_c_call_only():
 def test_a_finished_threads_tape_is_freed(body):
     """Every tape a thread made is freed once the thread and its Values are
     gone, also when the thread never made a Value (its only call was
-    tape_stats(), or a C call that failed): C frees such a tape at thread
-    exit, Python frees the others."""
+    tape_stats(), or a C call that failed).  C frees a tape when its thread
+    has exited (a thread-exit destructor, which runs just after join()
+    returns) and its last hold is dropped."""
     import gc
+    import time
     from tapead import _core
     alive = _core.lib.ta_tapes_alive()
     for _ in range(5):
         assert on_fresh_tape(body)
     gc.collect()
+    deadline = time.monotonic() + 5
+    while _core.lib.ta_tapes_alive() != alive and time.monotonic() < deadline:
+        time.sleep(0.001)
     assert _core.lib.ta_tapes_alive() == alive
