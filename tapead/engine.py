@@ -37,6 +37,8 @@ _backward = _core.lib.ta_backward
 _recompute, _cmp2, _cmpc = _core.lib.ta_recompute, _core.lib.ta_cmp2, _core.lib.ta_cmpc
 _ta_check = _core.lib.ta_check
 _new = object.__new__
+_peek = _core.lib.ta_peek
+_OFFMASK = (1 << _core.SHIFT) - 1
 
 # The current token of one thread (the first to record) sits in a module
 # global, read by every recording call; other threads keep theirs in a
@@ -345,8 +347,14 @@ class Value:
         return Value(self.data)
 
     def __reduce__(self) -> Tuple[object, Tuple[float, float]]:
-        # pickle, copy.copy and copy.deepcopy: a detached leaf, same data and grad
-        return (_restore, (self.data, self.grad))
+        # pickle, copy.copy and copy.deepcopy: a detached leaf, same data and
+        # grad.  Read through the token's hold, so it works in any thread
+        # (multiprocessing pickles in helper threads).
+        t = getattr(self, "_t", None)
+        if not isinstance(t, _core._Token) or t.key != self._i >> _core.SHIFT:
+            return (_restore, (self.data, self.grad))  # a forged handle: raises TapeError
+        off = self._i & _OFFMASK
+        return (_restore, (_peek(t.seg, off, 0), _peek(t.seg, off, 1)))
 
     # ------------------------------------------ micrograd's graph attributes
     # Code written for micrograd walks the graph through these (its

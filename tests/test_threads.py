@@ -168,11 +168,13 @@ def test_a_finished_threads_tape_is_freed(body):
     import gc
     import time
     from tapead import _core
+    gc.collect()   # earlier tests' threads and Values: let their tapes go first
+    time.sleep(0.05)
     alive = _core.lib.ta_tapes_alive()
     for _ in range(5):
         assert on_fresh_tape(body)
     gc.collect()
     deadline = time.monotonic() + 5
-    while _core.lib.ta_tapes_alive() != alive and time.monotonic() < deadline:
+    while _core.lib.ta_tapes_alive() > alive and time.monotonic() < deadline:
         time.sleep(0.001)
-    assert _core.lib.ta_tapes_alive() == alive
+    assert _core.lib.ta_tapes_alive() <= alive   # 5 tapes made, 5 freed
