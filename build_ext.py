@@ -4,6 +4,7 @@ Set TAPEAD_SANITIZE=1 to build with -fsanitize=address,undefined (see README).
 """
 import glob
 import os
+import platform
 import sys
 
 from cffi import FFI
@@ -21,6 +22,13 @@ else:
         cflags += ["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined"]
         ldflags += ["-fsanitize=address,undefined"]
 
+# The native front (csrc/native.c) uses the full CPython API, so the module
+# is built for this CPython version, not the stable ABI; PyPy builds leave
+# it out (there the cffi front is the fast one).
+defines = [("_CFFI_NO_LIMITED_API", None)]
+if platform.python_implementation() != "CPython":
+    defines.append(("TA_NO_NATIVE", None))
+
 with open(os.path.join(HERE, CSRC, "cdef.h")) as f:
     CDEF = f.read()
 
@@ -32,6 +40,8 @@ ffibuilder.set_source(
     sources=SOURCES,
     include_dirs=[CSRC],
     depends=sorted(glob.glob(os.path.join(CSRC, "*.h"))) + [os.path.join(CSRC, "ops.def")],
+    define_macros=defines,
+    py_limited_api=False,
     extra_compile_args=cflags,
     extra_link_args=ldflags,
 )

@@ -10,7 +10,9 @@
  * process-wide and meant for tests in one thread; armed never, it costs a
  * predictable branch per allocation (allocations are per segment, per plan
  * or per call, never per node). */
+#ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200112L   /* posix_memalign under -std=c99 */
+#endif
 #include <stdlib.h>
 #include "tapead.h"
 

@@ -77,7 +77,10 @@ int     ta_unhold_ids(const int64_t *ids, size_t n);
 /* val (what 0) or adj (1) of node `off` of a held segment, from any thread:
  * what pickling a Value needs, wherever the pickler runs. */
 double  ta_peek(ta_seg *seg, uint32_t off, int what);
-int64_t ta_tapes_alive(void);          /* tapes (and no_grad arenas) not yet freed   */
+int64_t ta_tapes_alive(void);
+/* native.c: put the native front (module tapead._native) into sys.modules;
+ * TA_OK, or a status if this build has none (PyPy) or it failed. */
+int     ta_native_install(void);          /* tapes (and no_grad arenas) not yet freed   */
 int     ta_collect(void);
 int     ta_stats(ta_stats_t *out);
 int     ta_set_limit(uint64_t max_nodes);

@@ -1,0 +1,513 @@
+/* native.c: the native front, CPython's Value type.
+ *
+ * THE CONTRACT OF THIS FILE: it is the only C file that uses the CPython
+ * API.  Everything here runs with the GIL held (slots and methods are
+ * called by the interpreter), except ta_native_install, which cffi calls
+ * with the GIL released and which therefore takes it itself.  No other C
+ * file may include Python.h, and nothing here may be called from them.
+ *
+ * A Value is a heap type of 32 bytes: the object header, its node packed
+ * into one word (segment | offset: segments are TA_SEG_ALIGN-aligned), and
+ * the weak-reference list.  Making a Value holds its node's segment in the
+ * same C call that records the node; tp_dealloc drops the hold (tapead.h:
+ * holds).  Its number slots and unary methods record on the calling
+ * thread's tape through ta_record_at, the same function the cffi front
+ * reaches through ta_op1/ta_op2/ta_opc, so the two fronts share every rule
+ * of the ops.  What is not hot (comparisons, _prev, repr, labels, ...) is
+ * written once in Python (tapead/engine.py) and assigned onto this type;
+ * errors are made by the Python function that makes the cffi front's, so
+ * their types and messages are the same on both fronts.
+ *
+ * PyPy builds (TA_NO_NATIVE) leave all of this out: there the cffi front
+ * is the fast one, and ta_native_install reports that it has none. */
+#ifdef TA_NO_NATIVE
+#include "tapead.h"
+int ta_native_install(void) { return TA_EBADOP; }
+#else
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>               /* first, as the C-API docs require */
+#include <structmember.h>
+#include <string.h>
+#include "tapead.h"
+#include "ops.h"
+
+typedef struct {
+    PyObject_HEAD
+    uintptr_t node;              /* (uintptr_t)segment | offset; 0 = none  */
+    PyObject *weaklist;
+} va_obj;
+
+#define VA_SEG(n) ((ta_seg *)((n) & ~(uintptr_t)(TA_SEG_ALIGN - 1u)))
+#define VA_OFF(n) ((uint32_t)((n) & (uintptr_t)(TA_SEG_ALIGN - 1u)))
+
+static PyTypeObject *va_type = NULL;
+/* Python hooks (set by engine.py through set_hooks): error(code) -> the
+ * exception instance; real(x) -> float or TypeError; restore(data, grad)
+ * -> a detached Value (pickling). */
+static PyObject *va_error_hook = NULL, *va_real_hook = NULL, *va_restore_hook = NULL;
+
+/* ------------------------------------------------------------ errors */
+
+static PyObject *va_fail(int st)
+{
+    PyObject *e;
+    if (!va_error_hook) { PyErr_Format(PyExc_RuntimeError, "tapead status %d", st); return NULL; }
+    e = PyObject_CallFunction(va_error_hook, "i", st);
+    if (e) { PyErr_SetObject((PyObject *)Py_TYPE(e), e); Py_DECREF(e); }
+    return NULL;
+}
+
+static PyObject *va_unmade(void)
+{
+    PyErr_SetString(PyExc_TypeError,
+                    "this Value was never initialised (made without calling Value(x)): it has no node");
+    return NULL;
+}
+
+/* The node of Value v on this thread's tape T, or NULL with an exception
+ * set (a Value never initialised; a Value of another thread). */
+static ta_seg *va_node(ta_tape *T, va_obj *v, uint32_t *off)
+{
+    ta_seg *s;
+    if (!v->node) { va_unmade(); return NULL; }
+    s = VA_SEG(v->node);
+    if (s->tape->root != T) { va_fail(TA_ETHREAD); return NULL; }
+    *off = VA_OFF(v->node);
+    return s;
+}
+
+static ta_tape *va_tape(void)
+{
+    ta_tape *T = ta_self();
+    if (!T) PyErr_NoMemory();
+    return T;
+}
+
+/* ------------------------------------------------------ making Values */
+
+/* A new Value for node `off` of segment s, taking a hold on s. */
+static PyObject *va_wrap(ta_seg *s, uint32_t off)
+{
+    va_obj *v = PyObject_Malloc(sizeof(va_obj));
+    if (!v) return PyErr_NoMemory();
+    PyObject_Init((PyObject *)v, va_type);   /* increfs the heap type */
+    v->node = (uintptr_t)s | off;
+    v->weaklist = NULL;
+    ta_hold(s);
+    return (PyObject *)v;
+}
+
+static PyObject *va_result(ta_tape *T, int64_t id, ta_seg *where)
+{
+    (void)T;
+    if (id < 0) return va_fail((int)id);
+    return va_wrap(where, TA_OFF((uint32_t)id));
+}
+
+static int va_is(PyObject *o) { return Py_IS_TYPE(o, va_type) || PyObject_TypeCheck(o, va_type); }
+
+/* A plain-number operand as a double: exactly what cffi accepts for a
+ * double on the cffi front (PyFloat_AsDouble).  Returns 0, or -1 if o is
+ * no number (TypeError cleared: the caller answers NotImplemented), or -2
+ * with another exception set. */
+static int va_number(PyObject *o, double *c)
+{
+    if (PyFloat_CheckExact(o)) { *c = PyFloat_AS_DOUBLE(o); return 0; }
+    *c = PyFloat_AsDouble(o);
+    if (*c == -1.0 && PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_TypeError)) return -2;
+        PyErr_Clear();
+        return -1;
+    }
+    return 0;
+}
+
+/* Record op on Values a (and b for a binary op), or a with constant c. */
+static PyObject *va_rec(int op, PyObject *a, PyObject *b, double c)
+{
+    ta_tape *T = va_tape();
+    ta_seg *sx, *sy = NULL, *where = NULL;
+    uint32_t ox, oy = 0;
+    int64_t id;
+    if (!T || !(sx = va_node(T, (va_obj *)a, &ox))) return NULL;
+    if (b && !(sy = va_node(T, (va_obj *)b, &oy))) return NULL;
+    id = ta_record_at(T, op, sx, ox, sy, oy, c, TA_NOKEY, &where);
+    return va_result(T, id, where);
+}
+
+/* a OP b where a or b is a Value: OPV for two Values, else the constant
+ * form (rev: the constant is on the left).  NotImplemented for anything
+ * that is not a number. */
+static PyObject *va_binop(PyObject *a, PyObject *b, int opv, int opc_right, int opc_left)
+{
+    double c;
+    int st;
+    if (va_is(a)) {
+        if (va_is(b)) return va_rec(opv, a, b, 0.0);
+        if ((st = va_number(b, &c)) < 0) { if (st == -1) Py_RETURN_NOTIMPLEMENTED; return NULL; }
+        return va_rec(opc_right, a, NULL, c);
+    }
+    if (opc_left < 0 || (st = va_number(a, &c)) == -1) Py_RETURN_NOTIMPLEMENTED;
+    if (st < 0) return NULL;
+    return va_rec(opc_left, b, NULL, c);
+}
+
+static PyObject *va_add(PyObject *a, PyObject *b) { return va_binop(a, b, TA_ADD, TA_ADDC, TA_ADDC); }
+static PyObject *va_mul(PyObject *a, PyObject *b) { return va_binop(a, b, TA_MUL, TA_MULC, TA_MULC); }
+
+static PyObject *va_sub(PyObject *a, PyObject *b)
+{
+    double c;
+    int st;
+    if (va_is(a) && !va_is(b)) {          /* x - c == x + (-c) exactly */
+        if ((st = va_number(b, &c)) < 0) { if (st == -1) Py_RETURN_NOTIMPLEMENTED; return NULL; }
+        return va_rec(TA_ADDC, a, NULL, -c);
+    }
+    return va_binop(a, b, TA_SUB, -1, TA_RSUBC);
+}
+
+static PyObject *va_div(PyObject *a, PyObject *b)
+{
+    double c;
+    int st;
+    if (va_is(a) && !va_is(b)) {          /* micrograd: self * other**-1, bit for bit */
+        if ((st = va_number(b, &c)) < 0) { if (st == -1) Py_RETURN_NOTIMPLEMENTED; return NULL; }
+        if (c == 0.0) { PyErr_SetString(PyExc_ZeroDivisionError, "float division by zero"); return NULL; }
+        return va_rec(TA_MULC, a, NULL, 1.0 / c);
+    }
+    return va_binop(a, b, TA_DIV, -1, TA_RDIVC);
+}
+
+static PyObject *va_pow(PyObject *a, PyObject *b, PyObject *mod)
+{
+    if (mod != Py_None) Py_RETURN_NOTIMPLEMENTED;
+    return va_binop(a, b, TA_POW, TA_POWC, TA_RPOWC);
+}
+
+static PyObject *va_neg(PyObject *a) { return va_rec(TA_MULC, a, NULL, -1.0); }   /* as micrograd: a * -1 */
+static PyObject *va_pos(PyObject *a) { Py_INCREF(a); return a; }
+static PyObject *va_absolute(PyObject *a) { return va_rec(TA_ABS, a, NULL, 0.0); }
+
+/* max/min with a Value or a number (a number enters as a new leaf). */
+static PyObject *va_minmax(PyObject *a, PyObject *b, int op)
+{
+    PyObject *leaf, *r;
+    ta_tape *T;
+    ta_seg *where = NULL;
+    double c;
+    int64_t id;
+    int st;
+    if (va_is(b)) return va_rec(op, a, b, 0.0);
+    if ((st = va_number(b, &c)) < 0) {
+        if (st == -1) PyErr_Format(PyExc_TypeError, "%s needs a Value or a real number, not %s",
+                                   op == TA_MAX ? "maximum" : "minimum", Py_TYPE(b)->tp_name);
+        return NULL;
+    }
+    if (!(T = va_tape())) return NULL;
+    id = ta_leaf_at(T, c, TA_NOKEY, &where);
+    if (!(leaf = va_result(T, id, where))) return NULL;
+    r = va_rec(op, a, leaf, 0.0);
+    Py_DECREF(leaf);
+    return r;
+}
+static PyObject *va_maximum(PyObject *a, PyObject *b) { return va_minmax(a, b, TA_MAX); }
+static PyObject *va_minimum(PyObject *a, PyObject *b) { return va_minmax(a, b, TA_MIN); }
+
+/* One method per unary op of ops.def, generated from the table; its
+ * Python name (the op's name in lower case) and doc are filled in when
+ * the type is made. */
+#define VA_UN_UN(NAME) \
+    static PyObject *va_m_##NAME(PyObject *s, PyObject *u) { (void)u; return va_rec(TA_##NAME, s, NULL, 0.0); }
+#define VA_UN_LEAF(NAME)
+#define VA_UN_BIN(NAME)
+#define VA_UN_CST(NAME)
+#define TA_OP(NAME, KIND, SYM) VA_UN_##KIND(NAME)
+#include "ops.def"
+#undef TA_OP
+
+/* ------------------------------------------------------ type slots */
+
+static int va_init(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"data", "_children", "_op", "label", NULL};
+    va_obj *v = (va_obj *)self;
+    PyObject *data, *children = NULL, *opname = NULL, *label = NULL;
+    ta_tape *T;
+    ta_seg *where = NULL;
+    double x;
+    int64_t id;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OOO:Value", kwlist, &data, &children, &opname, &label))
+        return -1;
+    if (children && PyObject_IsTrue(children)) {
+        PyErr_SetString(PyExc_TypeError, "tapead records the graph itself: build Values with "
+                                         "operators, not with _children");
+        return -1;
+    }
+    if (PyFloat_CheckExact(data)) x = PyFloat_AS_DOUBLE(data);
+    else {
+        PyObject *f = PyObject_CallOneArg(va_real_hook, data);
+        if (!f) return -1;
+        x = PyFloat_AsDouble(f);
+        Py_DECREF(f);
+        if (x == -1.0 && PyErr_Occurred()) return -1;
+    }
+    if (!(T = va_tape())) return -1;
+    id = ta_leaf_at(T, x, TA_NOKEY, &where);
+    if (id < 0) { va_fail((int)id); return -1; }
+    if (v->node) ta_unhold_seg(VA_SEG(v->node));      /* __init__ called again */
+    v->node = (uintptr_t)where | TA_OFF((uint32_t)id);
+    ta_hold(where);
+    if (label && label != Py_None && PyObject_IsTrue(label)) {
+        PyObject *r = PyObject_CallMethod(self, "_set_label", "O", label);
+        if (!r) return -1;
+        Py_DECREF(r);
+    }
+    return 0;
+}
+
+static PyObject *va_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
+{
+    va_obj *v = (va_obj *)tp->tp_alloc(tp, 0);
+    (void)args; (void)kw;
+    if (v) { v->node = 0; v->weaklist = NULL; }
+    return (PyObject *)v;
+}
+
+static void va_dealloc(PyObject *self)
+{
+    va_obj *v = (va_obj *)self;
+    PyTypeObject *tp = Py_TYPE(self);
+    if (v->weaklist) PyObject_ClearWeakRefs(self);
+    if (v->node) ta_unhold_seg(VA_SEG(v->node));
+    tp->tp_free(self);
+    Py_DECREF(tp);
+}
+
+/* ------------------------------------------------------ getsets */
+
+static PyObject *va_get(PyObject *self, void *what)
+{
+    ta_tape *T = va_tape();
+    ta_seg *s;
+    uint32_t o;
+    if (!T || !(s = va_node(T, (va_obj *)self, &o))) return NULL;
+    return PyFloat_FromDouble(what ? s->adj[o] : s->val[o]);
+}
+
+static int va_set(PyObject *self, PyObject *x, void *what)
+{
+    ta_tape *T = va_tape();
+    ta_seg *s;
+    uint32_t o;
+    double d;
+    if (!x) { PyErr_SetString(PyExc_AttributeError, "cannot delete a Value's data or grad"); return -1; }
+    if (!T || !(s = va_node(T, (va_obj *)self, &o))) return -1;
+    d = PyFloat_AsDouble(x);
+    if (d == -1.0 && PyErr_Occurred()) return -1;
+    if (what) s->adj[o] = d; else s->val[o] = d;
+    return 0;
+}
+
+static int64_t va_id(va_obj *v)
+{
+    ta_seg *s = VA_SEG(v->node);
+    return (int64_t)((s->tape->tag << 32) | TA_REF(s, VA_OFF(v->node)));
+}
+
+static PyObject *va_get_id(PyObject *self, void *u)
+{
+    va_obj *v = (va_obj *)self;
+    (void)u;
+    if (!v->node) return va_unmade();
+    return PyLong_FromLongLong(va_id(v));
+}
+
+/* ------------------------------------------------------ methods */
+
+static PyObject *va_backward(PyObject *self, PyObject *u)
+{
+    ta_tape *T = va_tape();
+    uint32_t o;
+    int st;
+    (void)u;
+    if (!T || !va_node(T, (va_obj *)self, &o)) return NULL;
+    if ((st = ta_backward(va_id((va_obj *)self))) != TA_OK) return va_fail(st);
+    Py_RETURN_NONE;
+}
+
+/* pickle, copy.copy, copy.deepcopy: a detached leaf with the same data and
+ * grad, read through the hold, so it works in any thread. */
+static PyObject *va_reduce(PyObject *self, PyObject *u)
+{
+    va_obj *v = (va_obj *)self;
+    ta_seg *s;
+    (void)u;
+    if (!v->node) return va_unmade();
+    s = VA_SEG(v->node);
+    return Py_BuildValue("O(dd)", va_restore_hook, s->val[VA_OFF(v->node)], s->adj[VA_OFF(v->node)]);
+}
+
+#define VA_MD_UN(NAME) {NULL, va_m_##NAME, METH_NOARGS, NULL},
+#define VA_MD_LEAF(NAME)
+#define VA_MD_BIN(NAME)
+#define VA_MD_CST(NAME)
+static PyMethodDef va_methods[] = {
+#define TA_OP(NAME, KIND, SYM) VA_MD_##KIND(NAME)
+#include "ops.def"
+#undef TA_OP
+    {"maximum", va_maximum, METH_O, NULL},
+    {"minimum", va_minimum, METH_O, NULL},
+    {"backward", va_backward, METH_NOARGS, NULL},
+    {"__reduce__", va_reduce, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL}
+};
+static const char *const va_un_idents[] = {
+#define VA_ID_UN(NAME) #NAME,
+#define VA_ID_LEAF(NAME)
+#define VA_ID_BIN(NAME)
+#define VA_ID_CST(NAME)
+#define TA_OP(NAME, KIND, SYM) VA_ID_##KIND(NAME)
+#include "ops.def"
+#undef TA_OP
+    NULL
+};
+
+static PyGetSetDef va_getset[] = {
+    {"data", va_get, va_set, NULL, NULL},
+    {"grad", va_get, va_set, NULL, (void *)1},
+    {"_i", va_get_id, NULL, "the node's id (tape tag << 32 | segment slot << 11 | offset)", NULL},
+    {NULL, NULL, NULL, NULL, NULL}
+};
+
+static PyMemberDef va_members[] = {
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(va_obj, weaklist), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL}
+};
+
+/* ------------------------------------------------------ module */
+
+/* make_type(docs): the Value type; docs maps method names ("data",
+ * "relu", ...) to their docstrings, written once in engine.py. */
+static char *va_doc_of(PyObject *docs, const char *name)
+{
+    PyObject *d = PyDict_GetItemString(docs, name);
+    const char *s;
+    char *copy;
+    if (!d || !(s = PyUnicode_AsUTF8(d))) { PyErr_Clear(); return NULL; }
+    copy = (char *)PyMem_Malloc(strlen(s) + 1);    /* lives as long as the type: never freed */
+    if (copy) strcpy(copy, s);
+    return copy;
+}
+
+static PyObject *va_make_type(PyObject *mod, PyObject *docs)
+{
+    static char lower[TA_NOPS][16];
+    PyType_Slot slots[] = {
+        {Py_tp_dealloc, va_dealloc}, {Py_tp_new, va_new}, {Py_tp_init, va_init},
+        {Py_tp_methods, va_methods}, {Py_tp_getset, va_getset}, {Py_tp_members, va_members},
+        {Py_nb_add, va_add}, {Py_nb_subtract, va_sub}, {Py_nb_multiply, va_mul},
+        {Py_nb_true_divide, va_div}, {Py_nb_power, va_pow}, {Py_nb_negative, va_neg},
+        {Py_nb_positive, va_pos}, {Py_nb_absolute, va_absolute},
+        {Py_tp_doc, NULL}, {0, NULL}};
+    PyType_Spec spec = {"tapead.engine.Value", sizeof(va_obj), 0,
+                        Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, slots};
+    PyMethodDef *m;
+    int k;
+    (void)mod;
+    if (va_type) { Py_INCREF(va_type); return (PyObject *)va_type; }
+    if (!PyDict_Check(docs)) { PyErr_SetString(PyExc_TypeError, "make_type needs a dict of docs"); return NULL; }
+    for (k = 0, m = va_methods; va_un_idents[k]; k++, m++) {
+        size_t i;
+        for (i = 0; va_un_idents[k][i] && i < sizeof lower[k] - 1; i++)
+            lower[k][i] = (char)(va_un_idents[k][i] | 0x20);
+        lower[k][i] = '\0';
+        m->ml_name = lower[k];
+    }
+    for (m = va_methods; m->ml_name; m++) m->ml_doc = va_doc_of(docs, m->ml_name);
+    va_getset[0].doc = va_doc_of(docs, "data");
+    va_getset[1].doc = va_doc_of(docs, "grad");
+    slots[14].pfunc = va_doc_of(docs, "Value");
+    va_type = (PyTypeObject *)PyType_FromSpec(&spec);
+    if (!va_type) return NULL;
+    Py_INCREF(va_type);
+    return (PyObject *)va_type;
+}
+
+static PyObject *va_set_hooks(PyObject *mod, PyObject *args)
+{
+    PyObject *e, *r, *s;
+    (void)mod;
+    if (!PyArg_ParseTuple(args, "OOO:set_hooks", &e, &r, &s)) return NULL;
+    Py_INCREF(e); Py_INCREF(r); Py_INCREF(s);
+    Py_XSETREF(va_error_hook, e);
+    Py_XSETREF(va_real_hook, r);
+    Py_XSETREF(va_restore_hook, s);
+    Py_RETURN_NONE;
+}
+
+/* adopt(ids): Values for node ids of this thread that C returned each held
+ * once (a bulk call); each Value takes over one hold. */
+static PyObject *va_adopt(PyObject *mod, PyObject *seq)
+{
+    ta_tape *T = va_tape();
+    PyObject *fast, *out;
+    Py_ssize_t n, k;
+    (void)mod;
+    if (!T) return NULL;
+    if (!(fast = PySequence_Fast(seq, "adopt needs a sequence of node ids"))) return NULL;
+    n = PySequence_Fast_GET_SIZE(fast);
+    if (!(out = PyList_New(n))) { Py_DECREF(fast); return NULL; }
+    for (k = 0; k < n; k++) {
+        int64_t id = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fast, k));
+        ta_seg *s;
+        uint32_t o;
+        int ng, st;
+        va_obj *v;
+        if (id == -1 && PyErr_Occurred()) goto fail;
+        if ((st = ta_resolve_any(T, id, &s, &o, &ng)) != TA_OK) { va_fail(st); goto fail; }
+        if (!(v = (va_obj *)va_wrap(s, o))) goto fail;
+        ta_unhold_seg(s);                              /* va_wrap held it; the id's hold is adopted */
+        PyList_SET_ITEM(out, k, (PyObject *)v);
+    }
+    Py_DECREF(fast);
+    return out;
+fail:   /* the holds of ids not yet adopted are dropped, so nothing leaks */
+    for (; k < n; k++) {
+        int64_t id = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fast, k));
+        ta_seg *s; uint32_t o; int ng;
+        if (!(id == -1 && PyErr_Occurred()) && ta_resolve_any(T, id, &s, &o, &ng) == TA_OK) ta_unhold_seg(s);
+    }
+    Py_DECREF(fast); Py_DECREF(out);
+    return NULL;
+}
+
+static PyMethodDef va_module_methods[] = {
+    {"make_type", va_make_type, METH_O, "make_type(docs): the native Value type"},
+    {"set_hooks", va_set_hooks, METH_VARARGS, "set_hooks(error, real, restore)"},
+    {"adopt", va_adopt, METH_O, "adopt(ids): Values taking over one hold per id"},
+    {NULL, NULL, 0, NULL}
+};
+
+static struct PyModuleDef va_module = {
+    PyModuleDef_HEAD_INIT, "tapead._native", "The native front (csrc/native.c).", -1,
+    va_module_methods, NULL, NULL, NULL, NULL};
+
+/* Called through cffi (the GIL released): puts the module tapead._native
+ * into sys.modules.  TA_OK, or TA_ENOMEM if that failed. */
+int ta_native_install(void)
+{
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *m, *mods;
+    int st = TA_ENOMEM;
+    if ((m = PyModule_Create(&va_module)) != NULL) {
+        if ((mods = PyImport_GetModuleDict()) && PyDict_SetItemString(mods, "tapead._native", m) == 0)
+            st = TA_OK;
+        Py_DECREF(m);
+    }
+    if (st != TA_OK) PyErr_Clear();
+    PyGILState_Release(g);
+    return st;
+}
+
+#endif
