@@ -43,6 +43,20 @@ static inline double dpow_dy(double x, double y, double r)
     return r * log(x);
 }
 
+/* A partial times a tangent, for every forward-mode sweep (jvp, Wengert
+ * tangents, the tangent passes of hvp/hessian): an exact zero factor makes
+ * the product 0, even against an infinite or nan one (a "strong zero").
+ * A zero tangent means the input does not move along the seeds: a branch
+ * they do not reach (sqrt(z) at z = 0, x**n with x < 0 where d/dn is
+ * undefined) must add nothing, not 0 * inf = nan.  A zero partial means
+ * the output does not move with that input (a linear op's second partial,
+ * a flat relu): an infinite tangent there adds nothing either.  The
+ * reverse sweep keeps plain IEEE products, as micrograd. */
+static inline double ta_tmul(double partial, double tangent)
+{
+    return (tangent == 0.0 || partial == 0.0) ? 0.0 : partial * tangent;
+}
+
 static inline int fwd_LEAF(double x, double y, double *r) { UNUSED(y); *r = x; return TA_OK; }
 static inline void d_LEAF(double x, double y, double r, double *dx, double *dy)
 { UNUSED(x); UNUSED(y); UNUSED(r); *dx = 0; *dy = 0; }
