@@ -173,8 +173,10 @@ int ta_jacobian(const int64_t *outs, int nout, const int64_t *ins, int nin, doub
 
 /* nn.c: one layer of micrograd's MLP in one call: for each neuron j,
  * b[j] + w[j,0]*x0 + ... (left to right), then relu if asked; x_i is node
- * xid[i], or the constant xc[i] where xid[i] < 0.  Records the same nodes
- * as micrograd's Python loop, in the same order; out[j] gets neuron j's id.
- * TA_EBADOP inside no_grad / detect_anomaly (use the op-by-op path). */
+ * xid[i], or the constant xc[i] where xid[i] < 0 and xc is not NULL (with
+ * xc NULL every xid must be a node).  Records the same nodes as micrograd's
+ * Python loop, in the same order; out[j] gets neuron j's id.  TA_EBADOP
+ * inside no_grad / detect_anomaly (use the op-by-op path); TA_EARG for a
+ * NULL array or nout * nin over 2**32 - 1; TA_EBADID for a bad id. */
 int ta_layer(const int64_t *w, const int64_t *b, uint32_t nout, uint32_t nin,
              const int64_t *xid, const double *xc, int relu, int64_t *out);
