@@ -111,9 +111,11 @@ def release_current() -> None:
 
 
 ADD, SUB, MUL, DIV, POW = OP["ADD"], OP["SUB"], OP["MUL"], OP["DIV"], OP["POW"]
-ADDC, RSUBC, MULC, RDIVC, POWC, RPOWC = (OP[k] for k in ("ADDC", "RSUBC", "MULC", "RDIVC", "POWC", "RPOWC"))
+ADDC, RSUBC, MULC, DIVC, RDIVC, POWC, RPOWC = (OP[k] for k in ("ADDC", "RSUBC", "MULC", "DIVC", "RDIVC",
+                                                                "POWC", "RPOWC"))
 RELU, TANH, EXP, LOG, SIGMOID = OP["RELU"], OP["TANH"], OP["EXP"], OP["LOG"], OP["SIGMOID"]
 SIN, COS, SQRT, ABS, MAX, MIN = OP["SIN"], OP["COS"], OP["SQRT"], OP["ABS"], OP["MAX"], OP["MIN"]
+_TINY, _INF = 2.2250738585072014e-308, float("inf")  # x / c is x * (1/c) where _TINY <= |1/c| < _INF
 
 
 def _real(x: Any) -> float:
@@ -266,7 +268,11 @@ class Value:
                 return _fallback(self, other, Value.__truediv__)
             if c == 0.0:
                 raise ZeroDivisionError("float division by zero")
-            i = _opc(MULC, self._i, 1.0 / c)  # micrograd: self * other**-1, bit for bit
+            r = 1.0 / c
+            if _TINY <= r < _INF or -_INF < r <= -_TINY:
+                i = _opc(MULC, self._i, r)  # micrograd: self * other**-1, bit for bit
+            else:  # 1/c overflows or is subnormal (micrograd: OverflowError, or lost bits)
+                i = _opc(DIVC, self._i, c)
         if i < 0:
             i, t = claim(i)
         else:
@@ -496,7 +502,7 @@ def op_text(sym: str, c: Optional[float]) -> str:
     """An op as micrograd draws it: '+', '*', 'ReLU', with a constant '**2', '+1', '3/'."""
     if c is None:
         return sym
-    return {"+c": f"+{c:g}", "c-": f"{c:g}-", "*c": f"*{c:g}", "c/": f"{c:g}/",
+    return {"+c": f"+{c:g}", "c-": f"{c:g}-", "*c": f"*{c:g}", "/c": f"/{c:g}", "c/": f"{c:g}/",
             "**c": f"**{c:g}", "c**": f"{c:g}**"}.get(sym, sym)
 
 

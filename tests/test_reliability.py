@@ -503,6 +503,13 @@ def py_sigmoid(x):
     return e / (1.0 + e)
 
 
+def py_divc(x, c):
+    """micrograd's a / c is a * c**-1 (tapead keeps that, bit for bit) where
+    1/c is a normal float; where it is not, the true x / c."""
+    r = 1.0 / c
+    return x * r if sys.float_info.min <= abs(r) < INF else x / c
+
+
 def run_python(form, x, y, c):
     """The same form on plain floats: Python's operators, builtins and math."""
     return {
@@ -511,8 +518,7 @@ def run_python(form, x, y, c):
         "min": lambda: min(x, y),
         "addc": lambda: x + c, "raddc": lambda: c + x, "subc": lambda: x - c,
         "rsubc": lambda: c - x, "mulc": lambda: x * c, "rmulc": lambda: c * x,
-        # micrograd's a / c is a * c**-1 (tapead keeps that, bit for bit)
-        "divc": lambda: x * (1.0 / c), "rdivc": lambda: c / x, "powc": lambda: py_pow(x, c),
+        "divc": lambda: py_divc(x, c), "rdivc": lambda: c / x, "powc": lambda: py_pow(x, c),
         "rpowc": lambda: py_pow(c, x), "maxc": lambda: max(x, c), "minc": lambda: min(c, x),
         "neg": lambda: x * -1.0, "relu": lambda: 0.0 if x < 0 else x, "tanh": lambda: math.tanh(x),
         "exp": lambda: math.exp(x), "log": lambda: math.log(x), "sigmoid": lambda: py_sigmoid(x),
@@ -549,6 +555,8 @@ def ieee_log(x):
 
 
 def dpow_dx(x, y):
+    if y == 0:
+        return 0.0                             # x**0 is the constant 1
     return y * ieee_pow(x, y - 1.0)           # micrograd: other * self.data**(other-1)
 
 
