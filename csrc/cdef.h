@@ -71,6 +71,16 @@ int     ta_set_limit(uint64_t max_nodes);
 int     ta_last_error(int *op, double *x, double *y);
 int     ta_nograd(int delta);          /* enter (+1) / leave (-1) no_grad; returns depth */
 int     ta_anomaly(int delta);         /* enter (+1) / leave (-1) detect_anomaly         */
+/* A no_grad() / detect_anomaly() block's hold on its mode: the mode is on
+ * while any armed token of it lives.  enter arms tok (mode 1 no_grad, 2
+ * detect_anomaly) and returns the new depth, or a status (TA_EARG: already
+ * armed, bad mode); leave disarms it and counts the mode down, once, and
+ * is the token's ffi.gc destructor, so a block that never got to its
+ * __exit__ (KeyboardInterrupt) ends when its token is freed.  A token freed
+ * in a thread other than its tape's is only disarmed. */
+typedef struct { uint64_t tag; int mode; } ta_mode_tok;
+int     ta_mode_enter(ta_mode_tok *tok, int mode);
+void    ta_mode_leave(ta_mode_tok *tok);
 uint64_t ta_nograd_nodes(void);        /* leaves held by the no_grad arena              */
 int     ta_validate(void);             /* TA_OK, or TA_ECORRUPT if an invariant fails   */
 int     ta_fail_alloc(int64_t n);      /* tests: make the n-th allocation from now fail,

@@ -9,6 +9,7 @@
  * dead nodes in kept segments become DEAD so nothing ever follows their
  * (possibly dangling) inputs.  The pass runs when the number of segments
  * doubles since the last one, so it costs amortised O(1) per node. */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include "tapead.h"
@@ -543,6 +544,31 @@ int ta_anomaly(int delta)
     if (!T) return TA_ENOMEM;
     if (T->anomaly + delta < 0) return TA_EBADOP;
     return T->anomaly += delta;
+}
+
+int ta_mode_enter(ta_mode_tok *tok, int mode)
+{
+    ta_tape *T = ta_self();
+    int *depth;
+    if (!T) return TA_ENOMEM;
+    if (!tok || tok->mode || (mode != 1 && mode != 2)) return TA_EARG;
+    depth = mode == 1 ? &T->nograd : &T->anomaly;
+    if (*depth == INT_MAX) return TA_EARG;
+    tok->tag = T->tag;
+    tok->mode = mode;
+    return ++*depth;
+}
+
+void ta_mode_leave(ta_mode_tok *tok)
+{
+    ta_tape *T = ta_tls;               /* never creates a tape */
+    int mode;
+    if (!tok || !tok->mode) return;
+    mode = tok->mode;
+    tok->mode = 0;
+    if (!T || T->tag != tok->tag) return;    /* another thread's count: not ours to touch */
+    if (mode == 1 && T->nograd > 0) T->nograd--;
+    if (mode == 2 && T->anomaly > 0) T->anomaly--;
 }
 
 uint64_t ta_nograd_nodes(void)

@@ -177,6 +177,56 @@ def test_no_grad_is_per_thread():
     assert res == [4.0]
 
 
+def interrupted_at(k, block):
+    """Run block() with a KeyboardInterrupt injected at the k-th profiler
+    event inside it: right after a C function returns (which is where Python
+    handles a pending SIGINT) or as a Python function starts (where it does
+    too).  Returns whether the injection happened (k within the events)."""
+    count = [0]
+
+    def prof(frame, event, arg):
+        if event in ("call", "c_return"):
+            count[0] += 1
+            if count[0] == k:
+                raise KeyboardInterrupt
+
+    sys.setprofile(prof)
+    try:
+        block()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sys.setprofile(None)
+    return count[0] >= k
+
+
+@pytest.mark.parametrize("mode,depth", [(tapead.no_grad, lib.ta_nograd),
+                                        (tapead.detect_anomaly, lib.ta_anomaly)])
+def test_ctrl_c_anywhere_in_a_mode_block_leaves_no_mode_behind(mode, depth):
+    """A Ctrl-C just after no_grad.__enter__'s C call, or as __exit__ starts,
+    left the thread in the mode for good: every later backward() failed.
+    Interrupt each point of entering, running and leaving in turn."""
+    w = Value(0.5)
+
+    def block():
+        with mode():
+            (w * 2.0).data
+
+    @mode()
+    def decorated():
+        return (w * 2.0).data
+
+    for body in (block, decorated):
+        k = 1
+        while interrupted_at(k, body):
+            assert depth(0) == 0, (body.__name__, k)
+            k += 1
+        assert k > 5
+    loss = (w * 3.0 - 1.0) ** 2
+    loss.backward()
+    assert w.grad == 3.0
+
+
 # ========================================================= detect_anomaly
 ANOMALIES = [
     ("*c", lambda v: v["big"] * 10, (1e308, 10.0)),
