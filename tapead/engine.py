@@ -515,8 +515,32 @@ def _compare(kind: int, a: Value, b: Operand) -> bool:
         except TypeError:
             return NotImplemented  # type: ignore[no-any-return]  # (NotImplemented is typed Any)
     if r < 0:
-        raise error(r)
+        if r != _ENOGRAD:
+            raise error(r)
+        r = _compare_no_grad(kind, a, b)
     return r == 1
+
+
+_ENOGRAD = _core.lib.TA_ENOGRAD
+_FLIP = (2, 3, 0, 1)  # x < y is y > x, x <= y is y >= x, ...
+_PLAIN = (float.__lt__, float.__le__, float.__gt__, float.__ge__)
+
+
+def _compare_no_grad(kind: int, a: Value, b: Operand) -> int:
+    """A comparison with a no_grad value, which is a constant to the graph:
+    by value, with a guard on the other operand if it is recorded."""
+    x = a.data
+    y = b.data if isinstance(b, Value) else _const(b)
+    r = _ENOGRAD
+    if isinstance(b, Value):
+        r = _cmpc(kind, a._i, y)                 # a recorded, b the constant
+        if r == _ENOGRAD:
+            r = _cmpc(_FLIP[kind], b._i, x)      # b recorded, a the constant
+    if r == _ENOGRAD:                            # nothing recorded: no guard
+        return int(_PLAIN[kind](x, y))
+    if r < 0:
+        raise error(r)
+    return int(r)
 
 
 def _restore(data: float, grad: float) -> Value:

@@ -140,6 +140,37 @@ def test_no_grad_arena_is_reclaimed():
     del y
 
 
+def test_no_grad_results_compare_and_go_through_bulk_apis():
+    """An evaluation loop's scores (computed under no_grad) can be compared,
+    ranked and read in bulk: nothing there differentiates or replays.  A
+    comparison records a guard only on an operand that is recorded."""
+    import numpy as np
+    w = Value(0.5)
+    xs = [0.3, -1.2, 2.5, 0.9]
+    with tapead.no_grad():
+        scores = [w * x for x in xs]
+    want = [0.5 * x for x in xs]
+    g0 = tapead.guard_count()
+    assert [s > 0 for s in scores] == [x > 0 for x in want]
+    assert [s <= 0.45 for s in scores] == [x <= 0.45 for x in want]
+    assert [0.45 < s for s in scores] == [0.45 < x for x in want]
+    assert max(scores) is scores[2] and min(scores) is scores[1]
+    assert [s.data for s in sorted(scores)] == sorted(want)
+    assert tapead.guard_count() == g0                 # nothing recorded, no guard
+    assert tapead.data(scores).tolist() == want
+    assert tapead.grads(scores).tolist() == [0.0] * 4
+    tapead.set_data(scores[:1], np.array([7.0]))
+    assert scores[0].data == 7.0
+    # a recorded operand against a no_grad one: its guard holds the value as a constant
+    r = w * 2.0                                         # 1.0, recorded
+    assert (r > scores[2]) is False and (scores[2] > r) is True and (scores[1] < r) is True
+    assert tapead.guard_count() == g0 + 3
+    w.data = 1.0
+    with pytest.raises(tapead.GuardError):              # r = 2.0 > 1.25 now
+        r.recompute()
+    tapead.clear_guards()
+
+
 def test_no_grad_is_per_thread():
     entered, done = threading.Event(), threading.Event()
     out = {}
