@@ -85,7 +85,11 @@ def node_ids(values: Union[Value, Iterable[Value]], what: str = "values") -> Tup
     A single Value counts as a list of one; anything else in the list is a
     TypeError naming `what`.  The array has at least one slot, so C never
     gets a zero-length allocation."""
-    vals = [values] if isinstance(values, Value) else list(values)
+    try:
+        vals = [values] if isinstance(values, Value) else list(values)
+    except TypeError:
+        raise TypeError(f"{what} must be a Value or an iterable of Values, "
+                        f"not {type(values).__name__}") from None
     for v in vals:
         if not isinstance(v, Value):
             raise TypeError(f"{what} must be Values, not {type(v).__name__}")
@@ -115,15 +119,22 @@ ADDC, RSUBC, MULC, DIVC, RDIVC, POWC, RPOWC = (OP[k] for k in ("ADDC", "RSUBC", 
                                                                 "POWC", "RPOWC"))
 RELU, TANH, EXP, LOG, SIGMOID = OP["RELU"], OP["TANH"], OP["EXP"], OP["LOG"], OP["SIGMOID"]
 SIN, COS, SQRT, ABS, MAX, MIN = OP["SIN"], OP["COS"], OP["SQRT"], OP["ABS"], OP["MAX"], OP["MIN"]
-_TINY, _INF = 2.2250738585072014e-308, float("inf")  # x / c is x * (1/c) where _TINY <= |1/c| < _INF
+_TINY = 2.2250738585072014e-308  # x / c is x * c**-1 where that is a normal float
 
 
 def _real(x: Any) -> float:
-    """x as a float if it is a real number (int, float, bool, numpy scalar), else TypeError."""
-    if isinstance(x, numbers.Real) or type(x).__name__ == "bool_":
-        return float(x)
-    raise TypeError(f"Value() needs a real number (int, float, bool or numpy scalar), "
-                    f"not {type(x).__name__}")
+    """x as a float if it is a real number, else TypeError: what the operators
+    take (int, float, bool, numpy scalars numpy.bool among them, Fraction,
+    Decimal: anything with __float__), so Value(x) works wherever v + x does."""
+    if isinstance(x, numbers.Real) or (hasattr(type(x), "__float__") and not isinstance(x, complex)):
+        try:
+            return float(x)
+        except TypeError:
+            pass
+    t = type(x)
+    name = t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__name__}"
+    raise TypeError(f"Value() needs a real number (int, float, bool, a numpy scalar, ...), "
+                    f"not {name}")
 
 
 def _checked(i: int) -> None:
@@ -194,7 +205,7 @@ class Value:
         """Seed this node's gradient with 1 and sweep the tape back, in C."""
         st = _backward(self._i)
         if st:
-            raise error(st)
+            raise error(st, sweep="backward")
 
     # ------------------------------------------------------------- operators
     def __add__(self, other: Operand) -> Value:
@@ -268,11 +279,14 @@ class Value:
                 return _fallback(self, other, Value.__truediv__)
             if c == 0.0:
                 raise ZeroDivisionError("float division by zero")
-            r = 1.0 / c
-            if _TINY <= r < _INF or -_INF < r <= -_TINY:
-                i = _opc(MULC, self._i, r)  # micrograd: self * other**-1, bit for bit
-            else:  # 1/c overflows or is subnormal (micrograd: OverflowError, or lost bits)
+            try:
+                r = c ** -1.0  # micrograd: self * other**-1, so the same value to the bit
+            except OverflowError:  # c subnormal: 1/c overflows (micrograd raises)
+                r = 0.0
+            if -_TINY < r < _TINY:  # that, or 1/c is subnormal and has lost bits: x / c itself
                 i = _opc(DIVC, self._i, c)
+            else:
+                i = _opc(MULC, self._i, r)
         if i < 0:
             i, t = claim(i)
         else:

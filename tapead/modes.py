@@ -90,6 +90,6 @@ class detect_anomaly(_Mode):
     ...     tapead.Value(1e308) * 10
     Traceback (most recent call last):
       ...
-    tapead._core.AnomalyError: detect_anomaly: op '*c' with inputs (1e+308, 10.0) produced a non-finite value
+    tapead._core.AnomalyError: detect_anomaly: op '*c' with input 1e+308 and constant 10.0 produced a non-finite value
     """
     _mode = 2

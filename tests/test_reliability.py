@@ -584,11 +584,22 @@ def py_sigmoid(x):
     return e / (1.0 + e)
 
 
+def py_recip(c):
+    """micrograd's a / c is a * c**-1: tapead keeps that, bit for bit, where
+    c**-1 is a normal float, and records the true a / c where it is not.
+    Returns (c**-1, or None where a / c is the true quotient)."""
+    if c == 0:
+        raise ZeroDivisionError("float division by zero")
+    try:
+        r = c ** -1.0
+    except OverflowError:
+        return None
+    return r if not -sys.float_info.min < r < sys.float_info.min else None
+
+
 def py_divc(x, c):
-    """micrograd's a / c is a * c**-1 (tapead keeps that, bit for bit) where
-    1/c is a normal float; where it is not, the true x / c."""
-    r = 1.0 / c
-    return x * r if sys.float_info.min <= abs(r) < INF else x / c
+    r = py_recip(c)
+    return x / c if r is None else x * r
 
 
 def run_python(form, x, y, c):
@@ -756,7 +767,7 @@ def test_fuzz_every_op_against_python_and_reference_gradients(leaves, prog, root
         ins = (ia, ib) if form in BIN + ["maxc", "minc"] else (ia,)
         if form == "minc":
             ins = (ib, ia)                            # minimum(c, a): c is the first input
-        cst = {"subc": -c, "divc": 1.0 / c if c else c, "neg": -1.0}.get(form, c)
+        cst = {"subc": -c, "divc": (py_recip(c) or 1.0 / c) if c else c, "neg": -1.0}.get(form, c)
         ref.append((form, ins, cst, want))
         pool.append(len(tv))
         tv.append(got)
