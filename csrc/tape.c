@@ -9,9 +9,9 @@
  * dead nodes in kept segments become DEAD so nothing ever follows their
  * (possibly dangling) inputs.  The pass runs when the number of segments
  * doubles since the last one, so it costs amortised O(1) per node. */
-#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
 #include "tapead.h"
 #include "ops.h"
 
