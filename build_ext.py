@@ -10,7 +10,9 @@ import sys
 from cffi import FFI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CSRC = os.path.join("csrc")
+# Relative paths for setup.py's cffi_modules (setuptools builds from the
+# project root); absolute ones when run directly, which compiles elsewhere.
+CSRC = os.path.join(HERE if __name__ == "__main__" else "", "csrc")
 SOURCES = sorted(glob.glob(os.path.join(CSRC, "*.c")))
 
 if sys.platform == "win32":
@@ -47,4 +49,12 @@ ffibuilder.set_source(
 )
 
 if __name__ == "__main__":
-    ffibuilder.compile(verbose=True)
+    # The in-place build (tapead/_tapead_c*.so beside the package).  cffi's
+    # compile runs setuptools in its working directory, which reads the
+    # pyproject.toml there, and a setuptools older than the build requirement
+    # cannot (license as an SPDX string needs 77): so compile in build/.
+    import shutil
+    tmp = os.path.join(HERE, "build", "inplace")
+    os.makedirs(tmp, exist_ok=True)
+    so = ffibuilder.compile(tmpdir=tmp, verbose=True)
+    shutil.copy2(so, os.path.join(HERE, "tapead", os.path.basename(so)))

@@ -87,6 +87,16 @@ int     ta_set_limit(uint64_t max_nodes);
 int     ta_last_error(int *op, double *x, double *y);
 int     ta_nograd(int delta);          /* enter (+1) / leave (-1) no_grad; returns depth */
 int     ta_anomaly(int delta);         /* enter (+1) / leave (-1) detect_anomaly         */
+/* A no_grad() / detect_anomaly() block's hold on its mode: the mode is on
+ * while any armed token of it lives.  enter arms tok (mode 1 no_grad, 2
+ * detect_anomaly) and returns the new depth, or a status (TA_EARG: already
+ * armed, bad mode); leave disarms it and counts the mode down, once, and
+ * is the token's ffi.gc destructor, so a block that never got to its
+ * __exit__ (KeyboardInterrupt) ends when its token is freed.  A token freed
+ * in a thread other than its tape's is only disarmed. */
+typedef struct { uint64_t tag; int mode; } ta_mode_tok;
+int     ta_mode_enter(ta_mode_tok *tok, int mode);
+void    ta_mode_leave(ta_mode_tok *tok);
 uint64_t ta_nograd_nodes(void);        /* leaves held by the no_grad arena              */
 int     ta_validate(void);             /* TA_OK, or TA_ECORRUPT if an invariant fails   */
 int     ta_fail_alloc(int64_t n);      /* tests: make the n-th allocation from now fail,
@@ -188,9 +198,10 @@ int ta_jacobian(const int64_t *outs, int nout, const int64_t *ins, int nin, doub
 
 /* nn.c: one layer of micrograd's MLP in one call: for each neuron j,
  * b[j] + w[j,0]*x0 + ... (left to right), then relu if asked; x_i is node
- * xid[i], or the constant xc[i] where xid[i] < 0.  Records the same nodes
- * as micrograd's Python loop, in the same order; out[j] gets neuron j's id,
- * held once.
- * TA_EBADOP inside no_grad / detect_anomaly (use the op-by-op path). */
+ * xid[i], or the constant xc[i] where xid[i] < 0 and xc is not NULL (with
+ * xc NULL every xid must be a node).  Records the same nodes as micrograd's
+ * Python loop, in the same order; out[j] gets neuron j's id, held once.
+ * TA_EBADOP inside no_grad / detect_anomaly (use the op-by-op path); TA_EARG
+ * for a NULL array or nout * nin over 2**32 - 1; TA_EBADID for a bad id. */
 int ta_layer(const int64_t *w, const int64_t *b, uint32_t nout, uint32_t nin,
              const int64_t *xid, const double *xc, int relu, int64_t *out);

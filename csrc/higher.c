@@ -432,10 +432,10 @@ static void hi_for_column(hi_scr *S, const int64_t *ins, int nin, const double *
             t = 0.0;
             if (kind != TA_K_LEAF) {
                 uint32_t xr = s->x[i];
-                t = HI_X(S->b[TA_SEGOF(T, xr)->pos], TA_OFF(xr), HI_T) * HI_X(b, i, HI_PX);
+                t = ta_tmul(HI_X(b, i, HI_PX), HI_X(S->b[TA_SEGOF(T, xr)->pos], TA_OFF(xr), HI_T));
                 if (kind == TA_K_BIN) {
                     uint32_t yr = s->aux[i].y;
-                    t += HI_X(S->b[TA_SEGOF(T, yr)->pos], TA_OFF(yr), HI_T) * HI_X(b, i, HI_PY);
+                    t += ta_tmul(HI_X(b, i, HI_PY), HI_X(S->b[TA_SEGOF(T, yr)->pos], TA_OFF(yr), HI_T));
                 }
             }
             HI_X(b, i, HI_T) = t;
@@ -465,12 +465,13 @@ static void hi_for_column(hi_scr *S, const int64_t *ins, int nin, const double *
                 yv = TA_SEGOF(T, yr)->val[TA_OFF(yr)];
                 ty = HI_X(by, TA_OFF(yr), HI_T);
             } else if (kind == TA_K_CST) yv = s->aux[i].c;
-            cx = HI_X(b, i, HI_PX) * at;
-            if (kind == TA_K_BIN) cy = HI_X(b, i, HI_PY) * at;
+            /* tangent products go through ta_tmul: an exact zero factor adds nothing */
+            cx = ta_tmul(HI_X(b, i, HI_PX), at);
+            if (kind == TA_K_BIN) cy = ta_tmul(HI_X(b, i, HI_PY), at);
             if (a != 0.0) {     /* as create_graph: a zero adjoint records nothing */
                 hi_partials2(op, xv, yv, s->val[i], &xx, &xy, &yy);
-                cx += a * (kind == TA_K_BIN ? xx * tx + xy * ty : xx * tx);
-                if (kind == TA_K_BIN) cy += a * (xy * tx + yy * ty);
+                cx += ta_tmul(a, kind == TA_K_BIN ? ta_tmul(xx, tx) + ta_tmul(xy, ty) : ta_tmul(xx, tx));
+                if (kind == TA_K_BIN) cy += ta_tmul(a, ta_tmul(xy, tx) + ta_tmul(yy, ty));
             }
             HI_X(bx, TA_OFF(xr), HI_AT) += cx;
             if (kind == TA_K_BIN) HI_X(by, TA_OFF(yr), HI_AT) += cy;

@@ -105,6 +105,7 @@ E_(POW)
 E_(ADDC)  { UNUSED(E); a->dx = a->g; }
 E_(RSUBC) { a->dx = hi_mulc(E, a->g, -1.0); }
 E_(MULC)  { a->dx = hi_mulc(E, a->g, a->c); }
+E_(DIVC)  { a->dx = hi_mulc(E, a->g, 1.0 / a->c); }
 /* c/x: dx = -(g r)/x */
 E_(RDIVC) { a->dx = hi_mulc(E, hi_div(E, hi_scale(E, a->g, a->r), a->x), -1.0); }
 /* x**c: dx = g (c x**(c-1)); c = 0 and c = 1 need no node */
@@ -157,7 +158,7 @@ E_(MIN)
 #define D2_(NAME) static inline void d2_##NAME(double x, double y, double r, double *xx, double *xy, double *yy)
 #define D2_NONE(NAME) D2_(NAME) { UNUSED(x); UNUSED(y); UNUSED(r); *xx = *xy = *yy = 0.0; }
 D2_NONE(LEAF) D2_NONE(DEAD) D2_NONE(ADD) D2_NONE(SUB)
-D2_NONE(ADDC) D2_NONE(RSUBC) D2_NONE(MULC) D2_NONE(RELU) D2_NONE(ABS) D2_NONE(MAX) D2_NONE(MIN)
+D2_NONE(ADDC) D2_NONE(RSUBC) D2_NONE(MULC) D2_NONE(DIVC) D2_NONE(RELU) D2_NONE(ABS) D2_NONE(MAX) D2_NONE(MIN)
 D2_(MUL)  { UNUSED(x); UNUSED(y); UNUSED(r); *xx = 0.0; *xy = 1.0; *yy = 0.0; }
 /* x/y: xy = -1/y^2, yy = 2r/y^2 */
 D2_(DIV)  { UNUSED(x); *xx = 0.0; *xy = -1.0 / (y * y); *yy = 2.0 * r / (y * y); }

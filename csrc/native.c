@@ -167,17 +167,7 @@ static PyObject *va_sub(PyObject *a, PyObject *b)
     return va_binop(a, b, TA_SUB, -1, TA_RSUBC);
 }
 
-static PyObject *va_div(PyObject *a, PyObject *b)
-{
-    double c;
-    int st;
-    if (va_is(a) && !va_is(b)) {          /* micrograd: self * other**-1, bit for bit */
-        if ((st = va_number(b, &c)) < 0) { if (st == -1) Py_RETURN_NOTIMPLEMENTED; return NULL; }
-        if (c == 0.0) { PyErr_SetString(PyExc_ZeroDivisionError, "float division by zero"); return NULL; }
-        return va_rec(TA_MULC, a, NULL, 1.0 / c);
-    }
-    return va_binop(a, b, TA_DIV, -1, TA_RDIVC);
-}
+static PyObject *va_div(PyObject *a, PyObject *b) { return va_binop(a, b, TA_DIV, TA_DIVC, TA_RDIVC); }
 
 static PyObject *va_pow(PyObject *a, PyObject *b, PyObject *mod)
 {

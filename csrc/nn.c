@@ -49,8 +49,13 @@ int ta_layer(const int64_t *w, const int64_t *b, uint32_t nout, uint32_t nin,
     int st;
     if (!T) return TA_ENOMEM;
     if (T->nograd || T->anomaly) return TA_EBADOP;    /* those modes take the op-by-op path */
+    /* whatever Python hands over: no NULL array read, no count that wraps,
+     * and an input id < 0 (a constant) only where there are constants */
+    if ((uint64_t)nout * nin > UINT32_MAX || (nout && (!b || !out || (nin && !w))) ||
+        (nin && !xid))
+        return TA_EARG;
     if ((st = nn_refs(T, w, nout * nin, 0)) != TA_OK || (st = nn_refs(T, b, nout, 0)) != TA_OK ||
-        (st = nn_refs(T, xid, nin, 1)) != TA_OK)
+        (st = nn_refs(T, xid, nin, xc != NULL)) != TA_OK)
         return st;
     need = (uint64_t)nout * (2u * (uint64_t)nin + (relu ? 1u : 0u));
     if ((st = ta_bulk_begin(T, need, &bk)) != TA_OK) return st;

@@ -30,10 +30,13 @@ static inline int py_pow(double x, double y, double *r)
  * x**2, the commonest power, that is pow(x, 1.0), which is x exactly for
  * every x (±0, ±inf and nan included: a result within an ulp of an exact,
  * representable x is x), so it skips the call: a third of the README
- * expression's backward was spent in pow. */
+ * expression's backward was spent in pow.  For y = 0, x**0 is the constant
+ * 1: its derivative is 0 everywhere, also at x = 0 where 0 * 0**-1 would
+ * be nan (micrograd raises ZeroDivisionError there; PyTorch gives 0). */
 static inline double dpow_dx(double x, double y)
 {
     double e = y - 1.0;
+    if (y == 0.0) return 0.0;
     return y * (e == 1.0 ? x : pow(x, e));
 }
 /* d(x^y)/dy = x^y ln x; 0 where x == 0 and y >= 0 (the limit), as PyTorch */
@@ -41,6 +44,20 @@ static inline double dpow_dy(double x, double y, double r)
 {
     if (x == 0.0 && y >= 0.0) return 0.0;
     return r * log(x);
+}
+
+/* A partial times a tangent, for every forward-mode sweep (jvp, Wengert
+ * tangents, the tangent passes of hvp/hessian): an exact zero factor makes
+ * the product 0, even against an infinite or nan one (a "strong zero").
+ * A zero tangent means the input does not move along the seeds: a branch
+ * they do not reach (sqrt(z) at z = 0, x**n with x < 0 where d/dn is
+ * undefined) must add nothing, not 0 * inf = nan.  A zero partial means
+ * the output does not move with that input (a linear op's second partial,
+ * a flat relu): an infinite tangent there adds nothing either.  The
+ * reverse sweep keeps plain IEEE products, as micrograd. */
+static inline double ta_tmul(double partial, double tangent)
+{
+    return (tangent == 0.0 || partial == 0.0) ? 0.0 : partial * tangent;
 }
 
 static inline int fwd_LEAF(double x, double y, double *r) { UNUSED(y); *r = x; return TA_OK; }
@@ -81,6 +98,13 @@ static inline void d_RSUBC(double x, double c, double r, double *dx, double *dy)
 static inline int fwd_MULC(double x, double c, double *r) { *r = x * c; return TA_OK; }
 static inline void d_MULC(double x, double c, double r, double *dx, double *dy)
 { UNUSED(x); UNUSED(r); *dx = c; *dy = 0; }
+
+/* Recorded only where 1/c is not a normal float (c subnormal, |c| > ~4.5e307,
+ * inf, nan): elsewhere x / c is MULC by 1/c, micrograd's x * c**-1 */
+static inline int fwd_DIVC(double x, double c, double *r)
+{ if (c == 0.0) return TA_EZERODIV; *r = x / c; return TA_OK; }
+static inline void d_DIVC(double x, double c, double r, double *dx, double *dy)
+{ UNUSED(x); UNUSED(r); *dx = 1.0 / c; *dy = 0; }
 
 static inline int fwd_RDIVC(double x, double c, double *r)
 { if (x == 0.0) return TA_EZERODIV; *r = c / x; return TA_OK; }

@@ -7,12 +7,15 @@
 #include <stdlib.h>
 #include "tapead.h"
 
-/* Resolve ids into (segment, offset) pairs; TA_OK or the first failure. */
+/* Resolve ids into (segment, offset) pairs; TA_OK or the first failure.
+ * No_grad values resolve too: these calls read and write data and grads,
+ * which such values have (as .data and .grad), not graphs. */
 static int ta_resolve_all(ta_tape *T, const int64_t *ids, size_t n, ta_seg **segs, uint32_t *offs)
 {
     size_t i;
+    int ng;
     for (i = 0; i < n; i++) {
-        int st = ta_resolve(T, ids[i], &segs[i], &offs[i]);
+        int st = ta_resolve_any(T, ids[i], &segs[i], &offs[i], &ng);
         if (st != TA_OK) return st;
     }
     return TA_OK;

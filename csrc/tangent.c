@@ -145,7 +145,8 @@ static void ta_seed(const ta_sub *S, int nin, const int64_t *inputs,
     }
 }
 
-/* One ascending tangent sweep: tdot[row] += dx tdot[x] + dy tdot[y].
+/* One ascending tangent sweep: tdot[row] += dx tdot[x] + dy tdot[y]
+ * (an exact zero factor adds nothing: ta_tmul).
  * clear: also clear each node's mark once visited (the sweep reads only
  * the node's own mark; arguments are found through the row map), which
  * saves the separate unmarking pass. */
@@ -166,8 +167,8 @@ static void ta_tangent_sweep(const ta_sub *S, double *tdot, int clear)
             if (clear) s->op[i] = (uint8_t)(b & ~TA_MARK);
             ta_local_at(T, s, i, &L);
             if (L.kind == TA_K_LEAF) continue;
-            t = L.dx * tdot[ta_rowof(S, L.xr)];
-            if (L.kind == TA_K_BIN) t += L.dy * tdot[ta_rowof(S, L.yr)];
+            t = ta_tmul(L.dx, tdot[ta_rowof(S, L.xr)]);
+            if (L.kind == TA_K_BIN) t += ta_tmul(L.dy, tdot[ta_rowof(S, L.yr)]);
             tdot[m[i]] += t;
         }
     }

@@ -17,6 +17,8 @@
  * reloaded, a thread-local cleared early) can free one under running code. */
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
+#include <float.h>
 #include "tapead.h"
 #include "ops.h"
 
@@ -365,6 +367,12 @@ int64_t ta_record_at(ta_tape *T, int op, ta_seg *sx, uint32_t ox, ta_seg *sy, ui
     ta_aux aux;
     ta_tape *D = T;
     int64_t id;
+    if (op == TA_DIVC) {                  /* x / c is micrograd's x * c**-1, to the bit, */
+        volatile double m1 = -1.0;        /* where c**-1 is a normal float (libm's pow: a */
+        double k = pow(c, m1);            /* constant -1 would let the compiler use 1/c)  */
+        if (isfinite(k) && fabs(k) >= DBL_MIN) { op = TA_MULC; c = k; }
+    }
+    vy = c;
     aux.c = c;
     if (kind == TA_K_BIN) {
         vy = sy->val[oy];
@@ -591,6 +599,31 @@ int ta_anomaly(int delta)
     if (!T) return TA_ENOMEM;
     if (T->anomaly + delta < 0) return TA_EBADOP;
     return T->anomaly += delta;
+}
+
+int ta_mode_enter(ta_mode_tok *tok, int mode)
+{
+    ta_tape *T = ta_self();
+    int *depth;
+    if (!T) return TA_ENOMEM;
+    if (!tok || tok->mode || (mode != 1 && mode != 2)) return TA_EARG;
+    depth = mode == 1 ? &T->nograd : &T->anomaly;
+    if (*depth == INT_MAX) return TA_EARG;
+    tok->tag = T->tag;
+    tok->mode = mode;
+    return ++*depth;
+}
+
+void ta_mode_leave(ta_mode_tok *tok)
+{
+    ta_tape *T = ta_tls;               /* never creates a tape */
+    int mode;
+    if (!tok || !tok->mode) return;
+    mode = tok->mode;
+    tok->mode = 0;
+    if (!T || T->tag != tok->tag) return;    /* another thread's count: not ours to touch */
+    if (mode == 1 && T->nograd > 0) T->nograd--;
+    if (mode == 2 && T->anomaly > 0) T->anomaly--;
 }
 
 uint64_t ta_nograd_nodes(void)

@@ -24,4 +24,5 @@ __all__ = ["Value", "maximum", "minimum", "tape_stats", "collect", "set_limit",
            "set_data", "grad", "hvp", "hessian", "jacobian"]
 from .replay import GuardError, recompute, compile, Program, clear_guards, guard_count
 from .higher import grad, hvp, hessian, jacobian
+from . import nn, optim  # tapead.nn.MLP, tapead.optim.SGD after a bare `import tapead`
 __version__ = "0.1.0"

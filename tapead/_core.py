@@ -7,6 +7,7 @@ the segments its Values live in (csrc/tapead.h: holds).
 """
 from __future__ import annotations
 
+import operator
 import threading
 from typing import Any, Dict, List, Optional, SupportsInt
 
@@ -38,7 +39,7 @@ class TapeError(TapeadError, RuntimeError):
     >>> box[0].data
     Traceback (most recent call last):
       ...
-    tapead._core.TapeError: this Value was recorded by another thread: each thread records on its own tape, so use Values only in the thread that made them
+    tapead._core.TapeError: this Value was recorded by another thread: each thread records on its own tape, so use Values only in the thread that made them (also after it has ended; to hand values across threads, pass .data)
     """
 
 
@@ -120,8 +121,19 @@ def _op_error(code: int) -> Exception:
     return OverflowError(f"math range error: {name}({x!r}) overflows")
 
 
-def error(code: int) -> Exception:
-    """The exception for a negative C status code."""
+def _inputs(op: int, x: float, y: float) -> str:
+    """An op's inputs as an error message shows them: one, two, or one and its constant."""
+    kind = OP_KINDS[op]
+    if kind == 1:
+        return f"input {x!r}"
+    if kind == 3:
+        return f"input {x!r} and constant {y!r}"
+    return f"inputs ({x!r}, {y!r})"
+
+
+def error(code: int, sweep: str = "") -> Exception:
+    """The exception for a negative C status code; sweep="backward" for one
+    from a reverse sweep (an anomaly there is a gradient, not a value)."""
     if code in (lib.TA_EZERODIV, lib.TA_EDOMAIN, lib.TA_ERANGE):
         return _op_error(code)
     if code == lib.TA_ENOMEM:
@@ -132,7 +144,8 @@ def error(code: int) -> Exception:
                            f"({st['nodes']} nodes held); see tapead.set_limit")
     if code == lib.TA_ETHREAD:
         return TapeError("this Value was recorded by another thread: each thread records on "
-                         "its own tape, so use Values only in the thread that made them")
+                         "its own tape, so use Values only in the thread that made them "
+                         "(also after it has ended; to hand values across threads, pass .data)")
     if code == lib.TA_EBADID:
         return TapeError("this Value names no node on the tape (a handle not made by tapead?)")
     if code == lib.TA_ENOGRAD:
@@ -141,8 +154,12 @@ def error(code: int) -> Exception:
     if code == lib.TA_EANOMALY:
         opn, x, y = ffi.new("int *"), ffi.new("double *"), ffi.new("double *")
         lib.ta_last_error(opn, x, y)
-        return AnomalyError(f"detect_anomaly: op {OP_NAMES[opn[0]]!r} with inputs "
-                            f"({x[0]!r}, {y[0]!r}) produced a non-finite value")
+        at = f"op {OP_NAMES[opn[0]]!r} with {_inputs(opn[0], x[0], y[0])}"
+        if sweep:
+            return AnomalyError(f"detect_anomaly: in {sweep}(), the gradient through {at} "
+                                f"became nan (its local derivative times the gradient "
+                                f"arriving there: 0 * inf, or inf - inf)")
+        return AnomalyError(f"detect_anomaly: {at} produced a non-finite value")
     if code == lib.TA_EGUARD:
         out = [ffi.new(t) for t in ("int *", "int64_t *", "int64_t *", "double *",
                                     "int *", "double *", "double *")]
@@ -261,7 +278,16 @@ def set_limit(max_nodes: Optional[SupportsInt]) -> None:
     >>> tapead.set_limit(None); tapead.tape_stats()["limit"]
     0
     """
-    n = 0 if max_nodes is None else int(max_nodes)
-    if n < 0:
-        raise ValueError("the node limit must be >= 0")
+    if max_nodes is None:
+        n = 0
+    else:
+        try:
+            n = operator.index(max_nodes)  # type: ignore[arg-type]  # (checked right here)
+        except TypeError:
+            if not (isinstance(max_nodes, float) and max_nodes.is_integer()):   # 1e6 is fine
+                raise TypeError(f"set_limit needs a whole number of nodes (or None), "
+                                f"not {max_nodes!r}") from None
+            n = int(max_nodes)
+    if not 0 <= n < 1 << 64:
+        raise ValueError(f"the node limit must be in 0 .. 2**64 - 1 (0: no cap), not {n}")
     check(lib.ta_set_limit(n))

@@ -25,6 +25,17 @@ _ffi, _lib = _core.ffi, _core.lib
 # OpenBLAS, starts worker threads that spin on a core for a while).
 
 
+def floats(arr: ArrayLike, who: str) -> npt.NDArray[np.float64]:
+    """arr as a contiguous float64 array; TypeError for anything but real numbers
+    (numpy would turn None into nan, a string of digits into a number)."""
+    import numpy as np
+    a = np.asarray(arr)
+    if a.dtype.kind not in "biuf":
+        what = type(arr).__name__ if a.dtype.kind == "O" and a.ndim == 0 else f"an array of {a.dtype}"
+        raise TypeError(f"{who} needs real numbers (an array, list or scalar of them), not {what}")
+    return np.ascontiguousarray(a, dtype=np.float64)
+
+
 def values(arr: ArrayLike) -> List[Value]:
     """A list of new leaf Values holding the entries of `arr` (flattened, as float64).
 
@@ -34,7 +45,7 @@ def values(arr: ArrayLike) -> List[Value]:
     (4, Value(data=4.0, grad=0.0))
     """
     import numpy as np
-    a = np.ascontiguousarray(arr, dtype=np.float64).ravel()
+    a = floats(arr, "values()").ravel()
     ids = np.empty(a.size, dtype=np.int64)
     n = _lib.ta_leaves(_ffi.from_buffer("double[]", a), a.size, _ffi.from_buffer("int64_t[]", ids))
     if n < 0:
@@ -80,9 +91,8 @@ def set_data(vals: Iterable[Value], arr: ArrayLike) -> None:
     >>> tapead.set_data(xs, [3.0, 4.0]); y.recompute(); (tapead.data(xs), y.data)
     (array([3., 4.]), 12.0)
     """
-    import numpy as np
     vals, ids = node_ids(vals)
-    a = np.ascontiguousarray(arr, dtype=np.float64)
+    a = floats(arr, "set_data()")
     if a.shape != (len(vals),):
         raise ValueError(f"set_data: need an array of shape ({len(vals)},), not {a.shape}")
     _core.check(_lib.ta_scatter(ids, len(vals), 0,

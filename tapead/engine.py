@@ -112,7 +112,11 @@ def node_ids(values: Union[Value, Iterable[Value]], what: str = "values") -> Tup
     A single Value counts as a list of one; anything else in the list is a
     TypeError naming `what`.  The array has at least one slot, so C never
     gets a zero-length allocation."""
-    vals = [values] if isinstance(values, Value) else list(values)
+    try:
+        vals = [values] if isinstance(values, Value) else list(values)
+    except TypeError:
+        raise TypeError(f"{what} must be a Value or an iterable of Values, "
+                        f"not {type(values).__name__}") from None
     for v in vals:
         if not isinstance(v, Value):
             raise TypeError(f"{what} must be Values, not {type(v).__name__}")
@@ -120,17 +124,25 @@ def node_ids(values: Union[Value, Iterable[Value]], what: str = "values") -> Tup
 
 
 ADD, SUB, MUL, DIV, POW = OP["ADD"], OP["SUB"], OP["MUL"], OP["DIV"], OP["POW"]
-ADDC, RSUBC, MULC, RDIVC, POWC, RPOWC = (OP[k] for k in ("ADDC", "RSUBC", "MULC", "RDIVC", "POWC", "RPOWC"))
+ADDC, RSUBC, MULC, DIVC, RDIVC, POWC, RPOWC = (OP[k] for k in ("ADDC", "RSUBC", "MULC", "DIVC", "RDIVC",
+                                                                "POWC", "RPOWC"))
 RELU, TANH, EXP, LOG, SIGMOID = OP["RELU"], OP["TANH"], OP["EXP"], OP["LOG"], OP["SIGMOID"]
 SIN, COS, SQRT, ABS, MAX, MIN = OP["SIN"], OP["COS"], OP["SQRT"], OP["ABS"], OP["MAX"], OP["MIN"]
 
 
 def _real(x: Any) -> float:
-    """x as a float if it is a real number (int, float, bool, numpy scalar), else TypeError."""
-    if isinstance(x, numbers.Real) or type(x).__name__ == "bool_":
-        return float(x)
-    raise TypeError(f"Value() needs a real number (int, float, bool or numpy scalar), "
-                    f"not {type(x).__name__}")
+    """x as a float if it is a real number, else TypeError: what the operators
+    take (int, float, bool, numpy scalars numpy.bool among them, Fraction,
+    Decimal: anything with __float__), so Value(x) works wherever v + x does."""
+    if isinstance(x, numbers.Real) or (hasattr(type(x), "__float__") and not isinstance(x, complex)):
+        try:
+            return float(x)
+        except TypeError:
+            pass
+    t = type(x)
+    name = t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__name__}"
+    raise TypeError(f"Value() needs a real number (int, float, bool, a numpy scalar, ...), "
+                    f"not {name}")
 
 
 def _checked(i: int) -> None:
@@ -201,7 +213,7 @@ class Value:
         """Seed this node's gradient with 1 and sweep the tape back, in C."""
         st = _backward(self._i)
         if st:
-            raise error(st)
+            raise error(st, sweep="backward")
 
     # ------------------------------------------------------------- operators
     # Each is one node; a plain-number operand travels as the op's constant.
@@ -235,12 +247,9 @@ class Value:
         if type(other) is Value:
             return _rec2(DIV, self, other)
         try:
-            c = _const(other)
+            return _recc(DIVC, self, _const(other))  # C records micrograd's x * c**-1 (ta_record_at)
         except TypeError:
             return _lift(self, other, DIV)
-        if c == 0.0:
-            raise ZeroDivisionError("float division by zero")
-        return _recc(MULC, self, 1.0 / c)  # micrograd: self * other**-1, bit for bit
 
     def __rtruediv__(self, other: Operand) -> Value:  # other / self
         return _num(RDIVC, self, other, -1)
@@ -424,7 +433,7 @@ def op_text(sym: str, c: Optional[float]) -> str:
     """An op as micrograd draws it: '+', '*', 'ReLU', with a constant '**2', '+1', '3/'."""
     if c is None:
         return sym
-    return {"+c": f"+{c:g}", "c-": f"{c:g}-", "*c": f"*{c:g}", "c/": f"{c:g}/",
+    return {"+c": f"+{c:g}", "c-": f"{c:g}-", "*c": f"*{c:g}", "/c": f"/{c:g}", "c/": f"{c:g}/",
             "**c": f"**{c:g}", "c**": f"{c:g}**"}.get(sym, sym)
 
 
@@ -437,8 +446,32 @@ def _compare(kind: int, a: Value, b: Operand) -> bool:
         except TypeError:
             return NotImplemented  # type: ignore[no-any-return]  # (NotImplemented is typed Any)
     if r < 0:
-        raise error(r)
+        if r != _ENOGRAD:
+            raise error(r)
+        r = _compare_no_grad(kind, a, b)
     return r == 1
+
+
+_ENOGRAD = _core.lib.TA_ENOGRAD
+_FLIP = (2, 3, 0, 1)  # x < y is y > x, x <= y is y >= x, ...
+_PLAIN = (float.__lt__, float.__le__, float.__gt__, float.__ge__)
+
+
+def _compare_no_grad(kind: int, a: Value, b: Operand) -> int:
+    """A comparison with a no_grad value, which is a constant to the graph:
+    by value, with a guard on the other operand if it is recorded."""
+    x = a.data
+    y = b.data if isinstance(b, Value) else _const(b)
+    r = _ENOGRAD
+    if isinstance(b, Value):
+        r = _cmpc(kind, a._i, y)                 # a recorded, b the constant
+        if r == _ENOGRAD:
+            r = _cmpc(_FLIP[kind], b._i, x)      # b recorded, a the constant
+    if r == _ENOGRAD:                            # nothing recorded: no guard
+        return int(_PLAIN[kind](x, y))
+    if r < 0:
+        raise error(r)
+    return int(r)
 
 
 def _restore(data: float, grad: float) -> Value:

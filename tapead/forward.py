@@ -10,15 +10,19 @@ from __future__ import annotations
 from typing import Any, Iterable, SupportsFloat, Tuple
 
 from ._core import ffi, lib, error
-from .engine import Value, node_ids
+from .engine import Value, _real, node_ids
 
 
-def seeds(inputs: Iterable[Value], tangents: Iterable[SupportsFloat]) -> Tuple[int, Any, Any]:
-    """(n, int64 ids, double tangents) for C, checking the Python side."""
-    vals, ids = node_ids(inputs, "jvp: inputs")
-    ts = [float(t) for t in tangents]
+def seeds(inputs: Iterable[Value], tangents: Iterable[SupportsFloat],
+          who: str = "jvp") -> Tuple[int, Any, Any]:
+    """(n, int64 ids, double tangents) for C, checking the Python side; `who` names the caller."""
+    vals, ids = node_ids(inputs, f"{who}: inputs")
+    try:
+        ts = [_real(t) for t in tangents]
+    except TypeError as e:
+        raise TypeError(f"{who}: tangents must be real numbers ({e})") from None
     if len(vals) != len(ts):
-        raise ValueError(f"jvp: {len(vals)} inputs but {len(ts)} tangents")
+        raise ValueError(f"{who}: {len(vals)} inputs but {len(ts)} tangents")
     return len(vals), ids, ffi.new("double[]", ts or [0.0])
 
 

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     _F64Array = npt.NDArray[numpy.float64]
 
 from ._core import ffi, lib, error
+from .arrays import floats
 from .engine import Value, handles, node_ids
 
 
@@ -62,8 +63,7 @@ def grad(outputs: Union[Value, Iterable[Value]], inputs: Union[Value, Iterable[V
     ins, nin = _ids(inputs, "inputs")
     w = ffi.NULL
     if grad_outputs is not None:
-        ws = [float(g) for g in ([grad_outputs] if not hasattr(grad_outputs, "__len__")  # type: ignore[arg-type, union-attr]
-                                 else grad_outputs)]
+        ws = floats(grad_outputs, "grad(): grad_outputs").ravel().tolist()  # type: ignore[arg-type]
         if len(ws) != nout:
             raise ValueError(f"grad_outputs has {len(ws)} weights for {nout} outputs")
         w = ffi.new("double[]", ws)
@@ -91,7 +91,7 @@ def hvp(output: Value, inputs: Iterable[Value], v: ArrayLike) -> _F64Array:
     if n1 != 1:
         raise ValueError("hvp needs one scalar output")
     ins, nin = _ids(inputs, "inputs")
-    vv = np.ascontiguousarray(v, dtype=np.float64).reshape(-1)
+    vv = floats(v, "hvp(): v").reshape(-1)
     if vv.size != nin:
         raise ValueError(f"v has {vv.size} entries for {nin} inputs")
     hv: _F64Array = np.zeros(nin)

@@ -2,10 +2,20 @@
 
 Both are context managers and decorators, and nest.  They are per thread,
 as the tapes are.
+
+Each block holds a C token (ta_mode_tok) that C arms when the block is
+entered; the mode is on while an armed token lives, and freeing a token
+disarms it (it is an ffi.gc object whose destructor is C's ta_mode_leave).
+So a KeyboardInterrupt delivered right after a C call -- which is where
+Python handles pending signals -- cannot leave the thread in the mode for
+good: if it aborts __enter__ after the arming, __enter__ disarms; if it
+aborts __exit__ before the disarming, the token is freed with the manager
+(at once for `with tapead.no_grad():`; a manager you keep in a variable
+holds the mode until it is freed or its next block exits).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, List, Literal, TypeVar
 
 import functools
 
@@ -16,20 +26,33 @@ if TYPE_CHECKING:
     _P = ParamSpec("_P")
 _R = TypeVar("_R")
 _M = TypeVar("_M", bound="_Mode")
+_ffi, _lib = _core.ffi, _core.lib
 
 
 class _Mode:
-    """Base of a context manager / decorator that bumps a C per-thread counter."""
-    _toggle: Callable[[int], int] = None  # type: ignore[assignment]  # lib function taking +1 / -1
+    """Base of a context manager / decorator that holds a C per-thread mode."""
+    _mode = 0          # ta_mode_enter's mode: 1 no_grad, 2 detect_anomaly
+
+    def __init__(self) -> None:
+        self._held: List[Any] = []   # tokens of this manager's open blocks (it may nest in itself)
 
     def __enter__(self: _M) -> _M:
-        st = self._toggle(1)
-        if st < 0:
-            raise _core.error(st)
-        return self
+        tok = _ffi.gc(_ffi.new("ta_mode_tok *"), _lib.ta_mode_leave)   # unarmed until C arms it
+        try:
+            st = _lib.ta_mode_enter(tok, self._mode)
+            if st >= 0:
+                self._held.append(tok)
+                return self        # nothing that can be interrupted after the arming but this
+        except BaseException:      # KeyboardInterrupt as a call returned: undo, in C
+            _ffi.release(tok)
+            if self._held and self._held[-1] is tok:
+                self._held.pop()
+            raise
+        raise _core.error(st)
 
     def __exit__(self, *exc: object) -> Literal[False]:
-        self._toggle(-1)
+        if self._held:
+            _ffi.release(self._held.pop())   # interrupted before this: freed with the manager
         return False
 
     def __call__(self, fn: Callable[_P, _R]) -> Callable[_P, _R]:
@@ -38,7 +61,6 @@ class _Mode:
             with self.__class__():
                 return fn(*args, **kwargs)
         return wrapper
-
 
 class no_grad(_Mode):
     """Compute without recording, like torch.no_grad().
@@ -54,7 +76,7 @@ class no_grad(_Mode):
     >>> y.data
     9.0
     """
-    _toggle = staticmethod(_core.lib.ta_nograd)
+    _mode = 1
 
 
 class detect_anomaly(_Mode):
@@ -68,6 +90,6 @@ class detect_anomaly(_Mode):
     ...     tapead.Value(1e308) * 10
     Traceback (most recent call last):
       ...
-    tapead._core.AnomalyError: detect_anomaly: op '*c' with inputs (1e+308, 10.0) produced a non-finite value
+    tapead._core.AnomalyError: detect_anomaly: op '*c' with input 1e+308 and constant 10.0 produced a non-finite value
     """
-    _toggle = staticmethod(_core.lib.ta_anomaly)
+    _mode = 2

@@ -8,12 +8,16 @@ node.  It records the very nodes micrograd's Python loop records, in the
 same order and with the same arithmetic, so values and gradients are bit
 for bit those of the op-by-op path; inputs it cannot take (odd lengths,
 non-numbers, no_grad or detect_anomaly mode) go through that path itself.
-The weight ids are cached per Layer and the cache is dropped whenever any
-Neuron or Layer attribute, or any of their parameter lists, changes.
+The weight ids are cached per Layer, with the neurons, weights, biases and
+flags they came from: each call checks those against the Layer's current
+ones (identity, in C's list comparison), so no way of changing them -- an
+attribute, a list method, layer.__dict__.update(...), vars(neuron)["w"] =
+..., list.__setitem__ -- can leave the cache stale.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Optional, Union
+from operator import attrgetter
+from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
 import random
 
@@ -22,46 +26,14 @@ from .engine import Operand, Value, handles
 
 _ffi, _lib = _core.ffi, _core.lib
 fuse_layers = True  # False: every Layer records op by op, exactly micrograd's Python loop
-_version = [0]  # bumped by every change to a Neuron's or Layer's attributes or lists
 
 
-def _mutator(name: str) -> Any:
-    base = getattr(list, name)
-
-    def method(self: "_Tracked", *args: Any, **kwargs: Any) -> Any:
-        _version[0] += 1
-        return base(self, *args, **kwargs)
-    method.__name__ = name
-    return method
-
-
-class _Tracked(list):  # type: ignore[type-arg]
-    """A list that records that it changed (so cached weight ids stay right)."""
-    __slots__ = ()
-
-
-for _name in ("__setitem__", "__delitem__", "__iadd__", "__imul__", "append", "extend",
-              "insert", "pop", "remove", "clear", "sort", "reverse"):
-    setattr(_Tracked, _name, _mutator(_name))
-
-
-class _Watched:
-    """Every attribute assignment invalidates the Layer caches; lists become _Tracked."""
+class _Uncached:
+    """Keeps the fused-path cache out of pickles and copies (it holds C
+    arrays of this process's node ids)."""
 
     def __getstate__(self) -> Dict[str, Any]:
-        # the cache holds C arrays of this process's node ids: never pickled or copied
-        return {k: v for k, v in self.__dict__.items() if not k.startswith("_fused")}
-
-    def __setstate__(self, state: Dict[str, Any]) -> None:
-        for k, v in state.items():
-            setattr(self, k, v)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if not name.startswith("_fused"):
-            _version[0] += 1
-            if type(value) is list:
-                value = _Tracked(value)
-        object.__setattr__(self, name, value)
+        return {k: v for k, v in self.__dict__.items() if k != "_fused"}
 
 
 class Module:
@@ -75,7 +47,7 @@ class Module:
         return []
 
 
-class Neuron(_Watched, Module):
+class Neuron(_Uncached, Module):
 
     def __init__(self, nin: int, nonlin: bool = True) -> None:
         self.w = [Value(random.uniform(-1, 1)) for _ in range(nin)]
@@ -93,7 +65,7 @@ class Neuron(_Watched, Module):
         return f"{'ReLU' if self.nonlin else 'Linear'}Neuron({len(self.w)})"
 
 
-class Layer(_Watched, Module):
+class Layer(_Uncached, Module):
 
     def __init__(self, nin: int, nout: int, **kwargs: Any) -> None:
         self.neurons = [Neuron(nin, **kwargs) for _ in range(nout)]
@@ -102,7 +74,7 @@ class Layer(_Watched, Module):
         out = None
         if fuse_layers:
             fused = self.__dict__.get("_fused")
-            if fused is None or fused.version != _version[0]:
+            if fused is None or not fused.current(self):
                 fused = self._fused = _FusedLayer(self)
             out = fused(x)
         if out is None:  # not for the fused path: micrograd's loop, op by op
@@ -134,17 +106,27 @@ class MLP(Module):
         return f"MLP of [{', '.join(str(layer) for layer in self.layers)}]"
 
 
+_STATE = attrgetter("w", "b", "nonlin")
+
+
 class _FusedLayer:
-    """A Layer's weight and bias ids as C arrays, for ta_layer."""
+    """A Layer's weight and bias ids as C arrays, for ta_layer, with the
+    objects they came from (which also keeps those ids from dangling)."""
 
     def __init__(self, layer: Layer) -> None:
-        self.version = _version[0]
-        neurons = layer.neurons
+        neurons: Any = layer.__dict__.get("neurons")
+        self.neurons = neurons
+        self.ok = type(neurons) in (list, tuple) and bool(neurons) and all(
+            type(n) is Neuron and type(n.__dict__.get("w")) in (list, tuple) for n in neurons)
+        if not self.ok:
+            return
+        self.members = neurons[:]   # copies (a tuple is its own): compared item by item
+        self.state: List[Tuple[Any, ...]] = [(n.w[:], n.b, n.nonlin) for n in neurons]
         self.nout = len(neurons)
-        self.nin = len(neurons[0].w) if neurons else 0
-        self.ok = bool(neurons) and all(
-            type(n) is Neuron and len(n.w) == self.nin and n.nonlin == neurons[0].nonlin
-            and all(type(p) is Value for p in n.w) and type(n.b) is Value for n in neurons)
+        self.nin = len(neurons[0].w)
+        self.ok = all(len(n.w) == self.nin and bool(n.nonlin) == bool(neurons[0].nonlin)
+                      and all(type(p) is Value for p in n.w) and type(n.b) is Value
+                      for n in neurons)
         if not self.ok:
             return
         self.relu = int(bool(neurons[0].nonlin))
@@ -154,6 +136,16 @@ class _FusedLayer:
         self.xc = _ffi.new("double[]", max(self.nin, 1))
         self.out = _ffi.new("int64_t[]", self.nout)
 
+    def current(self, layer: Layer) -> bool:
+        """Whether this cache is usable and the layer still has the neurons,
+        weights, biases and flags it was made from (same objects, same order)."""
+        try:
+            return (self.ok and layer.__dict__.get("neurons") is self.neurons
+                    and self.neurons == self.members
+                    and list(map(_STATE, self.neurons)) == self.state)
+        except AttributeError:   # a neuron lost an attribute: rebuild, then fall back
+            return False
+
     def __call__(self, x: Any) -> Optional[List[Value]]:
         if not self.ok or Neuron.__call__ is not _NEURON_CALL:  # a patched Neuron: its own code
             return None
@@ -162,17 +154,18 @@ class _FusedLayer:
                 return None
         except TypeError:  # no len(): an iterator, which the op-by-op path must consume
             return None
-        try:
-            self.xid[0:self.nin] = [v._i for v in x]
+        ids = [v._i for v in x if type(v) is Value]
+        if len(ids) == self.nin:
+            self.xid[0:self.nin] = ids
             xc = _ffi.NULL
-        except AttributeError:
+        else:
             xc = self.xc
             for i, v in enumerate(x):  # plain numbers among the inputs
-                if isinstance(v, Value):
+                if isinstance(v, Value) and v._i >= 0:
                     self.xid[i] = v._i
                 elif isinstance(v, (int, float)):
                     self.xid[i], xc[i] = -1, v
-                else:
+                else:  # anything else (duck-typed `_i` included): micrograd's loop decides
                     return None
         st = _lib.ta_layer(self.w, self.b, self.nout, self.nin, self.xid, xc, self.relu, self.out)
         if st:

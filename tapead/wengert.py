@@ -63,6 +63,8 @@ def get_label(value: Value) -> str:
     >>> tapead.get_label(x), tapead.get_label(x * 2)
     ('x', '')
     """
+    if not isinstance(value, Value):
+        raise TypeError(f"get_label needs a Value, not {type(value).__name__}")
     entry = _labels.get(value._i)
     if entry is not None and entry[0]() is value:
         return entry[1]
@@ -81,7 +83,8 @@ Value.label = property(get_label, set_label,  # type: ignore[assignment, method-
 
 # ------------------------------------------------------------ the table
 _INFIX = {"+": "+", "-": "-", "*": "*", "/": "/", "**": "**"}
-_CONST = {"+c": "{x} + {c}", "c-": "{c} - {x}", "*c": "{x} * {c}", "c/": "{c} / {x}",
+_CONST = {"+c": "{x} + {c}", "c-": "{c} - {x}", "*c": "{x} * {c}", "/c": "{x} / {c}",
+          "c/": "{c} / {x}",
           "**c": "{x} ** {c}", "c**": "{c} ** {x}"}
 
 
@@ -178,7 +181,7 @@ def wengert(output: Value, inputs: Optional[Iterable[Value]] = None,
     if (inputs is None) != (tangents is None):
         raise ValueError("wengert: give inputs and tangents together (or neither)")
     if inputs is not None:
-        nin, ids, ts = seeds(inputs, tangents)  # type: ignore[arg-type]  # (given together)
+        nin, ids, ts = seeds(inputs, tangents, "wengert")  # type: ignore[arg-type]  # (given together)
     else:
         nin, ids, ts = 0, ffi.NULL, ffi.NULL
     n = lib.ta_trace(output._i, 0, nin, ids, ts, ffi.NULL)

@@ -151,3 +151,87 @@ def test_nan_and_inf_gradients():
     z = n * 2.0 + 1.0
     z.backward()
     assert z.data != z.data and n.grad == 2.0
+
+
+# ------------------------------------- bad arguments get a clear exception
+def test_numpy_bool_scalars_are_numbers():
+    """numpy 2 names its bool scalar type 'bool', so a check by the name
+    'bool_' refused it with "needs ... bool ..., not bool"."""
+    for b, want in ((np.True_, 1.0), (np.False_, 0.0), (np.float32(2.0) > 1, 1.0)):
+        assert Value(b).data == want
+        assert (Value(1.0) + b).data == 1.0 + want
+    assert tapead.maximum(np.False_, Value(-0.5)).data == 0.0
+
+
+def test_value_takes_what_the_operators_take():
+    from decimal import Decimal
+    from fractions import Fraction
+    x = Value(1.0)
+    for c in (Decimal("1.5"), Fraction(3, 2), np.float32(1.5), np.int8(3)):
+        assert Value(c).data == float(c) == (x * c).data
+    for bad in ("1.5", 1j, None, [1.0], object()):
+        with pytest.raises(TypeError, match=r"Value\(\) needs a real number"):
+            Value(bad)
+
+
+@pytest.mark.parametrize("call,exc,match", [
+    (lambda x, f: tapead.values(None), TypeError, r"values\(\) needs real numbers.*NoneType"),
+    (lambda x, f: tapead.values(["1.5", "2"]), TypeError, r"values\(\) needs real numbers"),
+    (lambda x, f: tapead.values([1.0, 2j]), TypeError, "complex"),
+    (lambda x, f: tapead.set_data([x], None), TypeError, r"set_data\(\) needs real numbers"),
+    (lambda x, f: tapead.hvp(f, [x], None), TypeError, r"hvp\(\): v needs real numbers"),
+    (lambda x, f: tapead.set_limit(0.5), TypeError, "whole number"),
+    (lambda x, f: tapead.set_limit("1000"), TypeError, "whole number"),
+    (lambda x, f: tapead.set_limit(2 ** 64), ValueError, r"2\*\*64"),
+    (lambda x, f: tapead.set_limit(-1), ValueError, "node limit"),
+    (lambda x, f: tapead.grad(1.0, [x]), TypeError, "outputs must be a Value or an iterable"),
+    (lambda x, f: tapead.grad(f, 2.0), TypeError, "inputs must be a Value or an iterable"),
+    (lambda x, f: tapead.grad(f, [x], grad_outputs=[None]), TypeError, "grad_outputs"),
+    (lambda x, f: tapead.get_label(1), TypeError, "get_label needs a Value, not int"),
+    (lambda x, f: tapead.wengert(f, [x], [1.0, 2.0]), ValueError, "^wengert: 1 inputs but 2"),
+    (lambda x, f: tapead.jvp(f, [x], ["a"]), TypeError, "jvp: tangents must be real"),
+])
+def test_bad_arguments_name_the_problem_and_change_nothing(call, exc, match):
+    """Each of these gave a silent nan, a silently ignored setting, a bare
+    cffi/numpy error or a message naming another function."""
+    x = Value(2.0)
+    f = x * x
+    before = snapshot([x, f]), tapead.tape_stats()["limit"]
+    with pytest.raises(exc, match=match):
+        call(x, f)
+    assert (snapshot([x, f]), tapead.tape_stats()["limit"]) == before
+
+
+def test_good_arguments_of_those_calls_still_work():
+    x = Value(2.0)
+    f = x * x
+    assert tapead.grad(f, [x], grad_outputs=np.array(2.0)) == [8.0]   # a 0-d array weight
+    assert tapead.grad(f, x, grad_outputs=3) == 12.0
+    assert [v.data for v in tapead.values([True, 2, np.float32(0.5)])] == [1.0, 2.0, 0.5]
+    tapead.set_limit(1e7)
+    assert tapead.tape_stats()["limit"] == 10 ** 7
+    tapead.set_limit(np.int64(0))
+    assert tapead.tape_stats()["limit"] == 0
+
+
+@pytest.mark.parametrize("make,op", [
+    (lambda: Value(-1.0).relu() * INF, "ReLU"),
+    (lambda: Value(0.0).sqrt() * 0.0, "sqrt"),
+])
+def test_anomaly_in_backward_names_a_gradient_not_a_value(make, op):
+    """relu(-1) and sqrt(0) are finite: what goes nan in backward() is the
+    gradient through them (0 * inf), and the message must say so."""
+    y = make()
+    with tapead.detect_anomaly():
+        with pytest.raises(tapead.AnomalyError,
+                           match=rf"in backward\(\), the gradient through op '{op}' with input"):
+            y.backward()
+
+
+def test_submodules_are_reachable_from_a_bare_import():
+    """The README names tapead.nn and tapead.optim; `import tapead` alone must reach them."""
+    import subprocess
+    import sys
+    code = "import tapead; tapead.nn.MLP(2, [3, 1]); tapead.optim.SGD([], lr=0.1)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr

@@ -147,3 +147,122 @@ def test_module_functions_match_methods():
         assert getattr(tapead, name)(x).data == getattr(x, name)().data
     assert tapead.sin(0.5).data == math.sin(0.5)
     assert isinstance(tapead.exp(1), Value)
+
+
+# ------------------------------- zero tangents through infinite partials
+# Branches the seeds do not reach carry tangent 0, and their partials may be
+# infinite or nan (sqrt and x**0.5 at 0, x**n with x < 0: d/dn = r ln x).
+# A zero tangent must contribute nothing there, as in backward(), where
+# such a branch never reaches the seeded inputs' gradients.
+SMOOTH = ["+", "-", "*", "sqrt", "**.5", "pow", "tanh", "*c", "+c", "log", "exp"]
+KINKED = ["relu", "abs"]
+
+
+def build_graph(xs, prog):
+    """(leaves, output, steps kept) of a random program over them; an op that
+    would raise at these values (sqrt(-1), log(0)) or leave a moderate range
+    (|r| above 1e6 or below 1e-30 but not 0: products of partials would
+    overflow or underflow midway, a matter of range, not of zero tangents)
+    is skipped."""
+    leaves = [Value(x) for x in xs]
+    nodes = list(leaves)
+    kept = []
+    for step, (kind, i, j, c) in enumerate(prog):
+        a, b = nodes[i % len(nodes)], nodes[j % len(nodes)]
+        x, y = a.data, b.data
+        if kind in ("sqrt", "**.5") and x < 0 or kind == "log" and x <= 0:
+            continue
+        if kind == "pow" and (x == 0 and y <= 0 or x < 0 and y != int(y) or abs(y) > 3):
+            continue
+        if kind == "exp" and x > 5:
+            continue
+        try:
+            r = {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b,
+                 "sqrt": a.sqrt, "**.5": lambda: a ** 0.5, "pow": lambda: a ** b,
+                 "tanh": a.tanh, "*c": lambda: a * c, "+c": lambda: a + c,
+                 "log": a.log, "exp": a.exp, "relu": a.relu, "abs": a.abs}[kind]()
+        except (ValueError, ZeroDivisionError, OverflowError):
+            continue
+        if abs(r.data) < 1e6 and not 0 < abs(r.data) < 1e-30:
+            nodes.append(r)
+            kept.append(step)
+    return leaves, nodes[-1], kept
+
+
+moderate = st.floats(-2, 2).filter(lambda x: x == 0 or abs(x) > 1e-6)
+leaf_or_zero = st.one_of(st.just(0.0), st.just(0.0), st.integers(-2, 3).map(float), moderate)
+some_zero = st.lists(st.sampled_from([0.0, 0.0, 1.0, -0.5, 2.0]), min_size=6, max_size=6)
+
+
+def random_ops(kinds):
+    return st.lists(st.tuples(st.sampled_from(kinds), st.integers(0, 10 ** 6),
+                              st.integers(0, 10 ** 6), moderate), min_size=1, max_size=25)
+
+
+@settings(max_examples=400, deadline=None)
+@given(xs=st.lists(leaf_or_zero, min_size=1, max_size=6), prog=random_ops(SMOOTH + KINKED),
+       ts=some_zero)
+def test_jvp_matches_gradient_dot_tangent_through_infinite_partials(xs, prog, ts):
+    leaves, out, _ = build_graph(xs, prog)
+    ts = ts[:len(leaves)]
+    g = tapead.grad(out, leaves)
+    terms = [gi * t for gi, t in zip(g, ts) if t != 0.0]   # unseeded inputs: no term
+    want = math.fsum(terms) if all(map(math.isfinite, terms)) else math.nan
+    got = jvp(out, leaves, ts)
+    tan = tapead.wengert(out, leaves, ts).rows[-1]["tangent"]
+    if math.isfinite(want):
+        scale = math.fsum(abs(x) for x in terms) + 1.0
+        assert abs(got - want) <= 1e-9 * scale, (got, want)
+        assert abs(tan - want) <= 1e-9 * scale, (tan, want)
+
+
+@settings(max_examples=300, deadline=None)
+@given(xs=st.lists(leaf_or_zero, min_size=1, max_size=5), prog=random_ops(SMOOTH), ts=some_zero)
+def test_hvp_matches_finite_differences_of_grad_through_infinite_partials(xs, prog, ts):
+    """(H v)_j = d/dh grad_j(x + h v), by central differences at two step
+    sizes (compared only where both agree, i.e. the difference quotient is
+    trustworthy, and every gradient involved is finite)."""
+    leaves, out, kept = build_graph(xs, prog)
+    v = ts[:len(leaves)]
+    hv = tapead.hvp(out, leaves, v)
+    hess = tapead.hessian(out, leaves)
+
+    def grad_at(h):
+        moved = [x + h * d for x, d in zip(xs, v)]
+        ls, o, kept_here = build_graph(moved, prog)
+        return tapead.grad(o, ls) if kept_here == kept else None   # same graph, or no test
+
+    g0 = tapead.grad(out, leaves)
+    fds = []
+    for h in (1e-5, 5e-6):
+        gp, gm = grad_at(h), grad_at(-h)
+        if gp is None or gm is None:
+            return
+        fds.append([(p - m) / (2 * h) for p, m in zip(gp, gm)])
+    for j in range(len(leaves)):
+        if not all(math.isfinite(x) for x in (g0[j], fds[0][j], fds[1][j])):
+            continue
+        tol = 1e-4 * max(1.0, abs(fds[0][j]))
+        if abs(fds[0][j] - fds[1][j]) > tol:   # the quotient is not converged here
+            continue
+        assert abs(hv[j] - fds[1][j]) <= 10 * tol, (j, hv[j], fds)
+        hcol = math.fsum(hess[j][k] * d for k, d in enumerate(v) if d != 0.0)
+        assert abs(hcol - hv[j]) <= 1e-9 * max(1.0, abs(hv[j])), (j, hcol, hv[j])
+
+
+def test_unseeded_infinite_partials_contribute_nothing():
+    x, z = Value(2.0), Value(0.0)                  # z: a bias initialised at 0
+    f = x * 3 + z.sqrt()
+    assert tapead.grad(f, [x]) == [3.0]
+    assert jvp(f, [x], [1.0]) == 3.0
+    assert jvp(x * 3 + z ** 0.5, [x, z], [1.0, 0.0]) == 3.0
+    assert tapead.hessian(f, [x]).tolist() == [[0.0]]
+    assert tapead.hvp(f, [x, z], [1.0, 0.0]).tolist()[0] == 0.0
+    assert tapead.wengert(f, [x], [1.0]).rows[-1]["tangent"] == 3.0
+    b, n = Value(-1.5), Value(2.0)                 # negative base, learnable exponent
+    g = b ** n                                     # dg/db = n b**(n-1) = -3, d2g/db2 = 2
+    assert jvp(g, [b], [1.0]) == -3.0
+    assert tapead.wengert(g, [b], [1.0]).rows[-1]["tangent"] == -3.0
+    assert tapead.hessian(g, [b]).tolist() == [[2.0]]
+    assert tapead.hvp(g, [b, n], [1.0, 0.0])[0] == 2.0
+    assert tapead.grad(tapead.grad(g, b, create_graph=True), b) == 2.0

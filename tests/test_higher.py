@@ -137,6 +137,8 @@ UNARY = [
     ("RSUBC", lambda x: (2.5 - x) * x, lambda x: (2.5 - x) * x, 0.7),
     ("MULC", lambda x: (x * 3.0) * x, lambda x: (x * 3.0) * x, 0.7),
     ("RDIVC", lambda x: 2.0 / x, lambda x: 2.0 / x, 0.7),
+    # x / c with 1/c subnormal: the true division (DIVC), not x * (1/c)
+    ("DIVC", lambda x: (x / 1e308) * x * 1e308, lambda x: (x / 1e308) * x * 1e308, 0.7),
     ("POWC", lambda x: x ** 3.5, lambda x: x ** 3.5, 0.7),
     ("POWC_neg", lambda x: x ** -1.5, lambda x: x ** -1.5, 0.7),
     ("RPOWC", lambda x: 2.5 ** x, lambda x: 2.5 ** x, 0.7),

@@ -186,3 +186,64 @@ def test_fused_layer_respects_a_patched_neuron(monkeypatch):
     x = [Value(0.5), Value(-1.5)]
     monkeypatch.setattr(tapead.nn.Neuron, "__call__", lambda self, x: Value(42.0))
     assert [v.data for v in layer(x)] == [42.0, 42.0]
+
+
+def test_fused_layer_sees_state_restored_behind_its_back():
+    """A cache kept by the fused path must not survive changes that bypass
+    attribute assignment: layer.__dict__.update (restoring a checkpoint),
+    vars(neuron)[...] = ..., list methods called on the base class."""
+    random.seed(2)
+    layer, restored = tapead.nn.Layer(2, 2), tapead.nn.Layer(2, 2)
+    for p in restored.parameters():
+        p.data = 100.0
+    x = [1.0, 1.0]
+    layer(x)                                            # the cache is built
+    layer.__dict__.update(restored.__dict__)
+    assert [v.data for v in layer(x)] == [300.0, 300.0] == [v.data for v in _op_by_op(layer, x)]
+    n0 = layer.neurons[0]
+    vars(n0)["w"] = [Value(1.0), Value(2.0)]
+    vars(n0)["b"] = Value(0.5)
+    assert layer(x)[0].data == 3.5
+    list.__setitem__(n0.w, 1, Value(-4.0))
+    assert layer(x)[0].data == 0.0                      # relu(0.5 + 1 - 4)
+    vars(n0)["nonlin"] = False
+    assert layer(x)[0].data == -2.5
+    list.__setitem__(layer.neurons, 1, tapead.nn.Neuron(2, nonlin=False))
+    assert [v.data for v in layer(x)] == [v.data for v in _op_by_op(layer, x)]
+    del restored
+    assert tapead._core.lib.ta_validate() == 0
+
+
+def test_fused_layer_refuses_objects_that_merely_carry_an_id():
+    """Any object with an int attribute `_i` used to reach C as a node id
+    (and a negative one as a constant read through a NULL pointer)."""
+    class Feature:
+        def __init__(self, i):
+            self._i = i
+
+    model = tapead.nn.MLP(2, [3, 1])
+    for bad in ([Feature(-1), Feature(-1)], [Feature(0), Feature(1 << 40)], [Feature(-1), 1.0]):
+        with pytest.raises(TypeError, match="Feature"):
+            model(bad)
+    forged = Value(1.0)
+    forged._i = -1                                      # a handle naming no node
+    with pytest.raises(tapead.TapeError):
+        model([forged, Value(2.0)])
+    with pytest.raises(tapead.TapeError):
+        model([forged, 2.0])
+    assert tapead._core.lib.ta_validate() == 0
+
+
+def test_ta_layer_checks_what_it_is_handed():
+    """C never trusts its caller: NULL arrays, a count that wraps, an input
+    id < 0 with no constants array are statuses, not crashes."""
+    lib, ffi = tapead._core.lib, tapead._core.ffi
+    x = Value(1.0)
+    ids = ffi.new("int64_t[]", [x._i]); out = ffi.new("int64_t[]", 1)
+    neg = ffi.new("int64_t[]", [-1])
+    assert lib.ta_layer(ids, ids, 1, 1, neg, ffi.NULL, 1, out) == lib.TA_EBADID
+    assert lib.ta_layer(ffi.NULL, ids, 1, 1, ids, ffi.NULL, 1, out) == lib.TA_EARG
+    assert lib.ta_layer(ids, ffi.NULL, 1, 1, ids, ffi.NULL, 1, out) == lib.TA_EARG
+    assert lib.ta_layer(ids, ids, 1, 1, ffi.NULL, ffi.NULL, 1, out) == lib.TA_EARG
+    assert lib.ta_layer(ids, ids, 1 << 20, 1 << 20, ids, ffi.NULL, 1, out) == lib.TA_EARG
+    assert lib.ta_layer(ids, ids, 1, 1, ids, ffi.NULL, 1, out) == 0

@@ -165,3 +165,55 @@ def test_square_gradient_is_micrographs_formula_bit_for_bit(x):
         a = Value(x)
         make(a).backward()
         assert repr(a.grad) == repr(want) and math.copysign(1, a.grad) == math.copysign(1, want), (x, a.grad)
+
+
+# ------------------------------------------------- division by a constant
+# x / c is recorded as x * c**-1, micrograd's value to the bit (c**-1, libm's
+# pow, is not always 1/c), where c**-1 is a normal float; where it is not
+# (c subnormal: it overflows; |c| above ~4.5e307: it is subnormal and has
+# lost bits), as the true x / c.
+@pytest.mark.parametrize("x,c", [(1e-300, 1e-309), (1e-310, 1e-310), (-3.5e-310, 5e-324),
+                                 (0.7, 1e308), (-2.0, -1.7976931348623157e308),
+                                 (1e300, 1.5e308), (2.0, math.inf), (0.0, 1e-320)])
+def test_division_by_a_constant_whose_reciprocal_is_not_normal(x, c):
+    a = Value(x)
+    y = a / c
+    assert y.data == x / c                               # Python's true division
+    assert (Value(x) / Value(c)).data == x / c           # as Value / Value
+    with tapead.detect_anomaly():
+        assert (a / c).data == x / c
+    y.backward()
+    assert a.grad == 1.0 / c                             # d/dx x/c (inf where 1/c overflows)
+
+
+@settings(max_examples=200, deadline=None)
+@given(fl(-1e6, 1e6), st.one_of(fl(-1e300, 1e300).filter(lambda c: abs(c) >= 1e-300),
+                                st.sampled_from([3.0, 7.0, -0.1, 1e-307, 4e307,
+                                                 1.118563226410513e-188])))   # pow(c, -1) != 1/c
+def test_division_by_a_constant_is_micrographs_bit_for_bit(x, c):
+    """Where micrograd's x * c**-1 does not overflow and c**-1 is normal,
+    tapead gives exactly its value (and gradient)."""
+    from conftest import MG
+    m = MG(x) / c
+    a = Value(x)
+    y = a / c
+    assert y.data == m.data
+    m.backward(); y.backward()
+    assert y.grad == m.grad
+
+
+@pytest.mark.parametrize("x", [0.0, -0.0, 2.5, -3.0])
+def test_derivative_of_x_to_the_zero_is_zero(x):
+    """x**0 is the constant 1: d/dx is 0, at x = 0 too (micrograd raises
+    there computing 0 * 0**-1; PyTorch gives 0)."""
+    for make in (lambda a: a ** 0, lambda a: a ** 0.0, lambda a: a ** Value(0.0)):
+        a = Value(x)
+        y = make(a)
+        assert y.data == 1.0
+        y.backward()
+        assert a.grad == 0.0
+        assert tapead.grad(make(a), [a]) == [0.0]
+        assert tapead.jvp(make(a), [a], [1.0]) == 0.0
+        assert tapead.hessian(make(a), [a]).tolist() == [[0.0]]
+        (d,) = tapead.grad(make(a), [a], create_graph=True)
+        assert d.data == 0.0 and tapead.grad(d, [a]) == [0.0]

@@ -198,3 +198,83 @@ def test_values_from_another_thread_raise_and_change_nothing(make):
     SGD(mine, lr=0.1).step()
     ref.step([g for _, g in before])
     assert [p.data for p in mine] == ref.x
+
+
+# ------------------------------------------- sizes, parameters, checkpoints
+@pytest.mark.parametrize("make", [lambda ps: SGD(ps, lr=0.1, momentum=0.9),
+                                  lambda ps: Adam(ps, lr=0.1)])
+def test_sizes_are_read_only_and_parameters_fixed(make):
+    """C sizes its arrays from the parameters given at construction: writing
+    n once overflowed them, and appending to params was silently ignored."""
+    ps = [Value(x) for x in START]
+    opt = make(ps)
+    assert opt.n == len(ps) and opt.params == tuple(ps)
+    with pytest.raises(AttributeError):
+        opt.n = 100000
+    with pytest.raises(AttributeError):
+        opt.params = ps + [Value(1.0)]
+    extra = Value(7.0)
+    for grow in (lambda: opt.params.append(extra), lambda: opt.params.extend([extra]),
+                 lambda: opt.params.insert(0, extra)):
+        with pytest.raises(TypeError, match="fixed when it is made"):
+            grow()
+    with pytest.raises(TypeError):
+        opt.params += (extra,)
+    assert opt.n == len(ps) and opt.params == tuple(ps)
+    loss_value(ps).backward()
+    opt.step()                                          # still works, on the same five
+    assert tapead._core.lib.ta_validate() == 0
+
+
+def test_repeated_parameter_is_refused():
+    p = Value(0.0)
+    p.grad = 1.0
+    with pytest.raises(ValueError, match="distinct"):
+        SGD([p, p], lr=1.0)                             # would step p twice
+    assert p.data == 0.0
+
+
+@pytest.mark.parametrize("make,match", [
+    (lambda w: Adam([w], betas=(1.0, 0.999)), r"betas\[0\] must be in \[0, 1\)"),
+    (lambda w: Adam([w], betas=(0.9, -0.1)), r"betas\[1\]"),
+    (lambda w: Adam([w], betas=(0.9,)), "pair"),
+    (lambda w: Adam([w], eps=float("nan")), "eps"),
+    (lambda w: SGD([w], lr=-0.1), "lr"),
+    (lambda w: SGD([w], lr=0.1, momentum=float("inf")), "momentum"),
+    (lambda w: SGD([w], lr=0.1, weight_decay=-1), "weight_decay"),
+])
+def test_bad_hyperparameters_raise_value_error(make, match):
+    w = Value(1.0)
+    with pytest.raises(ValueError, match=match):
+        make(w)
+
+
+def test_bad_hyperparameter_set_later_raises():
+    opt = Adam([Value(1.0)])
+    with pytest.raises(TypeError, match="lr must be a real number"):
+        opt.lr = "0.1"
+    with pytest.raises(ValueError, match="betas"):
+        opt.betas = (0.9, 1.0)
+    assert (opt.lr, opt.betas) == (1e-3, (0.9, 0.999))
+
+
+@pytest.mark.parametrize("make", [lambda ps: SGD(ps, lr=0.1, momentum=0.9, weight_decay=0.01),
+                                  lambda ps: Adam(ps, lr=0.1, weight_decay=0.01)])
+@pytest.mark.parametrize("how", ["pickle", "deepcopy"])
+def test_optimizer_checkpoint_resumes_the_same_trajectory(make, how):
+    """pickle / deepcopy of (parameters, optimizer) together: the copy holds
+    the copied parameters and the optimizer state, and continues exactly as
+    the original does."""
+    import copy
+    import pickle
+    ps = [Value(x) for x in START]
+    opt = make(ps)
+    for _ in range(3):
+        opt.zero_grad(); loss_value(ps).backward(); opt.step()
+    ps2, opt2 = (pickle.loads(pickle.dumps((ps, opt))) if how == "pickle"
+                 else copy.deepcopy((ps, opt)))
+    assert opt2.params == tuple(ps2) and all(a is not b for a, b in zip(ps, ps2))
+    for _ in range(3):
+        for q, o in ((ps, opt), (ps2, opt2)):
+            o.zero_grad(); loss_value(q).backward(); o.step()
+    assert [p.data for p in ps2] == [p.data for p in ps]

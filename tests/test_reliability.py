@@ -140,6 +140,37 @@ def test_no_grad_arena_is_reclaimed():
     del y
 
 
+def test_no_grad_results_compare_and_go_through_bulk_apis():
+    """An evaluation loop's scores (computed under no_grad) can be compared,
+    ranked and read in bulk: nothing there differentiates or replays.  A
+    comparison records a guard only on an operand that is recorded."""
+    import numpy as np
+    w = Value(0.5)
+    xs = [0.3, -1.2, 2.5, 0.9]
+    with tapead.no_grad():
+        scores = [w * x for x in xs]
+    want = [0.5 * x for x in xs]
+    g0 = tapead.guard_count()
+    assert [s > 0 for s in scores] == [x > 0 for x in want]
+    assert [s <= 0.45 for s in scores] == [x <= 0.45 for x in want]
+    assert [0.45 < s for s in scores] == [0.45 < x for x in want]
+    assert max(scores) is scores[2] and min(scores) is scores[1]
+    assert [s.data for s in sorted(scores)] == sorted(want)
+    assert tapead.guard_count() == g0                 # nothing recorded, no guard
+    assert tapead.data(scores).tolist() == want
+    assert tapead.grads(scores).tolist() == [0.0] * 4
+    tapead.set_data(scores[:1], np.array([7.0]))
+    assert scores[0].data == 7.0
+    # a recorded operand against a no_grad one: its guard holds the value as a constant
+    r = w * 2.0                                         # 1.0, recorded
+    assert (r > scores[2]) is False and (scores[2] > r) is True and (scores[1] < r) is True
+    assert tapead.guard_count() == g0 + 3
+    w.data = 1.0
+    with pytest.raises(tapead.GuardError):              # r = 2.0 > 1.25 now
+        r.recompute()
+    tapead.clear_guards()
+
+
 def test_no_grad_is_per_thread():
     entered, done = threading.Event(), threading.Event()
     out = {}
@@ -175,6 +206,56 @@ def test_no_grad_is_per_thread():
         th.start()
         th.join()
     assert res == [4.0]
+
+
+def interrupted_at(k, block):
+    """Run block() with a KeyboardInterrupt injected at the k-th profiler
+    event inside it: right after a C function returns (which is where Python
+    handles a pending SIGINT) or as a Python function starts (where it does
+    too).  Returns whether the injection happened (k within the events)."""
+    count = [0]
+
+    def prof(frame, event, arg):
+        if event in ("call", "c_return"):
+            count[0] += 1
+            if count[0] == k:
+                raise KeyboardInterrupt
+
+    sys.setprofile(prof)
+    try:
+        block()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sys.setprofile(None)
+    return count[0] >= k
+
+
+@pytest.mark.parametrize("mode,depth", [(tapead.no_grad, lib.ta_nograd),
+                                        (tapead.detect_anomaly, lib.ta_anomaly)])
+def test_ctrl_c_anywhere_in_a_mode_block_leaves_no_mode_behind(mode, depth):
+    """A Ctrl-C just after no_grad.__enter__'s C call, or as __exit__ starts,
+    left the thread in the mode for good: every later backward() failed.
+    Interrupt each point of entering, running and leaving in turn."""
+    w = Value(0.5)
+
+    def block():
+        with mode():
+            (w * 2.0).data
+
+    @mode()
+    def decorated():
+        return (w * 2.0).data
+
+    for body in (block, decorated):
+        k = 1
+        while interrupted_at(k, body):
+            assert depth(0) == 0, (body.__name__, k)
+            k += 1
+        assert k > 5
+    loss = (w * 3.0 - 1.0) ** 2
+    loss.backward()
+    assert w.grad == 3.0
 
 
 # ========================================================= detect_anomaly
@@ -503,6 +584,24 @@ def py_sigmoid(x):
     return e / (1.0 + e)
 
 
+def py_recip(c):
+    """micrograd's a / c is a * c**-1: tapead keeps that, bit for bit, where
+    c**-1 is a normal float, and records the true a / c where it is not.
+    Returns (c**-1, or None where a / c is the true quotient)."""
+    if c == 0:
+        raise ZeroDivisionError("float division by zero")
+    try:
+        r = c ** -1.0
+    except OverflowError:
+        return None
+    return r if not -sys.float_info.min < r < sys.float_info.min else None
+
+
+def py_divc(x, c):
+    r = py_recip(c)
+    return x / c if r is None else x * r
+
+
 def run_python(form, x, y, c):
     """The same form on plain floats: Python's operators, builtins and math."""
     return {
@@ -511,8 +610,7 @@ def run_python(form, x, y, c):
         "min": lambda: min(x, y),
         "addc": lambda: x + c, "raddc": lambda: c + x, "subc": lambda: x - c,
         "rsubc": lambda: c - x, "mulc": lambda: x * c, "rmulc": lambda: c * x,
-        # micrograd's a / c is a * c**-1 (tapead keeps that, bit for bit)
-        "divc": lambda: x * (1.0 / c), "rdivc": lambda: c / x, "powc": lambda: py_pow(x, c),
+        "divc": lambda: py_divc(x, c), "rdivc": lambda: c / x, "powc": lambda: py_pow(x, c),
         "rpowc": lambda: py_pow(c, x), "maxc": lambda: max(x, c), "minc": lambda: min(c, x),
         "neg": lambda: x * -1.0, "relu": lambda: 0.0 if x < 0 else x, "tanh": lambda: math.tanh(x),
         "exp": lambda: math.exp(x), "log": lambda: math.log(x), "sigmoid": lambda: py_sigmoid(x),
@@ -549,6 +647,8 @@ def ieee_log(x):
 
 
 def dpow_dx(x, y):
+    if y == 0:
+        return 0.0                             # x**0 is the constant 1
     return y * ieee_pow(x, y - 1.0)           # micrograd: other * self.data**(other-1)
 
 
@@ -667,7 +767,7 @@ def test_fuzz_every_op_against_python_and_reference_gradients(leaves, prog, root
         ins = (ia, ib) if form in BIN + ["maxc", "minc"] else (ia,)
         if form == "minc":
             ins = (ib, ia)                            # minimum(c, a): c is the first input
-        cst = {"subc": -c, "divc": 1.0 / c if c else c, "neg": -1.0}.get(form, c)
+        cst = {"subc": -c, "divc": (py_recip(c) or 1.0 / c) if c else c, "neg": -1.0}.get(form, c)
         ref.append((form, ins, cst, want))
         pool.append(len(tv))
         tv.append(got)
