@@ -49,14 +49,16 @@ static PyObject *va_error_hook = NULL, *va_real_hook = NULL, *va_restore_hook = 
 
 /* ------------------------------------------------------------ errors */
 
-static PyObject *va_fail(int st)
+static PyObject *va_fail_in(int st, const char *sweep)
 {
     PyObject *e;
     if (!va_error_hook) { PyErr_Format(PyExc_RuntimeError, "tapead status %d", st); return NULL; }
-    e = PyObject_CallFunction(va_error_hook, "i", st);
+    e = PyObject_CallFunction(va_error_hook, "is", st, sweep);
     if (e) { PyErr_SetObject((PyObject *)Py_TYPE(e), e); Py_DECREF(e); }
     return NULL;
 }
+
+static PyObject *va_fail(int st) { return va_fail_in(st, ""); }
 
 static PyObject *va_unmade(void)
 {
@@ -322,7 +324,7 @@ static PyObject *va_backward(PyObject *self, PyObject *u)
     int st;
     (void)u;
     if (!T || !va_node(T, (va_obj *)self, &o)) return NULL;
-    if ((st = ta_backward(va_id((va_obj *)self))) != TA_OK) return va_fail(st);
+    if ((st = ta_backward(va_id((va_obj *)self))) != TA_OK) return va_fail_in(st, "backward");
     Py_RETURN_NONE;
 }
 

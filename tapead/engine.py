@@ -15,6 +15,8 @@ signal handler, a finalizer, another greenlet).
 from __future__ import annotations
 
 import numbers
+import os
+import sys
 import weakref
 from threading import get_ident
 from typing import (TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Set, SupportsFloat,
@@ -83,7 +85,7 @@ def _slow(code: int, used: _Token, fn: Callable[..., int], *args: Any) -> Value:
                 _tl.tok = t
         code = fn(*args, t.key)
         if code >= 0:
-            v = _new(Value); v._i = code; v._t = t
+            v = _new(PyValue); v._i = code; v._t = t
             return v
         used = t
 
@@ -94,7 +96,7 @@ def handles(ids: Iterable[int]) -> List[Value]:
     out: List[Value] = []
     append = out.append
     for i, t in zip(ids, _core.adopt(ids)):
-        v = _new(Value); v._i = i; v._t = t
+        v = _new(PyValue); v._i = i; v._t = t
         append(v)
     return out
 
@@ -179,8 +181,13 @@ class Value:
         self._i = i
         self._t = t
         if label:
-            from .wengert import set_label
-            set_label(self, label)
+            self._set_label(label)
+
+    def __getattr__(self, name: str) -> Any:  # only when a slot is unset
+        if name in ("_i", "_t"):
+            raise TypeError("this Value was never initialised (made without calling Value(x)): "
+                            "it has no node")
+        raise AttributeError(f"'Value' object has no attribute {name!r}")
 
     # ------------------------------------------------------------ data, grad
     @property
@@ -218,21 +225,21 @@ class Value:
     # ------------------------------------------------------------- operators
     # Each is one node; a plain-number operand travels as the op's constant.
     def __add__(self, other: Operand) -> Value:
-        if type(other) is Value:
+        if type(other) is PyValue:
             return _rec2(ADD, self, other)
         return _num(ADDC, self, other, ADD)
 
     __radd__ = __add__  # other + self: x + c == c + x exactly
 
     def __mul__(self, other: Operand) -> Value:
-        if type(other) is Value:
+        if type(other) is PyValue:
             return _rec2(MUL, self, other)
         return _num(MULC, self, other, MUL)
 
     __rmul__ = __mul__  # other * self
 
     def __sub__(self, other: Operand) -> Value:
-        if type(other) is Value:
+        if type(other) is PyValue:
             return _rec2(SUB, self, other)
         try:
             c = -_const(other)  # x - c == x + (-c) exactly
@@ -244,7 +251,7 @@ class Value:
         return _num(RSUBC, self, other, -1)
 
     def __truediv__(self, other: Operand) -> Value:
-        if type(other) is Value:
+        if type(other) is PyValue:
             return _rec2(DIV, self, other)
         try:
             return _recc(DIVC, self, _const(other))  # C records micrograd's x * c**-1 (ta_record_at)
@@ -257,7 +264,7 @@ class Value:
     def __pow__(self, other: Operand, modulo: None = None) -> Value:
         if modulo is not None:
             return NotImplemented
-        if type(other) is Value:
+        if type(other) is PyValue:
             return _rec2(POW, self, other)
         return _num(POWC, self, other, POW)
 
@@ -404,6 +411,10 @@ class Value:
             out.add(v)
         return out
 
+    def _set_label(self, label: str) -> None:  # Value(x, label=...) on either front
+        from .wengert import set_label
+        set_label(self, label)
+
     if TYPE_CHECKING:  # set by tapead.wengert (Value.label = property(...))
         @property
         def label(self) -> str: ...
@@ -493,7 +504,7 @@ def _rec2(op: int, a: Value, b: Value) -> Value:
     i = _op2(op, a._i, b._i, t.key)
     if i < 0:
         return _slow(i, t, _op2, op, a._i, b._i)
-    v = _new(Value); v._i = i; v._t = t
+    v = _new(PyValue); v._i = i; v._t = t
     return v
 
 
@@ -503,7 +514,7 @@ def _recc(op: int, a: Value, c: Any) -> Value:
     i = _opc(op, a._i, c, t.key)
     if i < 0:
         return _slow(i, t, _opc, op, a._i, c)
-    v = _new(Value); v._i = i; v._t = t
+    v = _new(PyValue); v._i = i; v._t = t
     return v
 
 
@@ -512,7 +523,7 @@ def _rec1(op: int, a: Value) -> Value:
     i = _op1(op, a._i, t.key)
     if i < 0:
         return _slow(i, t, _op1, op, a._i)
-    v = _new(Value); v._i = i; v._t = t
+    v = _new(PyValue); v._i = i; v._t = t
     return v
 
 
@@ -551,7 +562,7 @@ def maximum(a: Operand, b: Operand) -> Value:
     >>> tapead.maximum(0.0, tapead.Value(-1.5))
     Value(data=0.0, grad=0.0)
     """
-    return _binary_fn(MAX, a, b)
+    return as_value(a).maximum(b)
 
 
 def minimum(a: Operand, b: Operand) -> Value:
@@ -564,7 +575,7 @@ def minimum(a: Operand, b: Operand) -> Value:
     >>> x = tapead.Value(2.0); m = tapead.minimum(x, 2.0); m.backward(); x.grad
     0.5
     """
-    return _binary_fn(MIN, a, b)
+    return as_value(a).minimum(b)
 
 
 def collect() -> int:
@@ -584,3 +595,43 @@ def collect() -> int:
     else:
         _tl.tok = NOTOKEN
     return _core.collect()
+
+
+# ------------------------------------------------------------ the fronts
+# tapead.Value is the native type (csrc/native.c) on CPython, or the class
+# above (the cffi front: PyPy's fast path, TAPEAD_FRONT=cffi on CPython).
+# The native type implements what is hot in C; what is not is written once,
+# above, and assigned onto it.
+PyValue = Value
+FRONT = "cffi"
+_SHARED = ("__repr__", "__lt__", "__le__", "__gt__", "__ge__", "__array_ufunc__", "recompute",
+           "detach", "_op", "_prev", "_set_label", "__module__")
+_DOCUMENTED = ("data", "grad", "backward", "maximum", "minimum", "relu", "tanh", "exp", "log",
+               "sigmoid", "sin", "cos", "sqrt", "abs")
+
+
+def _native_front() -> Any:
+    """The native Value type, or None where this build has none (PyPy)."""
+    if _core.lib.ta_native_install() != 0:
+        return None
+    from . import _native  # type: ignore[attr-defined]  # made by ta_native_install
+    docs = {k: getattr(PyValue, k).__doc__ or "" for k in _DOCUMENTED}
+    docs.update({k.lower(): getattr(PyValue, k.lower()).__doc__ or "" for k in OP
+                 if OP_KINDS[OP[k]] == 1 and hasattr(PyValue, k.lower())})
+    docs["Value"] = PyValue.__doc__ or ""
+    t = _native.make_type(docs)
+    for k in _SHARED:
+        setattr(t, k, PyValue.__dict__[k])
+    _native.set_hooks(error, _real, _restore)
+    return t
+
+
+if not TYPE_CHECKING:
+    _want = os.environ.get("TAPEAD_FRONT", "native")
+    if _want not in ("native", "cffi"):
+        raise ImportError(f"TAPEAD_FRONT must be 'native' or 'cffi', not {_want!r}")
+    _nt = _native_front() if _want == "native" else None
+    if _nt is not None:
+        Value = _nt
+        FRONT = "native"
+        handles = sys.modules["tapead._native"].adopt   # held() reaches it through this global

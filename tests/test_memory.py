@@ -164,6 +164,7 @@ def test_handle_values_distinct_after_slot_reuse():
 
 @pytest.mark.parametrize("bogus", [0, 1, 12345, 2**31 - 1, 2**40 + 17, 2**62, -1, -12345,
                                    -(2**63)])
+@pytest.mark.skipif(tapead.FRONT != "cffi", reason="a native handle's node cannot be set from Python")
 def test_forged_handles_raise_tape_error(bogus):
     v = Value.__new__(Value)
     v._i = bogus
@@ -171,6 +172,19 @@ def test_forged_handles_raise_tape_error(bogus):
     assert_every_use_refused(v, Value(1.0), tapead.TapeError)
 
 
+@pytest.mark.parametrize("make", [lambda: Value.__new__(Value), lambda: object.__new__(Value)])
+def test_a_value_never_initialised_refuses_every_use(make):
+    """Made without __init__: a clear error on every use, on either front,
+    and no memory touched that it does not own."""
+    try:
+        v = make()
+    except TypeError:   # the native type refuses object.__new__ outright
+        assert tapead.FRONT == "native"
+        return
+    assert_every_use_refused(v, Value(1.0), TypeError)
+
+
+@pytest.mark.skipif(tapead.FRONT != "cffi", reason="a native handle's node cannot be set from Python")
 def test_forged_handle_to_an_unused_slot_of_this_tape():
     real = Value(1.0)
     tag = real._i >> 32
