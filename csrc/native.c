@@ -266,6 +266,38 @@ static PyObject *va_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
     return (PyObject *)v;
 }
 
+/* Value(x) with one float or int: the leaf is made here, without tp_new
+ * and tp_init's argument parsing (a third of a leaf's cost).  Every other
+ * call, and every subclass, takes the ordinary route. */
+static PyObject *va_vectorcall(PyObject *tp, PyObject *const *args, size_t nargsf, PyObject *kwn)
+{
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    PyObject *targs, *kw = NULL, *r;
+    if (n == 1 && (!kwn || PyTuple_GET_SIZE(kwn) == 0) &&
+        (PyFloat_CheckExact(args[0]) || PyLong_CheckExact(args[0]))) {
+        ta_tape *T;
+        ta_seg *where = NULL;
+        double x = PyFloat_CheckExact(args[0]) ? PyFloat_AS_DOUBLE(args[0]) : PyLong_AsDouble(args[0]);
+        int64_t id;
+        if (x == -1.0 && PyErr_Occurred()) return NULL;
+        if (!(T = va_tape())) return NULL;
+        id = ta_leaf_at(T, x, TA_NOKEY, &where);
+        return va_result(T, id, where);
+    }
+    if (!(targs = PyTuple_New(n))) return NULL;
+    for (Py_ssize_t k = 0; k < n; k++) { Py_INCREF(args[k]); PyTuple_SET_ITEM(targs, k, args[k]); }
+    if (kwn && PyTuple_GET_SIZE(kwn)) {
+        if (!(kw = PyDict_New())) { Py_DECREF(targs); return NULL; }
+        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(kwn); k++)
+            if (PyDict_SetItem(kw, PyTuple_GET_ITEM(kwn, k), args[n + k]) < 0) {
+                Py_DECREF(targs); Py_DECREF(kw); return NULL;
+            }
+    }
+    r = PyType_Type.tp_call(tp, targs, kw);
+    Py_DECREF(targs); Py_XDECREF(kw);
+    return r;
+}
+
 static void va_dealloc(PyObject *self)
 {
     va_obj *v = (va_obj *)self;
@@ -422,6 +454,7 @@ static PyObject *va_make_type(PyObject *mod, PyObject *docs)
     slots[14].pfunc = va_doc_of(docs, "Value");
     va_type = (PyTypeObject *)PyType_FromSpec(&spec);
     if (!va_type) return NULL;
+    va_type->tp_vectorcall = va_vectorcall;      /* not inherited: subclasses call normally */
     Py_INCREF(va_type);
     return (PyObject *)va_type;
 }
