@@ -77,6 +77,7 @@ int     ta_unhold_ids(const int64_t *ids, size_t n);
 /* val (what 0) or adj (1) of node `off` of a held segment, from any thread:
  * what pickling a Value needs, wherever the pickler runs. */
 double  ta_peek(ta_seg *seg, uint32_t off, int what);
+size_t  ta_seg_bytes(void);             /* the memory one segment takes */
 int64_t ta_tapes_alive(void);
 /* native.c: put the native front (module tapead._native) into sys.modules;
  * TA_OK, or a status if this build has none (PyPy) or it failed. */

@@ -146,6 +146,8 @@ int ta_cur_hold(int arena, ta_seg **seg, int64_t *key)
     return TA_OK;
 }
 
+size_t ta_seg_bytes(void) { return sizeof(ta_seg); }
+
 double ta_peek(ta_seg *s, uint32_t off, int what)
 {
     if (!s || off >= TA_SEG) return NAN;

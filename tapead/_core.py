@@ -199,9 +199,11 @@ class _Token:
 
     def __init__(self, key: int, seg: Any) -> None:
         self.key = key
-        self.seg = ffi.gc(seg, lib.ta_unhold)  # adopts one hold
+        # adopts one hold; size tells a tracing GC (PyPy's) what it keeps alive
+        self.seg = ffi.gc(seg, lib.ta_unhold, size=_SEG_BYTES)
 
 
+_SEG_BYTES = lib.ta_seg_bytes()
 NOTOKEN = _Token.__new__(_Token)  # holds nothing; its key matches no segment
 NOTOKEN.key = -2
 NOTOKEN.seg = None
