@@ -88,10 +88,16 @@ static ta_tape *va_tape(void)
 
 /* ------------------------------------------------------ making Values */
 
+/* Freed Values of the exact type wait here for reuse (a training step
+ * frees as many as it makes); only touched with the GIL held. */
+#define VA_FREE_MAX 4096
+static va_obj *va_free[VA_FREE_MAX];
+static int va_nfree = 0;
+
 /* A new Value for node `off` of segment s, taking a hold on s. */
 static PyObject *va_wrap(ta_seg *s, uint32_t off)
 {
-    va_obj *v = PyObject_Malloc(sizeof(va_obj));
+    va_obj *v = va_nfree ? va_free[--va_nfree] : PyObject_Malloc(sizeof(va_obj));
     if (!v) return PyErr_NoMemory();
     PyObject_Init((PyObject *)v, va_type);   /* increfs the heap type */
     v->node = (uintptr_t)s | off;
@@ -107,7 +113,14 @@ static PyObject *va_result(ta_tape *T, int64_t id, ta_seg *where)
     return va_wrap(where, TA_OFF((uint32_t)id));
 }
 
-static int va_is(PyObject *o) { return Py_IS_TYPE(o, va_type) || PyObject_TypeCheck(o, va_type); }
+/* Is o a Value?  Exact floats and ints, the commonest other operands, are
+ * told apart before the walk over o's class hierarchy. */
+static int va_is(PyObject *o)
+{
+    if (Py_IS_TYPE(o, va_type)) return 1;
+    if (PyFloat_CheckExact(o) || PyLong_CheckExact(o)) return 0;
+    return PyObject_TypeCheck(o, va_type);
+}
 
 /* A plain-number operand as a double: exactly what cffi accepts for a
  * double on the cffi front (PyFloat_AsDouble).  Returns 0, or -1 if o is
@@ -304,7 +317,8 @@ static void va_dealloc(PyObject *self)
     PyTypeObject *tp = Py_TYPE(self);
     if (v->weaklist) PyObject_ClearWeakRefs(self);
     if (v->node) ta_unhold_seg(VA_SEG(v->node));
-    tp->tp_free(self);
+    if (tp == va_type && va_nfree < VA_FREE_MAX) va_free[va_nfree++] = v;   /* PyObject_Init remakes it */
+    else tp->tp_free(self);
     Py_DECREF(tp);
 }
 

@@ -8,7 +8,7 @@
 from ._core import AnomalyError, TapeadError, TapeError, set_limit
 from .modes import detect_anomaly, no_grad
 from ._core import stats as tape_stats
-from .engine import Value, maximum, minimum, collect, FRONT
+from .engine import Value, maximum, minimum, collect, FRONT as FRONT
 from .functions import sin, cos, sqrt, abs, exp, log, tanh, relu, sigmoid
 from .forward import jvp
 from .wengert import wengert, Wengert, set_label, get_label

@@ -5,7 +5,9 @@ medians measured in this same run.  Rows:
   forward   ns per recorded op (deep chain, wide sum, micrograd's README expression)
   backward  ns per node of one backward() over the graph just recorded
   memory    tape bytes per node
-  demo      one training step of micrograd's demo notebook (graph rebuilt every step)
+  demo      one training step of micrograd's demo notebook (graph rebuilt every step);
+            also the same model written with plain Values (no nn), against
+            micrograd and xad-py (when installed)
 Options: --quick (under a minute), --json FILE, --no-micrograd.
 """
 from __future__ import annotations
@@ -208,6 +210,78 @@ def demo_rounds(steppers: Dict[str, Tuple[Callable[[], float], int]], rounds: in
     return {k: statistics.median(v) for k, v in ts.items()}
 
 
+def plain_stepper(lib: str) -> Optional[Callable[[], float]]:
+    """The demo model written with plain Values, as users write their own
+    (no nn module): micrograd's MLP(2, [16, 16, 1]) as lists of weights, its
+    SVM loss and L2 term, SGD.  lib: "tapead", "micrograd" or "xad" (xad-py,
+    a C++ tape behind pybind11).  A function running the next step and
+    returning its seconds, or None if lib is not installed."""
+    import random
+    _, X, y = demo.setup(tapead.nn)
+    random.seed(1337)
+    init = [[([random.uniform(-1, 1) for _ in range(nin)], 0.0) for _ in range(nout)]
+            for nin, nout in ((2, 16), (16, 16), (16, 1))]
+    rows = [[float(a) for a in x] for x in X]
+    labels = [float(t) for t in y]
+    tape: Any = None
+    if lib == "xad":
+        try:
+            import xad.math as xm
+            from xad.adj_1st import Real as V, Tape
+        except ImportError:
+            return None
+        tape = Tape()
+        tape.activate()
+
+        def relu(v: Any) -> Any:
+            return xm.fmax(v, 0.0)
+    else:
+        if lib == "micrograd" and micrograd is None:
+            return None
+        V = tapead.Value if lib == "tapead" else micrograd.engine.Value
+
+        def relu(v: Any) -> Any:
+            return v.relu()
+    flat = [w for layer in init for ws, b in layer for w in ws + [b]]
+    params = [V(w) for w in flat]
+    k = [0]
+
+    def run() -> float:
+        t0 = time.perf_counter()
+        if tape is not None:          # xad: inputs are registered anew for each recording
+            tape.newRecording()
+            params[:] = [V(w) for w in flat]
+            for p in params:
+                tape.registerInput(p)
+        it = iter(params)             # micrograd's parameter order: each neuron's w, then b
+        layers = [[([next(it) for _ in ws], next(it)) for ws, _ in layer] for layer in init]
+        scores = []
+        for x in rows:
+            act = x
+            for i, layer in enumerate(layers):
+                act = [sum((wi * xi for wi, xi in zip(ws, act)), b) for ws, b in layer]
+                if i < 2:
+                    act = [relu(a) for a in act]
+            scores.append(act[0])
+        data_loss = sum(relu(1 + -yi * si) for yi, si in zip(labels, scores)) * (1.0 / len(rows))
+        total = data_loss + 1e-4 * sum(p * p for p in params)
+        lr = 1.0 - 0.9 * (k[0] % 100) / 100
+        if tape is not None:
+            tape.registerOutput(total)
+            total.derivative = 1.0
+            tape.computeAdjoints()
+            flat[:] = [p.value - lr * p.derivative for p in params]
+        else:
+            for p in params:
+                p.grad = 0.0
+            total.backward()
+            for p in params:
+                p.data -= lr * p.grad
+        k[0] += 1
+        return time.perf_counter() - t0
+    return run
+
+
 _PEAK_CODE = r"""
 import gc, resource, sys
 def peak():
@@ -304,6 +378,10 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
         "tapead": (demo_stepper(tapead.nn, tapead.Value), 3),
         "tapead_op_by_op": (demo_stepper(tapead.nn, tapead.Value, fused=False), 3),
         "tapead_optim": (demo_stepper(tapead.nn, tapead.Value, use_optim=True), 3)}
+    for lib_name in ("tapead", "xad", "micrograd"):   # the model written with plain Values
+        run_plain = plain_stepper(lib_name) if (lib_name != "micrograd" or mg is not None) else None
+        if run_plain is not None:
+            steppers[f"plain_{lib_name}"] = (run_plain, 1 if lib_name == "micrograd" else 3)
     if mg is not None:
         steppers["micrograd"] = (demo_stepper(micrograd.nn, micrograd.engine.Value), 1)
     d = demo_rounds(steppers, demo_steps)
@@ -314,6 +392,13 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
                        ("tapead_optim", "demo step with optim.SGD, ms")):
         rows.append((label, "", f"{d[key] * 1e3:.1f}", fmt_ms(m_demo),
                      f"{m_demo / d[key]:.1f}x faster than micrograd" if m_demo else ""))
+
+    p_t, p_x, p_m = d.get("plain_tapead"), d.get("plain_xad"), d.get("plain_micrograd")
+    if p_t:
+        cmp = [f"{p_m / p_t:.0f}x faster than micrograd" if p_m else "",
+               f"{p_x / p_t:.1f}x faster than xad-py ({p_x * 1e3:.1f} ms)" if p_x else ""]
+        rows.append((f"demo model in plain Values (no nn), ms ({tapead.FRONT} front)", "",
+                     f"{p_t * 1e3:.1f}", fmt_ms(p_m), ", ".join(c for c in cmp if c)))
 
     note("peak memory of one demo step (fresh processes)")
     t_peak = peak_step_bytes("tapead")
