@@ -215,3 +215,39 @@ def test_micrograd_sanity_check_exact():
     assert y.data == my.data
     assert x.grad == mx.grad
     assert (y.data, x.grad) == (-20.0, 46.0)
+
+
+# ------------------------------------------------------------ the fronts
+def test_front_is_named_and_native_on_cpython_by_default():
+    import os
+    import platform
+    want = os.environ.get("TAPEAD_FRONT", "native")
+    expect = "native" if (want == "native" and platform.python_implementation() == "CPython") else "cffi"
+    assert tapead.FRONT == expect
+
+
+@pytest.mark.skipif(tapead.FRONT != "native", reason="the native type's size")
+def test_a_native_value_is_32_bytes():
+    import sys
+    assert sys.getsizeof(Value(1.0)) <= 32
+
+
+def test_a_python_subclass_keeps_its_methods_on_top_of_the_operators():
+    class ValueExt(Value):
+        def cube(self):
+            return self * self * self
+
+    a = ValueExt(2.0)
+    a.note = "mine"                       # a subclass has a __dict__
+    y = a.cube() + ValueExt(1.0) * a
+    y.backward()
+    assert (y.data, a.grad, a.note) == (10.0, 13.0, "mine")
+    assert isinstance(a, Value) and type(a.cube()) is Value
+
+
+def test_an_unknown_front_is_refused():
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-c", "import tapead"], capture_output=True, text=True,
+                       env={**__import__("os").environ, "TAPEAD_FRONT": "fast"})
+    assert r.returncode != 0 and "TAPEAD_FRONT must be 'native' or 'cffi'" in r.stderr
