@@ -555,7 +555,9 @@ ta_seg *ta_seg_of(int64_t id)
     return (T && ta_resolve_any(T, id, &s, &o, &ng) == TA_OK) ? s : NULL;
 }
 
-int ta_hold_ids(const int64_t *ids, size_t n)
+/* One more hold (take) or one less (drop) on each id's segment; every id is
+ * checked before anything changes. */
+static int ta_holds_ids(const int64_t *ids, size_t n, int take)
 {
     ta_tape *T = ta_self();
     ta_seg *s; uint32_t o; int st, ng;
@@ -565,25 +567,13 @@ int ta_hold_ids(const int64_t *ids, size_t n)
         if ((st = ta_resolve_any(T, ids[i], &s, &o, &ng)) != TA_OK) return st;
     for (i = 0; i < n; i++) {
         ta_resolve_any(T, ids[i], &s, &o, &ng);
-        ta_hold(s);
+        if (take) ta_hold(s); else ta_unhold_seg(s);
     }
     return TA_OK;
 }
 
-int ta_unhold_ids(const int64_t *ids, size_t n)
-{
-    ta_tape *T = ta_self();
-    ta_seg *s; uint32_t o; int st, ng;
-    size_t i;
-    if (!T) return TA_ENOMEM;
-    for (i = 0; i < n; i++)
-        if ((st = ta_resolve_any(T, ids[i], &s, &o, &ng)) != TA_OK) return st;
-    for (i = 0; i < n; i++) {
-        ta_resolve_any(T, ids[i], &s, &o, &ng);
-        ta_unhold_seg(s);
-    }
-    return TA_OK;
-}
+int ta_hold_ids(const int64_t *ids, size_t n)   { return ta_holds_ids(ids, n, 1); }
+int ta_unhold_ids(const int64_t *ids, size_t n) { return ta_holds_ids(ids, n, 0); }
 
 /* ------------------------------------------------------------- modes */
 

@@ -214,7 +214,9 @@ def plain_stepper(lib: str) -> Optional[Callable[[], float]]:
     """The demo model written with plain Values, as users write their own
     (no nn module): micrograd's MLP(2, [16, 16, 1]) as lists of weights, its
     SVM loss and L2 term, SGD.  lib: "tapead", "micrograd" or "xad" (xad-py,
-    a C++ tape behind pybind11).  A function running the next step and
+    a C++ tape behind pybind11), or "floats": the step's Python skeleton on
+    plain floats, forward and loss only (the least any scalar library could
+    cost).  A function running the next step and
     returning its seconds, or None if lib is not installed."""
     import random
     _, X, y = demo.setup(tapead.nn)
@@ -235,6 +237,11 @@ def plain_stepper(lib: str) -> Optional[Callable[[], float]]:
 
         def relu(v: Any) -> Any:
             return xm.fmax(v, 0.0)
+    elif lib == "floats":
+        V = float
+
+        def relu(v: Any) -> Any:
+            return v if v > 0.0 else 0.0
     else:
         if lib == "micrograd" and micrograd is None:
             return None
@@ -266,7 +273,9 @@ def plain_stepper(lib: str) -> Optional[Callable[[], float]]:
         data_loss = sum(relu(1 + -yi * si) for yi, si in zip(labels, scores)) * (1.0 / len(rows))
         total = data_loss + 1e-4 * sum(p * p for p in params)
         lr = 1.0 - 0.9 * (k[0] % 100) / 100
-        if tape is not None:
+        if lib == "floats":
+            pass
+        elif tape is not None:
             tape.registerOutput(total)
             total.derivative = 1.0
             tape.computeAdjoints()
