@@ -204,6 +204,10 @@ def demo_rounds(steppers: Dict[str, Tuple[Callable[[], float], int]], rounds: in
     """Median step seconds of each stepper, run in interleaved rounds (each
     round runs every stepper its given number of steps)."""
     ts: Dict[str, List[float]] = {k: [] for k in steppers}
+    if platform.python_implementation() == "PyPy":   # let the JIT compile each step first
+        for run, per_round in steppers.values():
+            for _ in range(10 * per_round):
+                run()
     for _ in range(rounds):
         for name, (run, per_round) in steppers.items():
             ts[name].extend(run() for _ in range(per_round))
