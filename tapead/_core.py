@@ -7,9 +7,10 @@ the segments its Values live in (csrc/tapead.h: holds).
 """
 from __future__ import annotations
 
+import gc
 import operator
 import threading
-from typing import Any, Dict, List, Optional, SupportsInt
+from typing import Any, Callable, Dict, List, Optional, SupportsInt
 
 from ._tapead_c import ffi as ffi, lib as lib  # re-exported (the "as" tells type checkers)
 
@@ -245,6 +246,25 @@ def adopt(ids: List[int]) -> List[_Token]:
         if rest:
             lib.ta_unhold_ids(ffi.new("int64_t[]", rest), len(rest))
     return out
+
+
+def reclaim() -> None:
+    """Let the interpreter's garbage collector drop the holds of Values that
+    are garbage, so the tape's next collection frees their segments.  Under
+    CPython's reference counting they are dropped at once (this only finds
+    cycles); on PyPy, only when its collector runs."""
+    gc.collect()
+
+
+def within_limit(fn: Callable[..., int], *args: Any) -> int:
+    """fn(*args), a C call that records nodes; if the node limit refuses it
+    (TA_ELIMIT: such a call changes nothing), once more after reclaim(), so
+    garbage never counts against the limit, whatever the interpreter."""
+    st = fn(*args)
+    if st == lib.TA_ELIMIT:
+        reclaim()
+        st = fn(*args)
+    return st
 
 
 def stats() -> Dict[str, int]:
