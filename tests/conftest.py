@@ -64,17 +64,20 @@ def release_garbage(every=0):
     """Drop the holds of Values that are garbage now, as CPython's reference
     counting does the moment they die (so a no-op there).  On PyPy they go
     only when its collector runs: run it.  In a loop, every=n runs it only
-    once this thread's tape and no_grad arena have grown by n nodes since it
-    last ran (a full collection per step would take minutes on PyPy); the
-    tape's own reclamation, under test, does the rest."""
+    once this thread's tape and no_grad arena have taken n more nodes since
+    it last ran (the growth seen between calls, so the tape's own
+    collections in between do not hide it; a full collection per step would
+    take minutes on PyPy); the tape's own reclamation, under test, does the
+    rest."""
     if REFCOUNTED:
         return
     if every:
         from tapead._core import lib
         n = tapead.tape_stats()["nodes"] + lib.ta_nograd_nodes()
-        last = min(getattr(_since, "nodes", 0), n)
-        _since.nodes = last if n - last < every else n
-        if n - last < every:
+        grown = getattr(_since, "grown", 0) + max(0, n - getattr(_since, "nodes", n))
+        _since.nodes = n
+        _since.grown = grown if grown < every else 0
+        if grown < every:
             return
     gc.collect()
 

@@ -294,18 +294,18 @@ def test_loops_that_record_only_through_bulk_calls_reclaim():
             score = model([random.uniform(-1, 1), random.uniform(-1, 1)])
             score.data > 0
             peak = max(peak, tapead.tape_stats()["nodes"])
-            release_garbage(every=16 * SEG)
+            release_garbage(every=10 * SEG)
         bound = 40 * SEG                          # a step records ~900 nodes; 3000 steps ~2.7M
         assert peak < bound, peak
         x = Value(0.5); f = (x * x).tanh()
         for i in range(3000):
             g = tapead.grad(f, x, create_graph=True)
-            release_garbage(every=16 * SEG)
+            release_garbage(every=10 * SEG)
         assert tapead.tape_stats()["nodes"] < bound
         assert g.data == pytest.approx(2 * 0.5 * (1 - np.tanh(0.25) ** 2))
         for i in range(300):
             xs = tapead.values([0.0] * 1000)
-            release_garbage(every=16 * SEG)
+            release_garbage(every=10 * SEG)
         assert tapead.tape_stats()["nodes"] < bound
         assert len(xs) == 1000
         return True
