@@ -294,6 +294,10 @@ def collect() -> int:
 def set_limit(max_nodes: Optional[SupportsInt]) -> None:
     """Cap this thread's tape at max_nodes nodes (None or 0: no cap).
 
+    Garbage does not count: the tape reclaims before it refuses (the cffi
+    front runs the garbage collector first: on PyPy, dead Values let go of
+    the tape only then).
+
     >>> import tapead
     >>> tapead.set_limit(1_000_000); tapead.tape_stats()["limit"]
     1000000
