@@ -222,11 +222,12 @@ int ta_gc(ta_tape *T)
     return (int)freed;
 }
 
+/* tapead.collect(): the tape and its no_grad arena, now */
 int ta_collect(void)
 {
     ta_tape *T = ta_self();
     if (!T) return TA_ENOMEM;
-    return ta_gc(T);
+    return ta_gc(T) + (T->ng ? ta_gc(T->ng) : 0);
 }
 
 /* --------------------------------------------------------------- append */

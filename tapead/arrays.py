@@ -47,7 +47,8 @@ def values(arr: ArrayLike) -> List[Value]:
     import numpy as np
     a = floats(arr, "values()").ravel()
     ids = np.empty(a.size, dtype=np.int64)
-    n = _lib.ta_leaves(_ffi.from_buffer("double[]", a), a.size, _ffi.from_buffer("int64_t[]", ids))
+    n = _core.within_limit(_lib.ta_leaves, _ffi.from_buffer("double[]", a), a.size,
+                           _ffi.from_buffer("int64_t[]", ids))
     if n < 0:
         raise _core.error(n)
     return handles(ids.tolist())

@@ -41,6 +41,7 @@ _ta_check = _core.lib.ta_check
 _new = object.__new__
 _peek = _core.lib.ta_peek
 _OFFMASK = (1 << _core.SHIFT) - 1
+_ELIMIT = _core.lib.TA_ELIMIT
 
 # The current token of one thread (the first to record) sits in a module
 # global, read by every recording call; other threads keep theirs in a
@@ -67,22 +68,29 @@ def _mine() -> _Token:
 def _slow(code: int, used: _Token, fn: Callable[..., int], *args: Any) -> Value:
     """Slow path of every recording call `fn(*args, key)`: raise for an error
     status, or (TA_NEEDSEG/NEEDNG) retry with this thread's own current token,
-    holding the segment the node goes to first if that token is not it."""
+    holding the segment the node goes to first if that token is not it; or
+    (TA_ELIMIT, once) retry after _core.reclaim(), as _core.within_limit."""
     global _tok, _fast
+    t = used
+    reclaimed = False
     while True:
-        if code != NEEDSEG and code != NEEDNG:
+        if code == _ELIMIT and not reclaimed:
+            reclaimed = True
+            _core.reclaim()
+        elif code != NEEDSEG and code != NEEDNG:
             raise error(code)
-        t = _mine()
-        if t is used:
-            t = _core.hold_current(code)
-            me = get_ident()
-            if _fast is None:
-                _fast = me
-                _tl.fast_exit = _FastExit()
-            if _fast == me:
-                _tok = t
-            else:
-                _tl.tok = t
+        else:
+            t = _mine()
+            if t is used:
+                t = _core.hold_current(code)
+                me = get_ident()
+                if _fast is None:
+                    _fast = me
+                    _tl.fast_exit = _FastExit()
+                if _fast == me:
+                    _tok = t
+                else:
+                    _tl.tok = t
         code = fn(*args, t.key)
         if code >= 0:
             v = _new(PyValue); v._i = code; v._t = t

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from numpy.typing import ArrayLike
     _F64Array = npt.NDArray[numpy.float64]
 
-from ._core import ffi, lib, error
+from ._core import ffi, lib, error, within_limit
 from .arrays import floats
 from .engine import Value, handles, node_ids
 
@@ -69,7 +69,7 @@ def grad(outputs: Union[Value, Iterable[Value]], inputs: Union[Value, Iterable[V
         w = ffi.new("double[]", ws)
     if create_graph:
         gids = ffi.new("int64_t[]", max(nin, 1))
-        _check(lib.ta_grad_graph(outs, w, nout, ins, nin, gids))
+        _check(within_limit(lib.ta_grad_graph, outs, w, nout, ins, nin, gids))
         res = handles(gids[0:nin])
     else:
         g = ffi.new("double[]", max(nin, 1))

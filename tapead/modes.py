@@ -6,16 +6,23 @@ as the tapes are.
 Each block holds a C token (ta_mode_tok) that C arms when the block is
 entered; the mode is on while an armed token lives, and freeing a token
 disarms it (it is an ffi.gc object whose destructor is C's ta_mode_leave).
-So a KeyboardInterrupt delivered right after a C call -- which is where
-Python handles pending signals -- cannot leave the thread in the mode for
-good: if it aborts __enter__ after the arming, __enter__ disarms; if it
-aborts __exit__ before the disarming, the token is freed with the manager
-(at once for `with tapead.no_grad():`; a manager you keep in a variable
-holds the mode until it is freed or its next block exits).
+
+A `with` statement leaves the mode without running Python code: it looks
+__exit__ up before it calls __enter__ (the language reference fixes that
+order), so the lookup makes the token this block will arm and hands the
+statement that token's own __exit__ (cffi's release, in C, which runs the
+destructor).  So a KeyboardInterrupt -- which Python delivers only between
+bytecodes or as a call returns -- has no Python frame to land in between
+the block's end and the disarming, on any interpreter: if it aborts
+__enter__ after the arming, __enter__ disarms.  __enter__ and __exit__
+called by hand (contextlib.ExitStack, or directly) keep their tokens in a
+list; there an interrupted __exit__ leaves the token to be disarmed when
+the manager is freed (at once under CPython's reference counting, at the
+next collection on PyPy).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, List, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, List, Literal, Optional, TypeVar
 
 import functools
 
@@ -29,30 +36,60 @@ _M = TypeVar("_M", bound="_Mode")
 _ffi, _lib = _core.ffi, _core.lib
 
 
+class _ExitSlot:
+    """_Mode.__exit__: for a `with` statement (looked up on an instance before
+    __enter__ runs), the C-level __exit__ of the token __enter__ will arm;
+    looked up after a hand-called __enter__, or on the class (ExitStack),
+    the Python method that leaves the innermost hand-entered block."""
+
+    def __get__(self, mgr: Optional[_Mode], cls: Any = None) -> Callable[..., Any]:
+        if mgr is None:
+            return _Mode._leave
+        if mgr._held:          # a block entered by hand is open: this is its __exit__
+            return mgr._leave
+        tok = _token()
+        mgr._next = tok
+        release: Callable[..., Any] = tok.__exit__   # ffi.release: runs ta_mode_leave, no Python frame
+        return release
+
+
+def _token() -> Any:
+    return _ffi.gc(_ffi.new("ta_mode_tok *"), _lib.ta_mode_leave)   # unarmed until C arms it
+
+
 class _Mode:
     """Base of a context manager / decorator that holds a C per-thread mode."""
     _mode = 0          # ta_mode_enter's mode: 1 no_grad, 2 detect_anomaly
 
     def __init__(self) -> None:
-        self._held: List[Any] = []   # tokens of this manager's open blocks (it may nest in itself)
+        self._next: Any = None       # the token a `with` statement's __exit__ releases
+        self._held: List[Any] = []   # tokens of blocks entered by hand, innermost last
 
     def __enter__(self: _M) -> _M:
-        tok = _ffi.gc(_ffi.new("ta_mode_tok *"), _lib.ta_mode_leave)   # unarmed until C arms it
+        tok, self._next = self._next, None
+        by_hand = tok is None
+        if by_hand:
+            tok = _token()
         try:
             st = _lib.ta_mode_enter(tok, self._mode)
             if st >= 0:
-                self._held.append(tok)
+                if by_hand:
+                    self._held.append(tok)
                 return self        # nothing that can be interrupted after the arming but this
         except BaseException:      # KeyboardInterrupt as a call returned: undo, in C
-            _ffi.release(tok)
+            _lib.ta_mode_leave(tok)
             if self._held and self._held[-1] is tok:
                 self._held.pop()
             raise
         raise _core.error(st)
 
-    def __exit__(self, *exc: object) -> Literal[False]:
+    __exit__ = _ExitSlot()
+
+    def _leave(self, *exc: object) -> Literal[False]:
+        """__exit__ of a block entered by hand: disarm (in C) before anything can be interrupted."""
         if self._held:
-            _ffi.release(self._held.pop())   # interrupted before this: freed with the manager
+            _lib.ta_mode_leave(self._held[-1])
+            self._held.pop()
         return False
 
     def __call__(self, fn: Callable[_P, _R]) -> Callable[_P, _R]:
@@ -61,6 +98,7 @@ class _Mode:
             with self.__class__():
                 return fn(*args, **kwargs)
         return wrapper
+
 
 class no_grad(_Mode):
     """Compute without recording, like torch.no_grad().

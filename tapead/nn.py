@@ -167,7 +167,8 @@ class _FusedLayer:
                     self.xid[i], xc[i] = -1, v
                 else:  # anything else (duck-typed `_i` included): micrograd's loop decides
                     return None
-        st = _lib.ta_layer(self.w, self.b, self.nout, self.nin, self.xid, xc, self.relu, self.out)
+        st = _core.within_limit(_lib.ta_layer, self.w, self.b, self.nout, self.nin, self.xid, xc,
+                                self.relu, self.out)
         if st:
             if st in (_lib.TA_EBADOP, _lib.TA_ENOGRAD):
                 return None

@@ -1,7 +1,10 @@
 """Shared helpers: micrograd as the reference, extended with the tanh and exp
-that micrograd's lecture version has (0.1.0 ships without them); and a
-function run on a thread of its own (so on a tape of its own)."""
+that micrograd's lecture version has (0.1.0 ships without them); a
+function run on a thread of its own (so on a tape of its own); and
+release_garbage(), for tests that mean "once the garbage is gone"."""
+import gc
 import math
+import platform
 import threading
 
 import tapead
@@ -51,6 +54,32 @@ class MG(_MG):
 @pytest.fixture
 def mg():
     return MG
+
+
+REFCOUNTED = platform.python_implementation() == "CPython"
+_since = threading.local()
+
+
+def release_garbage(every=0):
+    """Drop the holds of Values that are garbage now, as CPython's reference
+    counting does the moment they die (so a no-op there).  On PyPy they go
+    only when its collector runs: run it.  In a loop, every=n runs it only
+    once this thread's tape and no_grad arena have taken n more nodes since
+    it last ran (the growth seen between calls, so the tape's own
+    collections in between do not hide it; a full collection per step would
+    take minutes on PyPy); the tape's own reclamation, under test, does the
+    rest."""
+    if REFCOUNTED:
+        return
+    if every:
+        from tapead._core import lib
+        n = tapead.tape_stats()["nodes"] + lib.ta_nograd_nodes()
+        grown = getattr(_since, "grown", 0) + max(0, n - getattr(_since, "nodes", n))
+        _since.nodes = n
+        _since.grown = grown if grown < every else 0
+        if grown < every:
+            return
+    gc.collect()
 
 
 def on_fresh_tape(fn):

@@ -7,6 +7,7 @@ from hypothesis import given, settings, strategies as st
 
 import tapead
 from tapead import Value, grad, hvp, hessian, jacobian
+from conftest import release_garbage
 
 coord = st.floats(-2.0, 2.0, allow_nan=False)
 
@@ -265,11 +266,13 @@ def test_recorded_gradients_survive_collection_and_memory_is_bounded():
     xs = [Value(0.1 * i) for i in range(20)]
     f = sum(v.tanh() * v for v in xs)
     hvp(f, xs, np.ones(20))
+    release_garbage()
     tapead.collect()
     base = tapead.tape_stats()["segments"]
     for _ in range(200):   # records ~100k nodes in all, none kept
         hvp(f, xs, np.ones(20))
         grad(f, xs, create_graph=True)
+    release_garbage()
     tapead.collect()
     assert tapead.tape_stats()["segments"] <= base + 2
 

@@ -8,7 +8,7 @@ import pytest
 import tapead
 from tapead import Value
 
-from conftest import assert_every_use_refused, on_fresh_tape
+from conftest import assert_every_use_refused, on_fresh_tape, release_garbage
 
 SEG = 2048
 
@@ -60,6 +60,7 @@ def _train(steps, seed=0):
         loss.backward()
         w.data -= 0.1 * w.grad
         b.data -= 0.1 * b.grad
+        release_garbage(every=SEG)           # this step's graph is garbage now
         if k % 50 == 0:
             most = max(most, tapead.tape_stats()["nodes"])
     return w, b, most
@@ -100,6 +101,7 @@ def _training_loop_with_a_multi_segment_step():
         for i in range(200):
             x = rnd.uniform(-1, 1)
             act = sum((w * x for w in ws[:14]), ws[19]).tanh()
+            release_garbage(every=2 * SEG)   # Values that point into the tape die as the loop runs
             loss = loss + (act - x) ** 2
         if k == 0:
             step_nodes = tapead.tape_stats()["nodes"] - n0
@@ -114,11 +116,13 @@ def _training_loop_with_a_multi_segment_step():
 
 
 def test_collect_reclaims_now():
+    release_garbage()
     tapead.collect()
     before = tapead.tape_stats()["nodes"]
     xs = [Value(float(i)) for i in range(5 * SEG)]
     assert tapead.tape_stats()["nodes"] >= before + 5 * SEG
     del xs
+    release_garbage()
     freed = tapead.collect()
     assert freed >= 4
     assert tapead.tape_stats()["nodes"] <= before + SEG

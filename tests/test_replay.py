@@ -8,6 +8,7 @@ from hypothesis import given, settings, strategies as st
 
 import tapead
 from tapead import Value, GuardError
+from conftest import release_garbage
 
 
 # ------------------------------------------------------- random graphs
@@ -172,6 +173,7 @@ def test_guards_reclaimed_with_their_nodes():
         t = x * 1.5
         _ = t > 1.0
     del t
+    release_garbage()
     tapead.collect()
     # reclaimed per segment (2048 nodes): at most x's segment and the current one remain
     assert tapead.guard_count() <= 2 * 2048
