@@ -77,6 +77,32 @@ def test_no_grad_decorator_and_nesting():
     assert ws[0].grad != 0
 
 
+def test_a_mode_entered_by_hand_or_reused_leaves_as_entered():
+    """Each `with` leaves through the C __exit__ of its own token; one manager
+    reused and nested, ExitStack and hand-called __enter__/__exit__ still
+    pair up, so the mode ends exactly when the last block does."""
+    import contextlib
+    ng = tapead.no_grad()
+    with ng:
+        with ng:
+            assert lib.ta_nograd(0) == 2
+        assert lib.ta_nograd(0) == 1
+    assert lib.ta_nograd(0) == 0
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(tapead.detect_anomaly())
+        stack.enter_context(tapead.detect_anomaly())
+        assert lib.ta_anomaly(0) == 2
+    assert lib.ta_anomaly(0) == 0
+    ng.__enter__()
+    with ng:                                  # a with inside a hand-entered block
+        assert lib.ta_nograd(0) == 2
+    assert lib.ta_nograd(0) == 1
+    assert ng.__exit__(None, None, None) is False
+    assert lib.ta_nograd(0) == 0
+    ng.__exit__(None, None, None)             # one exit too many changes nothing
+    assert lib.ta_nograd(0) == 0
+
+
 def test_no_grad_exits_on_exception():
     n0 = nodes()
     with pytest.raises(ZeroDivisionError):
