@@ -290,7 +290,10 @@ class Program:
 
     def _run(self, X: Any, seed: Optional[ArrayLike], grad: Optional[str],
              threads: Optional[int], params: Optional[ArrayLike],
-             parts: bool = False) -> Tuple[_F64Array, Optional[_F64Array]]:
+             parts: bool = False, row0: int = 0) -> Tuple[_F64Array, Optional[_F64Array]]:
+        """The one call into C.  parts: return the block sums (Program.grad's
+        summed gradients are their sum in order); row0: X's first row's
+        number in error messages (a chunk of a larger X)."""
         np = _np()
         nin, nout, nwrt, npar, _ = self._dims
         X = _rows(X, nin)
@@ -324,11 +327,11 @@ class Program:
         f: Any = ffi.new("ta_fail_t *")
         st = lib.ta_prog_run(self._p, r, f)
         if st:
-            raise self._failure(st, f)
+            raise self._failure(st, f, row0)
         return Y, (P if parts else G)
 
-    def _failure(self, st: int, f: Any) -> Exception:
-        where = f" at row {f.row}"
+    def _failure(self, st: int, f: Any, row0: int) -> Exception:
+        where = f" at row {f.row + row0}"
         if st == lib.TA_EGUARD:
             return guard_error(f.kind, f.outcome, f.x, f.y, where)
         if st in (lib.TA_EZERODIV, lib.TA_EDOMAIN, lib.TA_ERANGE):
