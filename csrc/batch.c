@@ -16,27 +16,34 @@
 #include "replay.h"
 #include "ops.h"
 
-/* sum of t[0..n) in a fixed order: four interleaved lanes, then paired */
+/* Sums over the rows of a chunk, in a fixed order: row s goes to lane
+ * s % 4, in row order, and the lanes are added (l0 + l1) + (l2 + l3).  Four
+ * lanes let the adds overlap (one chained sum waits ~4 cycles per add)
+ * and vectorise; the order depends on the chunk only, never on threads. */
+#define TA_LANES(expr)                                                          \
+    double l0 = 0.0, l1 = 0.0, l2 = 0.0, l3 = 0.0;                              \
+    uint32_t s = 0;                                                             \
+    for (; s + 4u <= n; s += 4u) {                                              \
+        l0 += TA_AT(s); l1 += TA_AT(s + 1u); l2 += TA_AT(s + 2u); l3 += TA_AT(s + 3u); \
+    }                                                                           \
+    if (s < n) l0 += TA_AT(s);                                                  \
+    if (s + 1u < n) l1 += TA_AT(s + 1u);                                        \
+    if (s + 2u < n) l2 += TA_AT(s + 2u);                                        \
+    return (l0 + l1) + (l2 + l3)
+
 static double ta_lanesum(const double *t, uint32_t n)
 {
-    double l0 = 0.0, l1 = 0.0, l2 = 0.0, l3 = 0.0;
-    uint32_t s = 0;
-    for (; s + 4u <= n; s += 4u) { l0 += t[s]; l1 += t[s + 1]; l2 += t[s + 2]; l3 += t[s + 3]; }
-    for (; s < n; s++) l0 += t[s];
-    return (l0 + l1) + (l2 + l3);
+#define TA_AT(i) t[i]
+    TA_LANES();
+#undef TA_AT
 }
 
 /* the same sum of a[s] * b[s] (each product rounded, as a row would be) */
 static double ta_lanedot(const double *a, const double *b, uint32_t n)
 {
-    double l0 = 0.0, l1 = 0.0, l2 = 0.0, l3 = 0.0;
-    uint32_t s = 0;
-    for (; s + 4u <= n; s += 4u) {
-        l0 += a[s] * b[s]; l1 += a[s + 1] * b[s + 1];
-        l2 += a[s + 2] * b[s + 2]; l3 += a[s + 3] * b[s + 3];
-    }
-    for (; s < n; s++) l0 += a[s] * b[s];
-    return (l0 + l1) + (l2 + l3);
+#define TA_AT(i) (a[i] * b[i])
+    TA_LANES();
+#undef TA_AT
 }
 
 #define ROW(base, slot, ch) ((base) + (size_t)(slot) * (ch))
@@ -110,16 +117,35 @@ static int ta_fw_op(const ta_prog *P, ta_ws *W, const ta_ins *I, uint32_t off, u
 }
 
 /* r = start + p0*q0 + p1*q1 + ..., left to right, as the recorded nodes
- * did it (fwd_MUL, fwd_ADD: neither can fail). */
+ * did it (fwd_MUL, fwd_ADD: neither can fail); four w * x terms per pass
+ * over the rows, so the partial sum stays in a register. */
 static void ta_fw_dot(const ta_prog *P, ta_ws *W, const ta_ins *I, uint32_t off, uint32_t cb)
 {
     const ta_code *C = P->code;
     double *rv = ROW(W->V, C->loc[I->k], C->ch) + off;
-    uint32_t t, s;
+    uint32_t t = I->t0, end = I->t0 + I->nt, s;
     if (C->uni[I->x]) { double u = W->U[C->loc[I->x]]; for (s = 0; s < cb; s++) rv[s] = u; }
     else memcpy(rv, ROW(W->V, C->loc[I->x], C->ch) + off, cb * sizeof *rv);
-    for (t = I->t0; t < I->t0 + I->nt; t++) {
+    while (t < end) {
         uint32_t p = C->tp[t], q = C->tq[t];
+        if (t + 4u <= end && (C->tf[t] & TA_UR4)) {
+            const double w0 = W->U[C->loc[p]], w1 = W->U[C->loc[C->tp[t + 1]]];
+            const double w2 = W->U[C->loc[C->tp[t + 2]]], w3 = W->U[C->loc[C->tp[t + 3]]];
+            const double *q0 = ROW(W->V, C->loc[q], C->ch) + off;
+            const double *q1 = ROW(W->V, C->loc[C->tq[t + 1]], C->ch) + off;
+            const double *q2 = ROW(W->V, C->loc[C->tq[t + 2]], C->ch) + off;
+            const double *q3 = ROW(W->V, C->loc[C->tq[t + 3]], C->ch) + off;
+            for (s = 0; s < cb; s++) {
+                double r = rv[s], m;
+                fwd_MUL(w0, q0[s], &m); fwd_ADD(r, m, &r);
+                fwd_MUL(w1, q1[s], &m); fwd_ADD(r, m, &r);
+                fwd_MUL(w2, q2[s], &m); fwd_ADD(r, m, &r);
+                fwd_MUL(w3, q3[s], &m); fwd_ADD(r, m, &r);
+                rv[s] = r;
+            }
+            t += 4u;
+            continue;
+        }
         if (C->uni[p]) {
             const double w = W->U[C->loc[p]], *qv = ROW(W->V, C->loc[q], C->ch) + off;
             for (s = 0; s < cb; s++) { double m; fwd_MUL(w, qv[s], &m); fwd_ADD(rv[s], m, &rv[s]); }
@@ -130,6 +156,7 @@ static void ta_fw_dot(const ta_prog *P, ta_ws *W, const ta_ins *I, uint32_t off,
             const double *pv = ROW(W->V, C->loc[p], C->ch) + off, *qv = ROW(W->V, C->loc[q], C->ch) + off;
             for (s = 0; s < cb; s++) { double m; fwd_MUL(pv[s], qv[s], &m); fwd_ADD(rv[s], m, &rv[s]); }
         }
+        t++;
     }
 }
 
@@ -262,6 +289,77 @@ static void ta_rv_factor(const ta_code *C, ta_ws *W, uint32_t k, uint32_t other,
     }
 }
 
+/* Four doubles as one value, for the lanes of a sum: a GCC/Clang vector
+ * (SSE2 or AVX: elementwise IEEE, the same bits as four scalars), or a
+ * plain struct elsewhere. */
+#if defined(__GNUC__)
+typedef double ta_v4 __attribute__((vector_size(32)));
+#define TA_V4_LANE(v, l) ((v)[l])
+#define TA_V4_MULADD(acc, a, b) ((acc) + (a) * (b))
+#define TA_V4_SPLAT(v, x) ((v) = (ta_v4){(x), (x), (x), (x)})
+#else
+typedef struct { double l[4]; } ta_v4;
+#define TA_V4_LANE(v, l) ((v).l[l])
+#define TA_V4_SPLAT(v, x) do { int i_; for (i_ = 0; i_ < 4; i_++) (v).l[i_] = (x); } while (0)
+static ta_v4 TA_V4_MULADD(ta_v4 acc, ta_v4 a, ta_v4 b)
+{
+    int i;
+    for (i = 0; i < 4; i++) acc.l[i] += a.l[i] * b.l[i];
+    return acc;
+}
+#endif
+/* (macros, not functions: a function returning a 32-byte vector changes
+ * the ABI without AVX, and GCC says so) */
+#define TA_V4_LOAD(v, p) memcpy(&(v), (p), sizeof(v))
+#define TA_V4_STORE(p, v) memcpy((p), &(v), sizeof(v))
+#define TA_V4_SUM(v) ((TA_V4_LANE(v, 0) + TA_V4_LANE(v, 1)) + (TA_V4_LANE(v, 2) + TA_V4_LANE(v, 3)))
+
+/* The rows of ta_rv_dot4, four rows at a time (row s in lane s % 4). */
+static void ta_rows4(uint32_t n, const double *g, const double *const *x, double *const *a,
+                     const double *w, double *sums)
+{
+    ta_v4 L[4], gs, v, u, wj;
+    uint32_t s, l;
+    int j;
+    for (j = 0; j < 4; j++) TA_V4_SPLAT(L[j], 0.0);
+    for (s = 0; s + 4u <= n; s += 4u) {
+        TA_V4_LOAD(gs, g + s);
+        for (j = 3; j >= 0; j--) { TA_V4_LOAD(v, x[j] + s); L[j] = TA_V4_MULADD(L[j], v, gs); }
+        if (a[0])
+            for (j = 3; j >= 0; j--) {
+                TA_V4_LOAD(u, a[j] + s);
+                TA_V4_SPLAT(wj, w[j]);
+                u = TA_V4_MULADD(u, wj, gs);
+                TA_V4_STORE(a[j] + s, u);
+            }
+    }
+    for (l = 0; s < n; s++, l++) {
+        const double gr = g[s];
+        for (j = 3; j >= 0; j--) TA_V4_LANE(L[j], l) += x[j][s] * gr;
+        if (a[0]) for (j = 3; j >= 0; j--) a[j][s] += w[j] * gr;
+    }
+    for (j = 0; j < 4; j++) sums[j] = TA_V4_SUM(L[j]);
+}
+
+/* Four (uniform p, row q) terms t+3, t+2, t+1, t of a dot, summed over
+ * rows, in one pass over the rows: each p gets its lane sum of q g (as
+ * ta_lanedot), each q that needs it gets p g.  Per row the additions are
+ * in the order term by term would make them, so the bits are the same. */
+static void ta_rv_dot4(const ta_code *C, ta_ws *W, uint32_t t, const double *g, uint32_t n)
+{
+    const uint32_t *tp = C->tp + t, *tq = C->tq + t;
+    double w[4], sums[4], *a[4];
+    const double *x[4];
+    int j;
+    for (j = 0; j < 4; j++) {
+        w[j] = W->U[C->loc[tp[j]]];
+        x[j] = ROW(W->V, C->loc[tq[j]], C->ch);
+        a[j] = C->dloc[tq[j]] == TA_NONE ? NULL : ROW(W->D, C->dloc[tq[j]], C->ch);
+    }
+    ta_rows4(n, g, x, a, w, sums);
+    for (j = 4; j-- > 0;) W->A[C->dloc[tp[j]]] += sums[j];
+}
+
 /* The dot's adjoint g reaches every product and partial sum unchanged
  * (d_ADD: 1), so each term adds q g to p and p g to q.  Order as the
  * recorded nodes' reverse sweep: the last term first; the start just
@@ -270,8 +368,14 @@ static void ta_rv_dot(const ta_prog *P, ta_ws *W, const ta_ins *I, uint32_t cb, 
 {
     const ta_code *C = P->code;
     const double *g = ROW(W->D, C->dloc[I->k], C->ch);
-    uint32_t t;
-    for (t = I->t0 + I->nt; t-- > I->t0;) {
+    uint32_t t = I->t0 + I->nt;
+    while (t-- > I->t0) {
+        /* terms t0 + 1 ... in blocks of four (the singles at the top first) */
+        if (!ps && t > I->t0 && (t - I->t0) % 4u == 0 && (C->tf[t - 3u] & TA_RV4)) {
+            ta_rv_dot4(C, W, t - 3u, g, cb);
+            t -= 3u;
+            continue;
+        }
         if (t == I->t0) {
             double *ax = ta_target(C, W, I->x, ps, W->T1, cb);
             uint32_t s;
@@ -324,7 +428,18 @@ static const double *ta_wrt_row(const ta_prog *P, const ta_ws *W, uint32_t k)
 
 /* -------------------------------------------------------------- a block */
 
-int ta_block(const ta_prog *P, ta_ws *W, const ta_run_t *R, uint64_t r0, uint64_t r1,
+/* On x86-64 Linux with GCC, ta_block and everything it calls (flatten) is
+ * also compiled for AVX2, picked at load time by the CPU (an ifunc): the
+ * same operations four doubles wide, so the same bits (no FMA: it would
+ * round once where the recorded ops round twice). */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
+    !defined(TA_NO_CLONES)
+#  define TA_WIDE __attribute__((target_clones("avx2", "default"), flatten))
+#else
+#  define TA_WIDE
+#endif
+
+TA_WIDE int ta_block(const ta_prog *P, ta_ws *W, const ta_run_t *R, uint64_t r0, uint64_t r1,
              double *parts, ta_fail_t *f)
 {
     const ta_code *C = P->code;
@@ -357,7 +472,7 @@ int ta_block(const ta_prog *P, ta_ws *W, const ta_run_t *R, uint64_t r0, uint64_
             else { const double *r = ROW(W->V, C->loc[o], ch); for (s = 0; s < cb; s++) y[(size_t)s * P->nout] = r[s]; }
         }
         if (!grad) continue;
-        memset(W->D, 0, (size_t)(C->ndr + (ps ? C->ndu : 0)) * ch * sizeof *W->D);
+        for (j = 0; j < C->ndr + (ps ? C->ndu : 0); j++) memset(ROW(W->D, j, ch), 0, cb * sizeof *W->D);
         for (j = 0; j < P->nout; j++) {      /* seeds */
             uint32_t o = P->out[j];
             double *d = ta_target(C, W, o, ps, W->T1, cb);

@@ -21,7 +21,7 @@ void ta_code_free(ta_code *C)
 {
     if (!C) return;
     free(C->uni); free(C->need); free(C->loc); free(C->bloc); free(C->dloc);
-    free(C->uops); free(C->ins); free(C->tp); free(C->tq);
+    free(C->uops); free(C->ins); free(C->tp); free(C->tq); free(C->tf); free(C->bnode);
     free(C);
 }
 
@@ -46,10 +46,11 @@ int ta_code_new(ta_prog *P)
     C->dloc = (uint32_t *)ta_malloc(n * 4); C->uops = (uint32_t *)ta_malloc(n * 4);
     C->ins = (ta_ins *)ta_malloc(n * sizeof *C->ins);
     C->tp = (uint32_t *)ta_malloc(n * 4); C->tq = (uint32_t *)ta_malloc(n * 4);
+    C->tf = (uint8_t *)ta_calloc(n, 1); C->bnode = (uint32_t *)ta_malloc(n * 4);
     pin = (uint8_t *)ta_calloc(n, 1); uses = (uint8_t *)ta_calloc(n, 1);
     dotadd = (uint8_t *)ta_calloc(n, 1); gone = (uint8_t *)ta_calloc(n, 1);
     if (!C->uni || !C->need || !C->loc || !C->bloc || !C->dloc || !C->uops || !C->ins ||
-        !C->tp || !C->tq || !pin || !uses || !dotadd || !gone)
+        !C->tp || !C->tq || !C->tf || !C->bnode || !pin || !uses || !dotadd || !gone)
         goto out;
 
     /* uniform: parameters, and nodes whose inputs are all uniform */
@@ -110,13 +111,30 @@ int ta_code_new(ta_prog *P)
             } else {
                 /* a uniform operand of a row op is read from a broadcast row */
                 int kind = ta_kinds[P->op[k]];
-                if (C->uni[I->x] && C->bloc[I->x] == TA_NONE) C->bloc[I->x] = C->nb++;
-                if (kind == TA_K_BIN && C->uni[I->y] && C->bloc[I->y] == TA_NONE)
-                    C->bloc[I->y] = C->nb++;
+                if (C->uni[I->x] && C->bloc[I->x] == TA_NONE) {
+                    C->bnode[C->nb] = I->x; C->bloc[I->x] = C->nb++;
+                }
+                if (kind == TA_K_BIN && C->uni[I->y] && C->bloc[I->y] == TA_NONE) {
+                    C->bnode[C->nb] = I->y; C->bloc[I->y] = C->nb++;
+                }
             }
         }
     }
     C->nins = nins;
+    /* the shapes batch.c runs four terms at a time (a window may cross from
+     * one dot into the next: batch.c keeps within a dot) */
+    for (k = 0; k + 4u <= nt; k++) {
+        uint32_t j, i, rows = 0, ok = 1, need = 1;
+        for (j = k; j < k + 4u; j++) {
+            ok &= C->uni[C->tp[j]] && !C->uni[C->tq[j]];
+            need &= C->need[C->tp[j]];
+            rows += C->need[C->tq[j]];
+            for (i = k; i < j; i++) ok &= C->tq[i] != C->tq[j];
+        }
+        if (!ok) continue;
+        C->tf[k] = TA_UR4;
+        if (need && (rows == 0 || rows == 4)) C->tf[k] |= TA_RV4;
+    }
     C->ch = ta_chunk_rows((uint64_t)C->nv + C->nb + C->ndr + C->ndu + 3u);
     st = TA_OK;
 out:

@@ -111,10 +111,10 @@ static void *ta_job_run(void *arg)
     ta_job *J = (ta_job *)arg;
     const ta_prog *P = J->P; const ta_code *C = P->code;
     uint64_t b, B = J->R->B;
-    uint32_t k, s;
-    for (k = 0; k < P->n; k++) {   /* this thread's broadcast rows */
-        if (!C->uni[k] || C->bloc[k] == TA_NONE) continue;
-        for (s = 0; s < C->ch; s++) J->W->Bc[(size_t)C->bloc[k] * C->ch + s] = J->W->U[C->loc[k]];
+    uint32_t j, s;
+    for (j = 0; j < C->nb; j++) {   /* this thread's broadcast rows */
+        double u = J->W->U[C->loc[C->bnode[j]]], *r = J->W->Bc + (size_t)j * C->ch;
+        for (s = 0; s < C->ch; s++) r[s] = u;
     }
     for (b = J->b0; b < J->b1; b++) {
         uint64_t r0 = b * TA_BLOCK, r1 = r0 + TA_BLOCK < B ? r0 + TA_BLOCK : B;

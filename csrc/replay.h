@@ -97,7 +97,12 @@ struct ta_code {
     uint32_t *uops, nuops;          /* uniform non-leaf nodes, in order        */
     ta_ins   *ins;  uint32_t nins;  /* row instructions, in order              */
     uint32_t *tp, *tq;              /* dot terms: the operands of each product */
+    uint8_t  *tf;                   /* per term t: TA_UR4 | TA_RV4 for terms t..t+3 */
+    uint32_t *bnode;                /* the node of each broadcast row          */
 };
+#define TA_UR4 1u   /* terms t..t+3 are all (uniform p, row q): one pass forward  */
+#define TA_RV4 2u   /* ... and every p needs its adjoint, the q are distinct, and
+                       all or none of the q need one: one pass back, summed     */
 
 /* code.c: derive / drop P->code.  TA_OK or TA_ENOMEM. */
 int  ta_code_new(ta_prog *P);

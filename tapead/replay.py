@@ -98,8 +98,10 @@ def _vector(a: Any, n: int, what: str) -> Any:
     return a
 
 
-def _ptr(a: Optional[_F64Array]) -> Any:
-    return ffi.NULL if a is None else ffi.cast("double *", a.ctypes.data)
+def _ptr(a: Optional[_F64Array], ctype: str = "double[]") -> Any:
+    """A C pointer into the contiguous array a (which it keeps alive): ~0.3 us, a fifth of
+    ffi.cast(a.ctypes.data)."""
+    return ffi.NULL if a is None else ffi.from_buffer(ctype, a)
 
 
 def cores() -> int:
@@ -125,6 +127,7 @@ _FLAT = (("op", "u1", "n"), ("a", "<u4", "n"), ("b", "<u4", "n"), ("c", "<f8", "
          ("par", "<u4", "npar"), ("gab", "<u4", "2ng"), ("gc", "<f8", "ng"),
          ("gkind", "u1", "ng"))
 _SIZES = ("n", "nin", "nout", "nwrt", "npar", "ng")
+_CTYPE = {"u1": "uint8_t[]", "<u4": "uint32_t[]", "<f8": "double[]"}
 _FORMAT = 1
 
 
@@ -159,9 +162,9 @@ def _load(state: Dict[str, Any]) -> "Program":
     f: Any = ffi.new("ta_flat_t *")
     for k in _SIZES:
         setattr(f, k, sizes[k])
-    for name, dt, _ in _FLAT:
-        setattr(f, name, ffi.cast("uint8_t *" if dt == "u1" else "double *" if dt.endswith("f8")
-                                  else "uint32_t *", arrs[name].ctypes.data))
+    keep = [_ptr(arrs[name], _CTYPE[dt]) for name, dt, _ in _FLAT]
+    for (name, _, _), ptr in zip(_FLAT, keep):
+        setattr(f, name, ptr)
     p = ffi.new("ta_prog **")
     st = lib.ta_prog_load(f, _ptr(pv), p)
     if st == lib.TA_EARG:
@@ -368,8 +371,9 @@ class Program:
         for name, dt, size in _FLAT:
             n = 2 * sizes["ng"] if size == "2ng" else sizes[size]
             arrs[name] = np.zeros(max(n, 1), dtype=dt[-2:] if dt[0] == "<" else dt)
-            setattr(f, name, ffi.cast("uint8_t *" if dt == "u1" else "double *" if dt.endswith("f8")
-                                      else "uint32_t *", arrs[name].ctypes.data))
+        keep = [_ptr(arrs[name], _CTYPE[dt]) for name, dt, _ in _FLAT]
+        for (name, _, _), ptr in zip(_FLAT, keep):
+            setattr(f, name, ptr)
         _core.check(lib.ta_prog_flat(self._p, f))
         state: Dict[str, Any] = {"format": _FORMAT, "ops": tuple(OP), **sizes}
         for name, dt, size in _FLAT:
