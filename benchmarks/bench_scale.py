@@ -17,11 +17,17 @@ shared machine's load hits both alike); ratios compare those medians.
            the time to the first step (record + compile, against JAX's trace + jit)
 
 Run: python benchmarks/bench_scale.py [--quick] [section ...]
+
+numpy's BLAS is held to one thread here: OpenBLAS's idle threads spin for a
+while after a BLAS call (numpy_asian's S @ tk), taking a core from whatever
+runs next, tapead's threads included (2 threads then ran no faster than 1).
 """
+import os
+for _v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_v, "1")
 import argparse
 import importlib.util
 import math
-import os
 import statistics
 import subprocess
 import sys
@@ -154,16 +160,26 @@ def bench_dask(quick):
         t_start = time.perf_counter() - t0
         X = client.persist(da.from_array(Z, chunks=(1 << 17, 1)))   # the data lives on the workers
 
-        def on_cluster():
+        def on_cluster():   # every path's price and Greeks back in this process
             return client.compute(list(tapead.dask.grad(prog, X, per_sample=True)), sync=True)
+
+        def means_on_cluster():   # price and Greeks averaged on the workers
+            Y, G = tapead.dask.grad(prog, X, per_sample=True)
+            return client.compute([Y.mean(axis=0), G.mean(axis=0)], sync=True)
+
+        def means_local():
+            Y, G = prog.grad(Z, per_sample=True)
+            return Y.mean(axis=0), G.mean(axis=0)
         Yd, Gd = on_cluster()
         Yl, Gl = prog.grad(Z, per_sample=True)
         same = np.array_equal(Yd, Yl) and np.array_equal(Gd, Gl)
-        t_local, t_dask = paired([lambda: prog.grad(Z, per_sample=True), on_cluster],
-                                 3 if quick else 7)
+        t_local, t_dask, t_lm, t_dm = paired([lambda: prog.grad(Z, per_sample=True), on_cluster,
+                                              means_local, means_on_cluster], 3 if quick else 7)
     print(f"  {n:,} European paths, per-sample: local ({cores()} threads) {t_local * 1e3:7.1f} ms   "
-          f"LocalCluster (2 processes) {t_dask * 1e3:7.1f} ms ({t_dask / t_local:4.1f}x local)   "
-          f"same bits: {same}   cluster start {t_start:.1f} s")
+          f"LocalCluster (2 processes) {t_dask * 1e3:7.1f} ms ({t_dask / t_local:4.1f}x local; "
+          f"{n * 4 * 8 / 2 ** 20:.0f} MiB of results sent back)   same bits: {same}")
+    print(f"  the same, averaged where computed: local {t_lm * 1e3:7.1f} ms   LocalCluster "
+          f"{t_dm * 1e3:7.1f} ms ({t_dm / t_lm:4.1f}x local)   cluster start {t_start:.1f} s")
 
 
 # ----------------------------------------------------------------- demo
