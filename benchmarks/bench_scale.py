@@ -47,11 +47,7 @@ mc = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(mc)
 
 
-def once(fn, inner=1):
-    t0 = time.perf_counter()
-    for _ in range(inner):
-        fn()
-    return (time.perf_counter() - t0) / inner
+from bench_replay import once  # noqa: E402  (the same timing helper as the other benchmarks)
 
 
 def paired(fns, repeats, inner=1):

@@ -32,7 +32,7 @@
 #  undef  TA_THREADS
 #  define TA_THREADS 0
 #endif
-#define TA_MAXTHREADS 256
+#define TA_MAXTHREADS 64      /* more cores than this: 64 threads */
 
 /* -------------------------------------------------------- workspaces */
 

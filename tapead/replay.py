@@ -24,6 +24,7 @@
 """
 from __future__ import annotations
 
+import operator
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple, Union
 
@@ -263,7 +264,8 @@ class Program:
         """The parameter values a call uses: a float64 array (a copy), in tape order.
 
         Assign an array of the same shape to hold those values from now on,
-        or None to read the parameters' Values again."""
+        or None to read the parameters' Values again.  (Assigning while a call
+        runs in another thread races with it: pass params= to calls instead.)"""
         np = _np()
         out: _F64Array = np.empty(self._dims[3])
         _core.check(lib.ta_prog_param_values(self._p, _ptr(out), self._dims[3]))
@@ -287,9 +289,13 @@ class Program:
     def _threads(self, threads: Optional[int], B: int) -> int:
         if threads is None:
             return max(1, min(cores(), B * max(self._dims[4], 1) // _WORK_PER_THREAD))
-        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        try:
+            n = operator.index(threads)
+        except TypeError:
+            n = 0
+        if isinstance(threads, bool) or n < 1:
             raise ValueError(f"threads must be a positive int or None, not {threads!r}")
-        return threads
+        return n
 
     def _run(self, X: Any, seed: Optional[ArrayLike], grad: Optional[str],
              threads: Optional[int], params: Optional[ArrayLike],
