@@ -81,10 +81,17 @@ def _np() -> ModuleType:
     return numpy
 
 
+def _c_array(a: Any, dtype: Any) -> Any:
+    """a as a C-contiguous, aligned array of dtype, copied only if it is not one.
+    (Aligned too: arrays rebuilt from pickle or Dask's messages may start at any
+    byte, and C must not read a double from an odd address.)"""
+    return _np().require(a, dtype=dtype, requirements=["C", "A"])
+
+
 def _rows(X: Any, n: int) -> Any:
     """X as a C-contiguous float64 (B, n) array (copied only if it is not one)."""
     np = _np()
-    X = np.ascontiguousarray(X, dtype=np.float64)
+    X = _c_array(X, np.float64)
     if X.ndim != 2 or X.shape[1] != n:
         raise ValueError(f"X must be a 2-d array of shape (B, {n}), not {X.shape}")
     return X
@@ -93,7 +100,7 @@ def _rows(X: Any, n: int) -> Any:
 def _vector(a: Any, n: int, what: str) -> Any:
     """a as a C-contiguous float64 array of shape (n,)."""
     np = _np()
-    a = np.ascontiguousarray(a, dtype=np.float64)
+    a = _c_array(a, np.float64)
     if a.shape != (n,):
         raise ValueError(f"{what} must have shape ({n},), not {a.shape}")
     return a
@@ -154,8 +161,8 @@ def _load(state: Dict[str, Any]) -> "Program":
             a = np.frombuffer(state[name], dtype=dt)
             if a.shape != (n,):
                 raise bad
-            arrs[name] = np.ascontiguousarray(a, dtype=dt[-2:] if dt[0] == "<" else dt)
-        pv = np.frombuffer(state["params"], dtype="<f8").astype(np.float64)
+            arrs[name] = _c_array(a, dt[-2:] if dt[0] == "<" else dt)
+        pv = _c_array(np.frombuffer(state["params"], dtype="<f8"), np.float64)
         if pv.shape != (sizes["npar"],):
             raise bad
     except (KeyError, TypeError, ValueError) as e:
@@ -320,7 +327,7 @@ class Program:
             if seed is None:
                 sp = np.ones(nout)
             else:
-                sp = np.ascontiguousarray(seed, dtype=np.float64)
+                sp = _c_array(seed, np.float64)
                 if sp.shape not in ((nout,), (B, nout)):
                     raise ValueError(f"seed must have shape ({nout},) or ({B}, {nout}), not {sp.shape}")
             r.seed, r.seedmode = _ptr(sp), 1 if sp.ndim == 1 else 2

@@ -581,3 +581,21 @@ def test_one_program_from_many_python_threads():
         t.join()
     assert not errs and len(out) == 20
     assert all(np.array_equal(a, ref[0]) and np.array_equal(b, ref[1]) for a, b in out)
+
+
+def test_unaligned_arrays_are_copied_before_c_reads_them():
+    # arrays rebuilt from pickle or Dask's messages may start at any byte
+    # (the sanitized CI run fails on a misaligned read)
+    w, x = Value(2.0), Value(0.0)
+    prog = tapead.compile((w * x).exp(), [x], wrt=[w])
+
+    def unaligned(n, value):
+        a = np.frombuffer(np.zeros(8 * n + 1, dtype=np.uint8).data, np.float64, n, 1)
+        a[:] = value
+        assert not a.flags.aligned
+        return a
+    X, S, p = unaligned(300, 0.0).reshape(-1, 1), unaligned(300, 1.0).reshape(-1, 1), unaligned(1, 3.0)
+    Y, G = prog.grad(X, seed=S, params=p)
+    assert Y.ravel().tolist() == [1.0] * 300 and G.tolist() == [0.0]
+    prog.params = p
+    assert prog.params.tolist() == [3.0]
