@@ -129,16 +129,27 @@ def cores() -> int:
 # start (~30-60 us) than it saves.  Only threads=None applies it.
 _WORK_PER_THREAD = 1 << 18
 
-# The flat form's arrays, as pickled: (name, dtype, length from the sizes)
-_FLAT = (("op", "u1", "n"), ("a", "<u4", "n"), ("b", "<u4", "n"), ("c", "<f8", "n"),
-         ("in", "<u4", "nin"), ("out", "<u4", "nout"), ("wrt", "<u4", "nwrt"),
-         ("par", "<u4", "npar"), ("gab", "<u4", "2ng"), ("gc", "<f8", "ng"),
+# The flat form's arrays (ta_flat_t), as pickled: (name, type, length from the
+# sizes).  Pickled little-endian ("<" + type), whatever the machine.
+_FLAT = (("op", "u1", "n"), ("a", "u4", "n"), ("b", "u4", "n"), ("c", "f8", "n"),
+         ("in", "u4", "nin"), ("out", "u4", "nout"), ("wrt", "u4", "nwrt"),
+         ("par", "u4", "npar"), ("gab", "u4", "2ng"), ("gc", "f8", "ng"),
          ("gkind", "u1", "ng"))
 _SIZES = ("n", "nin", "nout", "nwrt", "npar", "ng")
-_CTYPE = {"u1": "uint8_t[]", "<u4": "uint32_t[]", "<f8": "double[]"}
+_CTYPE = {"u1": "uint8_t[]", "u4": "uint32_t[]", "f8": "double[]"}
 _FORMAT = 1
 
 
+def _flat_len(size: str, sizes: Dict[str, int]) -> int:
+    return 2 * sizes["ng"] if size == "2ng" else sizes[size]
+
+
+def _point(f: Any, arrs: Dict[str, Any]) -> List[Any]:
+    """Point f's arrays at arrs; returns the pointers (which keep arrs alive)."""
+    keep = [_ptr(arrs[name], _CTYPE[t]) for name, t, _ in _FLAT]
+    for (name, _, _), ptr in zip(_FLAT, keep):
+        setattr(f, name, ptr)
+    return keep
 
 
 def _load(state: Dict[str, Any]) -> "Program":
@@ -156,12 +167,11 @@ def _load(state: Dict[str, Any]) -> "Program":
         if min(sizes.values()) < 0 or max(sizes.values()) >= 2 ** 32 - 1:
             raise bad
         arrs = {}
-        for name, dt, size in _FLAT:
-            n = 2 * sizes["ng"] if size == "2ng" else sizes[size]
-            a = np.frombuffer(state[name], dtype=dt)
-            if a.shape != (n,):
+        for name, t, size in _FLAT:
+            a = np.frombuffer(state[name], dtype="<" + t)
+            if a.shape != (_flat_len(size, sizes),):
                 raise bad
-            arrs[name] = _c_array(a, dt[-2:] if dt[0] == "<" else dt)
+            arrs[name] = _c_array(a, t)
         pv = _c_array(np.frombuffer(state["params"], dtype="<f8"), np.float64)
         if pv.shape != (sizes["npar"],):
             raise bad
@@ -170,11 +180,10 @@ def _load(state: Dict[str, Any]) -> "Program":
     f: Any = ffi.new("ta_flat_t *")
     for k in _SIZES:
         setattr(f, k, sizes[k])
-    keep = [_ptr(arrs[name], _CTYPE[dt]) for name, dt, _ in _FLAT]
-    for (name, _, _), ptr in zip(_FLAT, keep):
-        setattr(f, name, ptr)
+    keep = _point(f, arrs)
     p = ffi.new("ta_prog **")
     st = lib.ta_prog_load(f, _ptr(pv), p)
+    del keep
     if st == lib.TA_EARG:
         raise bad
     if st:
@@ -380,18 +389,13 @@ class Program:
         f: Any = ffi.new("ta_flat_t *")
         _core.check(lib.ta_prog_flat(self._p, f))
         sizes = {k: getattr(f, k) for k in _SIZES}
-        arrs = {}
-        for name, dt, size in _FLAT:
-            n = 2 * sizes["ng"] if size == "2ng" else sizes[size]
-            arrs[name] = np.zeros(max(n, 1), dtype=dt[-2:] if dt[0] == "<" else dt)
-        keep = [_ptr(arrs[name], _CTYPE[dt]) for name, dt, _ in _FLAT]
-        for (name, _, _), ptr in zip(_FLAT, keep):
-            setattr(f, name, ptr)
+        arrs = {name: np.zeros(max(_flat_len(size, sizes), 1), dtype=t) for name, t, size in _FLAT}
+        keep = _point(f, arrs)
         _core.check(lib.ta_prog_flat(self._p, f))
+        del keep
         state: Dict[str, Any] = {"format": _FORMAT, "ops": tuple(OP), **sizes}
-        for name, dt, size in _FLAT:
-            n = 2 * sizes["ng"] if size == "2ng" else sizes[size]
-            state[name] = arrs[name][:n].astype(dt).tobytes()
+        for name, t, size in _FLAT:
+            state[name] = arrs[name][:_flat_len(size, sizes)].astype("<" + t).tobytes()
         state["params"] = self.params.astype("<f8").tobytes()
         return (_load, (state,))
 
