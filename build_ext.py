@@ -18,7 +18,7 @@ SOURCES = sorted(glob.glob(os.path.join(CSRC, "*.c")))
 if sys.platform == "win32":
     cflags, ldflags = ["/O2"], []
 else:
-    cflags = ["-O3", "-std=c99", "-Wall", "-Wextra", "-fno-strict-aliasing", "-pthread"]
+    cflags = ["-O3", "-std=c99", "-Wall", "-Wextra", "-fno-strict-aliasing", "-ffp-contract=off", "-pthread"]
     ldflags = ["-lm", "-pthread"]
     if os.environ.get("TAPEAD_SANITIZE"):
         cflags += ["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined"]

@@ -149,7 +149,7 @@ typedef struct {
 int64_t ta_trace(int64_t root, int64_t cap, int nin, const int64_t *inputs,
                  const double *tangents, ta_rows_t *out);
 
-/* ---- replay.c: recompute, guards, compiled batch programs ---- */
+/* ---- replay: recompute, guards (guard.c, recompute.c), programs (program.c ...) ---- */
 
 /* Comparison kinds: 0 <, 1 <=, 2 >, 3 >= */
 int     ta_cmp2(int kind, int64_t x, int64_t y);   /* 0/1 outcome, records a guard; <0 status */
@@ -169,20 +169,73 @@ int     ta_recompute(int64_t root);
 
 typedef struct ta_prog ta_prog;
 /* Copy the subgraph reaching outs into a self-contained program.  ins are
- * leaves fed from X's columns; other leaves are read from the tape at each
- * run (the caller keeps them alive); wrt are leaves to differentiate. */
+ * leaves fed from X's columns; the other leaves are its parameters, read
+ * from the tape at each run (the caller keeps them alive) until values
+ * are set for them (ta_prog_set_params); wrt are leaves to differentiate. */
 int     ta_prog_new(const int64_t *outs, uint32_t nout, const int64_t *ins, uint32_t nin,
                     const int64_t *wrt, uint32_t nwrt, ta_prog **out);
 void    ta_prog_free(ta_prog *P);
-int64_t ta_prog_size(ta_prog *P, int what);        /* 0 nodes, 1 params, 2 guards */
-int     ta_prog_params(ta_prog *P, int64_t *ids);  /* the tape leaves it reads */
-/* Evaluate B rows of X (B x nin, row-major) into Y (B x nout).  seedmode 0:
- * no gradients; 1: seed (nout) for every row; 2: seed (B x nout).  G gets
- * (nwrt) summed over rows (added to), or (B x nwrt) if per_sample.  On error
- * *row is the failing row. */
-int     ta_prog_run(ta_prog *P, const double *X, uint64_t B, double *Y,
-                    const double *seed, int seedmode, double *G, int per_sample, uint64_t *row);
-int64_t ta_prog_failed_guard(ta_prog *P, int *kind, int *outcome, double *xv, double *yv);
+#define TA_PS_NODES   0
+#define TA_PS_PARAMS  1
+#define TA_PS_GUARDS  2
+#define TA_PS_INPUTS  3
+#define TA_PS_OUTPUTS 4
+#define TA_PS_WRT     5
+#define TA_PS_LIVE    6     /* 1: parameters are read from the tape at each run */
+#define TA_PS_BLOCK   7     /* rows per block: gradients are summed per block, then over blocks */
+int64_t ta_prog_size(ta_prog *P, int what);        /* TA_PS_*; TA_EARG for another what */
+int     ta_prog_params(ta_prog *P, int64_t *ids);  /* the tape leaves it reads (npar ids) */
+/* The parameter values a run uses by default (read from this thread's tape
+ * if live); set: hold these values from now on; follow: read the tape
+ * again.  TA_EARG if npar is not the program's. */
+int     ta_prog_param_values(ta_prog *P, double *out, uint32_t npar);
+int     ta_prog_set_params(ta_prog *P, const double *v, uint32_t npar);
+int     ta_prog_follow(ta_prog *P);
+int64_t ta_prog_guard(ta_prog *P, int64_t j, int *kind, int *outcome);
+
+/* One run over B rows.  Every count is the caller's idea of the array it
+ * hands over and is checked against the program's (TA_EARG if one
+ * differs).  X: B x nin, row-major.  Y: B x nout.  seedmode 0: no
+ * gradients; 1: seed (nout) for every row; 2: seed (B x nout).  Per sample,
+ * G gets B x nwrt; summed, parts gets the sums of each block of
+ * TA_PS_BLOCK rows (nblocks x nwrt) and G (nwrt) is added those, in block
+ * order, so the result does not depend on threads.  params: npar values,
+ * or NULL for the program's own.  threads: at most this many (1 = the
+ * calling thread only). */
+typedef struct {
+    const double *X;  uint64_t B;  uint32_t nin;
+    double       *Y;  uint32_t nout;
+    const double *seed;  int seedmode;
+    double       *G;  uint32_t nwrt;  int per_sample;
+    double       *parts;  uint64_t nblocks;
+    const double *params;  uint32_t npar;
+    int           threads;
+} ta_run_t;
+/* Why a run failed: the first failing row; for an op error its op and
+ * inputs; for a flipped guard its index (else -1), kind, recorded outcome
+ * and the values compared (x, y). */
+typedef struct {
+    uint64_t row;
+    int      op;  double x, y;
+    int64_t  guard;  int kind, outcome;
+} ta_fail_t;
+int     ta_prog_run(ta_prog *P, const ta_run_t *R, ta_fail_t *f);
+
+/* The flat form, for pickling: sizes, then per node op, a, b, c (a leaf's
+ * c: its recorded value), the node of each input / output / wrt column
+ * (0xFFFFFFFF: not reached) and of each parameter, and per guard its two
+ * nodes (gab, 2 per guard), constant, and kind | cst << 2 | outcome << 3.
+ * flat with f->op NULL fills the sizes only; else copies into f's arrays
+ * (sized as the sizes say).  load checks everything (TA_EARG if anything
+ * is out of place) and makes a program holding params. */
+typedef struct {
+    uint32_t  n, nin, nout, nwrt, npar, ng;
+    uint8_t  *op;  uint32_t *a, *b;  double *c;
+    uint32_t *in, *out, *wrt, *par;
+    uint32_t *gab;  double *gc;  uint8_t *gkind;
+} ta_flat_t;
+int     ta_prog_flat(ta_prog *P, ta_flat_t *f);
+int     ta_prog_load(const ta_flat_t *f, const double *params, ta_prog **out);
 /* Benchmark reference: the program's forward arithmetic as a plain scalar
  * loop over flat arrays, reps times. */
 int     ta_prog_ref(ta_prog *P, uint32_t reps);

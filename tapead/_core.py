@@ -106,7 +106,12 @@ _ZERO_POW = "0.0 cannot be raised to a negative power"
 def _op_error(code: int) -> Exception:
     opn, x, y = ffi.new("int *"), ffi.new("double *"), ffi.new("double *")
     lib.ta_last_error(opn, x, y)
-    name, x, y = OP_NAMES[opn[0]], x[0], y[0]
+    return op_error(code, opn[0], x[0], y[0])
+
+
+def op_error(code: int, op: int, x: float, y: float) -> Exception:
+    """The exception for op error `code` of op `op` at inputs x, y (y: its constant, if any)."""
+    name = OP_NAMES[op]
     pow_like = name in ("**", "**c", "c**")
     if name == "c**":
         x, y = y, x  # the constant is the base

@@ -93,8 +93,12 @@ def batched_trainer(model: Any, X: Any, y: Any, Value: Any) -> Callable[[int], f
     once and compiled; every step runs all samples through the Program in C
     (numpy in, numpy out) and updates the parameters with numpy SGD.
 
+    The parameters live in a numpy array handed to the Program each step
+    (params=); the model's Values keep the values they were recorded with
+    (set_data(model.parameters(), step.params) writes the trained ones).
+
     Returns step(k) -> loss at the current parameters before the update."""
-    from .arrays import data, set_data
+    from .arrays import data
     from .replay import compile
     params = model.parameters()
     x0, x1, yi = Value(0.0), Value(0.0), Value(1.0)
@@ -105,11 +109,11 @@ def batched_trainer(model: Any, X: Any, y: Any, Value: Any) -> Callable[[int], f
     w = data(params)
 
     def step(k: int) -> float:
-        losses, g = prog.grad(Xy, seed=seed)        # d mean(hinge) / d params, summed over rows
+        losses, g = prog.grad(Xy, seed=seed, params=w)   # d mean(hinge) / d params, summed over rows
         total = losses.sum() * (1.0 / len(y)) + 1e-4 * np.dot(w, w)
         g += 2e-4 * w
         w[:] -= (1.0 - 0.9 * k / 100) * g
-        set_data(params, w)                         # the Program reads params from their Values
         return float(total)
 
+    step.params = w  # type: ignore[attr-defined]  # (the trained parameters, for the caller)
     return step

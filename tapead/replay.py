@@ -24,8 +24,9 @@
 """
 from __future__ import annotations
 
+import operator
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Iterable, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple, Union
 
 if TYPE_CHECKING:
     import numpy
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
     _F64Array = npt.NDArray[numpy.float64]
 
 from . import _core
-from ._core import GuardError, error, ffi, guard_error, lib
+from ._core import OP, GuardError, error, ffi, guard_error, lib
 from .engine import Value, node_ids
 
 __all__ = ["GuardError", "recompute", "compile", "Program", "clear_guards", "guard_count"]
@@ -80,25 +81,134 @@ def _np() -> ModuleType:
     return numpy
 
 
+def _c_array(a: Any, dtype: Any) -> Any:
+    """a as a C-contiguous, aligned array of dtype, copied only if it is not one.
+    (Aligned too: arrays rebuilt from pickle or Dask's messages may start at any
+    byte, and C must not read a double from an odd address.)"""
+    return _np().require(a, dtype=dtype, requirements=["C", "A"])
+
+
 def _rows(X: Any, n: int) -> Any:
     """X as a C-contiguous float64 (B, n) array (copied only if it is not one)."""
     np = _np()
-    X = np.ascontiguousarray(X, dtype=np.float64)
+    X = _c_array(X, np.float64)
     if X.ndim != 2 or X.shape[1] != n:
         raise ValueError(f"X must be a 2-d array of shape (B, {n}), not {X.shape}")
     return X
 
 
-def _ptr(a: _F64Array) -> Any:
-    return ffi.cast("double *", a.ctypes.data)
+def _vector(a: Any, n: int, what: str) -> Any:
+    """a as a C-contiguous float64 array of shape (n,)."""
+    np = _np()
+    a = _c_array(a, np.float64)
+    if a.shape != (n,):
+        raise ValueError(f"{what} must have shape ({n},), not {a.shape}")
+    return a
+
+
+def _ptr(a: Optional[_F64Array], ctype: str = "double[]") -> Any:
+    """A C pointer into the contiguous array a (which it keeps alive): ~0.3 us, a fifth of
+    ffi.cast(a.ctypes.data)."""
+    return ffi.NULL if a is None else ffi.from_buffer(ctype, a)
+
+
+def cores() -> int:
+    """The cores this process may run on (its CPU affinity), what threads=None uses.
+
+    >>> import tapead; tapead.replay.cores() >= 1
+    True
+    """
+    import os
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+# Per thread, at least this many node-rows: below it a thread costs more to
+# start (~30-60 us) than it saves.  Only threads=None applies it.
+_WORK_PER_THREAD = 1 << 18
+
+# The flat form's arrays (ta_flat_t), as pickled: (name, type, length from the
+# sizes).  Pickled little-endian ("<" + type), whatever the machine.
+_FLAT = (("op", "u1", "n"), ("a", "u4", "n"), ("b", "u4", "n"), ("c", "f8", "n"),
+         ("in", "u4", "nin"), ("out", "u4", "nout"), ("wrt", "u4", "nwrt"),
+         ("par", "u4", "npar"), ("gab", "u4", "2ng"), ("gc", "f8", "ng"),
+         ("gkind", "u1", "ng"))
+_SIZES = ("n", "nin", "nout", "nwrt", "npar", "ng")
+_CTYPE = {"u1": "uint8_t[]", "u4": "uint32_t[]", "f8": "double[]"}
+_FORMAT = 1
+
+
+def _flat_len(size: str, sizes: Dict[str, int]) -> int:
+    return 2 * sizes["ng"] if size == "2ng" else sizes[size]
+
+
+def _point(f: Any, arrs: Dict[str, Any]) -> List[Any]:
+    """Point f's arrays at arrs; returns the pointers (which keep arrs alive)."""
+    keep = [_ptr(arrs[name], _CTYPE[t]) for name, t, _ in _FLAT]
+    for (name, _, _), ptr in zip(_FLAT, keep):
+        setattr(f, name, ptr)
+    return keep
+
+
+def _load(state: Dict[str, Any]) -> "Program":
+    """A Program from its pickled state (Program.__reduce__); every field is
+    checked in C, so bytes from anywhere make a Program or a ValueError."""
+    np = _np()
+    bad = ValueError("not the state of a tapead Program (or one from an incompatible version)")
+    if not isinstance(state, dict) or state.get("format") != _FORMAT:
+        raise bad
+    ops = state.get("ops")
+    if not isinstance(ops, tuple) or ops != tuple(tuple(OP)[:len(ops)]):
+        raise ValueError("this Program was pickled by a tapead with other op codes")
+    try:
+        sizes = {k: int(state[k]) for k in _SIZES}
+        if min(sizes.values()) < 0 or max(sizes.values()) >= 2 ** 32 - 1:
+            raise bad
+        arrs = {}
+        for name, t, size in _FLAT:
+            a = np.frombuffer(state[name], dtype="<" + t)
+            if a.shape != (_flat_len(size, sizes),):
+                raise bad
+            arrs[name] = _c_array(a, t)
+        pv = _c_array(np.frombuffer(state["params"], dtype="<f8"), np.float64)
+        if pv.shape != (sizes["npar"],):
+            raise bad
+    except (KeyError, TypeError, ValueError) as e:
+        raise bad from e
+    f: Any = ffi.new("ta_flat_t *")
+    for k in _SIZES:
+        setattr(f, k, sizes[k])
+    keep = _point(f, arrs)
+    p = ffi.new("ta_prog **")
+    st = lib.ta_prog_load(f, _ptr(pv), p)
+    del keep
+    if st == lib.TA_EARG:
+        raise bad
+    if st:
+        raise error(st)
+    prog = Program.__new__(Program)
+    prog._own(p[0])
+    return prog
 
 
 class Program:
     """A recorded graph copied out of the tape, run for a batch of rows in C.
 
     Made by tapead.compile.  Leaves listed as inputs take their values from
-    the columns of X; every other leaf (the parameters) is read from its
-    Value's current .data at each call, so training updates are seen.
+    the columns of X; every other leaf is a parameter.  A Program compiled
+    here reads its parameters from their Values' current .data at each call,
+    so training updates are seen, until ``prog.params`` is assigned; then it
+    holds those values (``prog.params = None`` follows the Values again).
+    ``params=`` on a call overrides them for that call.  A Program pickles
+    (its flat program, guards and parameter values at that moment) and runs
+    in another process with no tape at all.
+
+    Rows are split over ``threads`` native threads (None, the default: the
+    cores this process may use, fewer for small batches, since a thread
+    costs tens of microseconds to start); gradients summed over rows are
+    added in a fixed order, so every thread count gives the same bits.
 
     >>> import numpy as np, tapead
     >>> w = tapead.Value(2.0); x = tapead.Value(0.0); y = w * x + 1
@@ -109,7 +219,12 @@ class Program:
            [7.]])
     >>> w.data = 0.5; p(np.array([[4.0]]))
     array([[3.]])
+    >>> p.params, p(np.array([[4.0]]), params=[10.0])
+    (array([0.5]), array([[41.]]))
     """
+    _p: Any
+    _params: List[Value]
+    _dims: Tuple[int, ...]
 
     def __init__(self, outputs: Union[Value, Iterable[Value]], inputs: Union[Value, Iterable[Value]],
                  wrt: Union[Value, Iterable[Value]] = ()) -> None:
@@ -123,73 +238,170 @@ class Program:
                              "Values (made by Value(x), not by an operation), inputs distinct")
         if st:
             raise error(st)
-        self._p = ffi.gc(p[0], lib.ta_prog_free)
-        self.n_inputs, self.n_outputs, self.n_wrt = len(ins), len(outs), len(wrts)
-        npar = lib.ta_prog_size(self._p, 1)
+        self._own(p[0])
+        npar = self._dims[3]
         pid = ffi.new("int64_t[]", max(npar, 1))
         lib.ta_prog_params(self._p, pid)
         from .engine import held
         self._params = held([pid[k] for k in range(npar)])  # keeps their segments alive
 
+    def _own(self, p: Any) -> None:
+        """Take the C program p; its sizes are read once (they never change)."""
+        self._p = ffi.gc(p, lib.ta_prog_free)
+        self._params = []
+        self._dims = tuple(lib.ta_prog_size(self._p, w) for w in (
+            lib.TA_PS_INPUTS, lib.TA_PS_OUTPUTS, lib.TA_PS_WRT, lib.TA_PS_PARAMS, lib.TA_PS_NODES))
+
+    @property
+    def n_inputs(self) -> int:
+        """Columns of X (read-only: the size is the C program's)."""
+        return self._dims[0]
+
+    @property
+    def n_outputs(self) -> int:
+        """Columns of the outputs (read-only)."""
+        return self._dims[1]
+
+    @property
+    def n_wrt(self) -> int:
+        """Columns of the gradients (read-only)."""
+        return self._dims[2]
+
     @property
     def nodes(self) -> int:
-        return lib.ta_prog_size(self._p, 0)
+        return self._dims[4]
 
     @property
     def guards(self) -> int:
-        return lib.ta_prog_size(self._p, 2)
+        return lib.ta_prog_size(self._p, lib.TA_PS_GUARDS)
 
-    def _run(self, X: Any, seed: Optional[ArrayLike],
-             grad: Optional[str]) -> Tuple[_F64Array, Optional[_F64Array]]:
+    @property
+    def params(self) -> _F64Array:
+        """The parameter values a call uses: a float64 array (a copy), in tape order.
+
+        Assign an array of the same shape to hold those values from now on,
+        or None to read the parameters' Values again.  (Assigning while a call
+        runs in another thread races with it: pass params= to calls instead.)"""
         np = _np()
-        X = _rows(X, self.n_inputs)
+        out: _F64Array = np.empty(self._dims[3])
+        _core.check(lib.ta_prog_param_values(self._p, _ptr(out), self._dims[3]))
+        return out
+
+    @params.setter
+    def params(self, values: Optional[ArrayLike]) -> None:
+        if values is None:
+            if lib.ta_prog_follow(self._p):
+                raise ValueError("this Program has no parameter Values to follow "
+                                 "(it was unpickled): assign values instead")
+            return
+        v = _vector(values, self._dims[3], "params")
+        _core.check(lib.ta_prog_set_params(self._p, _ptr(v), self._dims[3]))
+
+    @property
+    def follows_values(self) -> bool:
+        """True while parameters are read from their Values at each call."""
+        return lib.ta_prog_size(self._p, lib.TA_PS_LIVE) == 1
+
+    def _threads(self, threads: Optional[int], B: int) -> int:
+        if threads is None:
+            return max(1, min(cores(), B * max(self._dims[4], 1) // _WORK_PER_THREAD))
+        try:
+            n = operator.index(threads)
+        except TypeError:
+            n = 0
+        if isinstance(threads, bool) or n < 1:
+            raise ValueError(f"threads must be a positive int or None, not {threads!r}")
+        return n
+
+    def _run(self, X: Any, seed: Optional[ArrayLike], grad: Optional[str],
+             threads: Optional[int], params: Optional[ArrayLike],
+             parts: bool = False, row0: int = 0) -> Tuple[_F64Array, Optional[_F64Array]]:
+        """The one call into C.  parts: return the block sums (Program.grad's
+        summed gradients are their sum in order); row0: X's first row's
+        number in error messages (a chunk of a larger X)."""
+        np = _np()
+        nin, nout, nwrt, npar, _ = self._dims
+        X = _rows(X, nin)
         B = X.shape[0]
-        Y = np.empty((B, self.n_outputs))
-        seedmode, G, sp = 0, None, None
+        r: Any = ffi.new("ta_run_t *")
+        r.B, r.nin, r.nout, r.nwrt, r.npar = B, nin, nout, nwrt, npar
+        r.threads = self._threads(threads, B)
+        Y = np.empty((B, nout))
+        r.X, r.Y = _ptr(X), _ptr(Y)
+        if params is not None:
+            pv = _vector(params, npar, "params")
+            r.params = _ptr(pv)
+        G = P = sp = None
         if grad is not None:
-            if grad not in ("sum", "per_sample"):
-                raise ValueError("grad must be 'sum' or 'per_sample'")
             if seed is None:
-                sp = np.ones(self.n_outputs)
+                sp = np.ones(nout)
             else:
-                sp = np.asarray(seed, dtype=np.float64)
-                if sp.shape not in ((self.n_outputs,), (B, self.n_outputs)):
-                    raise ValueError(f"seed must have shape ({self.n_outputs},) or "
-                                     f"({B}, {self.n_outputs}), not {sp.shape}")
-                sp = np.ascontiguousarray(sp)
-            seedmode = 1 if sp.ndim == 1 else 2
-            G = np.zeros((B, self.n_wrt) if grad == "per_sample" else (self.n_wrt,))
-        row = ffi.new("uint64_t *")
-        st = lib.ta_prog_run(self._p, _ptr(X), B, _ptr(Y), _ptr(sp) if sp is not None else ffi.NULL,
-                             seedmode, _ptr(G) if G is not None else ffi.NULL,
-                             grad == "per_sample", row)
-        if st == lib.TA_EGUARD:
-            k, o = ffi.new("int *"), ffi.new("int *")
-            x, y = ffi.new("double *"), ffi.new("double *")
-            lib.ta_prog_failed_guard(self._p, k, o, x, y)
-            raise guard_error(k[0], o[0], x[0], y[0], f" at row {row[0]}")
+                sp = _c_array(seed, np.float64)
+                if sp.shape not in ((nout,), (B, nout)):
+                    raise ValueError(f"seed must have shape ({nout},) or ({B}, {nout}), not {sp.shape}")
+            r.seed, r.seedmode = _ptr(sp), 1 if sp.ndim == 1 else 2
+            if grad == "per_sample":
+                G = np.zeros((B, nwrt))
+                r.per_sample = 1
+            else:
+                G = np.zeros(nwrt)
+                block = lib.ta_prog_size(self._p, lib.TA_PS_BLOCK)
+                P = np.empty((-(-B // block), nwrt))
+                r.parts, r.nblocks = _ptr(P), P.shape[0]
+            r.G = _ptr(G)
+        f: Any = ffi.new("ta_fail_t *")
+        st = lib.ta_prog_run(self._p, r, f)
         if st:
-            e = error(st)
-            e.args = (f"{e.args[0]} (at row {row[0]})",) if e.args else e.args
-            raise e
-        return Y, G
+            raise self._failure(st, f, row0)
+        return Y, (P if parts else G)
 
-    def __call__(self, X: ArrayLike) -> _F64Array:
+    def _failure(self, st: int, f: Any, row0: int) -> Exception:
+        where = f" at row {f.row + row0}"
+        if st == lib.TA_EGUARD:
+            return guard_error(f.kind, f.outcome, f.x, f.y, where)
+        if st in (lib.TA_EZERODIV, lib.TA_EDOMAIN, lib.TA_ERANGE):
+            e = _core.op_error(st, f.op, f.x, f.y)
+        elif st == lib.TA_EARG:
+            return ValueError("Program: an argument does not match the program's sizes")
+        else:
+            return error(st)
+        e.args = (f"{e.args[0]} ({where.strip()})",)
+        return e
+
+    def __call__(self, X: ArrayLike, threads: Optional[int] = None,
+                 params: Optional[ArrayLike] = None) -> _F64Array:
         """Outputs for each row of X: (B, n_inputs) -> (B, n_outputs)."""
-        return self._run(X, None, None)[0]
+        return self._run(X, None, None, threads, params)[0]
 
-    def grad(self, X: ArrayLike, seed: Optional[ArrayLike] = None,
-             per_sample: bool = False) -> Tuple[_F64Array, _F64Array]:
+    def grad(self, X: ArrayLike, seed: Optional[ArrayLike] = None, per_sample: bool = False,
+             threads: Optional[int] = None,
+             params: Optional[ArrayLike] = None) -> Tuple[_F64Array, _F64Array]:
         """(outputs, gradients of sum(seed * outputs) w.r.t. wrt).
 
         seed: None (all ones), shape (n_outputs,) or (B, n_outputs).
         Gradients are summed over rows, shape (n_wrt,), or per row, (B, n_wrt).
         """
-        return self._run(X, seed, "per_sample" if per_sample else "sum")  # type: ignore[return-value]  # (G is set when grad is)
+        return self._run(X, seed, "per_sample" if per_sample else "sum", threads,  # type: ignore[return-value]  # (G is set when grad is)
+                         params)
+
+    def __reduce__(self) -> Tuple[Any, Tuple[Dict[str, Any]]]:
+        np = _np()
+        f: Any = ffi.new("ta_flat_t *")
+        _core.check(lib.ta_prog_flat(self._p, f))
+        sizes = {k: getattr(f, k) for k in _SIZES}
+        arrs = {name: np.zeros(max(_flat_len(size, sizes), 1), dtype=t) for name, t, size in _FLAT}
+        keep = _point(f, arrs)
+        _core.check(lib.ta_prog_flat(self._p, f))
+        del keep
+        state: Dict[str, Any] = {"format": _FORMAT, "ops": tuple(OP), **sizes}
+        for name, t, size in _FLAT:
+            state[name] = arrs[name][:_flat_len(size, sizes)].astype("<" + t).tobytes()
+        state["params"] = self.params.astype("<f8").tobytes()
+        return (_load, (state,))
 
     def __repr__(self) -> str:
         return (f"Program(nodes={self.nodes}, inputs={self.n_inputs}, outputs={self.n_outputs}, "
-                f"wrt={self.n_wrt}, params={len(self._params)}, guards={self.guards})")
+                f"wrt={self.n_wrt}, params={self._dims[3]}, guards={self.guards})")
 
 
 def compile(outputs: Union[Value, Iterable[Value]], inputs: Union[Value, Iterable[Value]],

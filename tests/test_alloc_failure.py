@@ -147,6 +147,25 @@ def test_compiled_program_run_and_grad():
     assert fails_cleanly(op) >= 5
 
 
+def test_program_on_threads_pickled_and_loaded():
+    import pickle
+
+    tapead.clear_guards()       # earlier tests' comparisons would bind the program
+
+    def op():
+        x, w, b = Value(0.0), Value(0.5), Value(-0.25)
+        h = (x * w + b).tanh()
+        y = h * h + (h * w + x).relu()       # a dot, uniform nodes, row ops
+        p = tapead.compile(y, [x], wrt=[w, b])
+        X = np.linspace(-2, 2, 3000).reshape(-1, 1)  # 3 blocks: 2 threads, 2 workspaces
+        out, g = p.grad(X, threads=2)
+        _, gs = p.grad(X, per_sample=True, threads=3)
+        q = pickle.loads(pickle.dumps(p))    # load: checks, the code, a workspace
+        q.params = [1.0, 0.0]
+        return np.concatenate([out.ravel(), g, gs.ravel(), q(X, threads=2).ravel(), q.params])
+    assert fails_cleanly(op) >= 10
+
+
 def test_higher_order():
     def op():
         x, y = Value(0.7), Value(-0.4)

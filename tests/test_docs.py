@@ -10,6 +10,14 @@ import tapead
 
 MODULES = sorted(["tapead"] + [f"tapead.{m.name}" for m in pkgutil.iter_modules(tapead.__path__)
                                if not m.name.startswith("_tapead_c")])
+# modules of optional extras: their examples run when the extra is installed
+EXTRAS = {"tapead.dask": "dask.array"}
+
+
+def _import(name):
+    if name in EXTRAS:
+        pytest.importorskip(EXTRAS[name])
+    return importlib.import_module(name)
 
 
 def test_every_module_is_listed():
@@ -21,7 +29,7 @@ def test_every_module_is_listed():
 def test_doctests(name):
     if name == "tapead.__main__":
         pytest.skip("runs the benchmark on import")
-    mod = importlib.import_module(name)
+    mod = _import(name)
     res = doctest.testmod(mod, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE,
                           verbose=False)
     assert res.failed == 0, f"{res.failed} of {res.attempted} doctest examples failed in {name}"
@@ -30,7 +38,7 @@ def test_doctests(name):
 def test_there_are_examples_to_run():
     total = 0
     for name in MODULES:
-        if name != "tapead.__main__":
+        if name != "tapead.__main__" and name not in EXTRAS:
             total += doctest.testmod(importlib.import_module(name)).attempted
     assert total >= 25
 

@@ -1,0 +1,516 @@
+/* batch.c: a Program's code (code.c) run over rows.
+ *
+ * Values are stored [node][row] in chunks of ch rows, so each instruction
+ * is a short loop over the chunk that the compiler vectorises (the
+ * libm-backed ops, exp, log, tanh, pow, call libm per row: a vector libm
+ * would change results in the last bit).  Per call, the uniform nodes are
+ * computed once (ta_uniform_forward); per chunk: input columns in, the row
+ * instructions, the guards, outputs out, then the reverse sweep.
+ *
+ * Gradients summed over rows are summed per block of TA_BLOCK rows, in a
+ * fixed order (a chunk's rows in 4 interleaved lanes, chunks in order), so
+ * a block's sums do not depend on which thread ran it.  Adjoints of
+ * uniform nodes are then scalars summed over the block, swept back through
+ * the uniform nodes once per block; per sample they are rows. */
+#include <string.h>
+#include "replay.h"
+#include "ops.h"
+
+/* Sums over the rows of a chunk, in a fixed order: row s goes to lane
+ * s % 4, in row order, and the lanes are added (l0 + l1) + (l2 + l3).  Four
+ * lanes let the adds overlap (one chained sum waits ~4 cycles per add)
+ * and vectorise; the order depends on the chunk only, never on threads. */
+#define TA_LANES(expr)                                                          \
+    double l0 = 0.0, l1 = 0.0, l2 = 0.0, l3 = 0.0;                              \
+    uint32_t s = 0;                                                             \
+    for (; s + 4u <= n; s += 4u) {                                              \
+        l0 += TA_AT(s); l1 += TA_AT(s + 1u); l2 += TA_AT(s + 2u); l3 += TA_AT(s + 3u); \
+    }                                                                           \
+    if (s < n) l0 += TA_AT(s);                                                  \
+    if (s + 1u < n) l1 += TA_AT(s + 1u);                                        \
+    if (s + 2u < n) l2 += TA_AT(s + 2u);                                        \
+    return (l0 + l1) + (l2 + l3)
+
+static double ta_lanesum(const double *t, uint32_t n)
+{
+#define TA_AT(i) t[i]
+    TA_LANES();
+#undef TA_AT
+}
+
+/* the same sum of a[s] * b[s] (each product rounded, as a row would be) */
+static double ta_lanedot(const double *a, const double *b, uint32_t n)
+{
+#define TA_AT(i) (a[i] * b[i])
+    TA_LANES();
+#undef TA_AT
+}
+
+#define ROW(base, slot, ch) ((base) + (size_t)(slot) * (ch))
+
+/* A node's values as a row: its value row, or its broadcast row. */
+static const double *ta_vals(const ta_code *C, const ta_ws *W, uint32_t k)
+{
+    return C->uni[k] ? ROW(W->Bc, C->bloc[k], C->ch) : ROW(W->V, C->loc[k], C->ch);
+}
+
+/* A node's value at row s of the chunk (uniform: the same for all). */
+static double ta_val_at(const ta_code *C, const ta_ws *W, uint32_t k, uint32_t s)
+{
+    return C->uni[k] ? W->U[C->loc[k]] : ROW(W->V, C->loc[k], C->ch)[s];
+}
+
+/* ------------------------------------------------------------ uniform */
+
+int ta_uniform_forward(const ta_prog *P, double *U, const double *params, ta_fail_t *f)
+{
+    const ta_code *C = P->code;
+    uint32_t j;
+    for (j = 0; j < P->npar; j++) U[C->loc[P->par[j]]] = params[j];
+    for (j = 0; j < C->nuops; j++) {
+        uint32_t k = C->uops[j];
+        int op = P->op[k], st;
+        double x = U[C->loc[P->a[k]]];
+        double y = ta_kinds[op] == TA_K_BIN ? U[C->loc[P->b[k]]] : P->c[k];
+        if ((st = ta_forward(op, x, y, &U[C->loc[k]])) != TA_OK) {
+            f->row = 0; f->op = op; f->x = x; f->y = y;
+            return st;
+        }
+    }
+    for (j = 0; j < P->ng; j++) {
+        const ta_guard *g = &P->g[j];
+        double x, y;
+        if (!C->uni[g->a] || (!g->cst && !C->uni[g->b])) continue;
+        x = U[C->loc[g->a]]; y = g->cst ? g->c : U[C->loc[g->b]];
+        if (ta_compare(g->kind, x, y) != g->out) {
+            f->row = 0; f->guard = j; f->kind = g->kind; f->outcome = g->out; f->x = x; f->y = y;
+            return TA_EGUARD;
+        }
+    }
+    return TA_OK;
+}
+
+/* ------------------------------------------------------------ forward */
+
+/* One op over rows [off, off + cb) of the chunk; kinds expand differently.
+ * `bad` collects error statuses without a branch, so the loops vectorise. */
+#define FW_LEAF(N)
+#define FW_UN(N)  for (s = 0; s < cb; s++) bad |= fwd_##N(xv[s], 0.0, &rv[s]);
+#define FW_BIN(N) for (s = 0; s < cb; s++) bad |= fwd_##N(xv[s], yv[s], &rv[s]);
+#define FW_CST(N) for (s = 0; s < cb; s++) bad |= fwd_##N(xv[s], c, &rv[s]);
+
+static int ta_fw_op(const ta_prog *P, ta_ws *W, const ta_ins *I, uint32_t off, uint32_t cb)
+{
+    const ta_code *C = P->code;
+    const double *xv = ta_vals(C, W, I->x) + off;
+    const double *yv = ta_kinds[I->op] == TA_K_BIN ? ta_vals(C, W, I->y) + off : xv;
+    double *rv = ROW(W->V, C->loc[I->k], C->ch) + off, c = P->c[I->k];
+    uint32_t s;
+    int bad = 0;
+    UNUSED(yv); UNUSED(c);
+    switch (I->op) {
+#define TA_OP(NAME, KIND, SYM) case TA_##NAME: FW_##KIND(NAME) break;
+#include "ops.def"
+#undef TA_OP
+    }
+    return bad;
+}
+
+/* r = start + p0*q0 + p1*q1 + ..., left to right, as the recorded nodes
+ * did it (fwd_MUL, fwd_ADD: neither can fail); four w * x terms per pass
+ * over the rows, so the partial sum stays in a register. */
+static void ta_fw_dot(const ta_prog *P, ta_ws *W, const ta_ins *I, uint32_t off, uint32_t cb)
+{
+    const ta_code *C = P->code;
+    double *rv = ROW(W->V, C->loc[I->k], C->ch) + off;
+    uint32_t t = I->t0, end = I->t0 + I->nt, s;
+    if (C->uni[I->x]) { double u = W->U[C->loc[I->x]]; for (s = 0; s < cb; s++) rv[s] = u; }
+    else memcpy(rv, ROW(W->V, C->loc[I->x], C->ch) + off, cb * sizeof *rv);
+    while (t < end) {
+        uint32_t p = C->tp[t], q = C->tq[t];
+        if (t + 4u <= end && (C->tf[t] & TA_UR4)) {
+            const double w0 = W->U[C->loc[p]], w1 = W->U[C->loc[C->tp[t + 1]]];
+            const double w2 = W->U[C->loc[C->tp[t + 2]]], w3 = W->U[C->loc[C->tp[t + 3]]];
+            const double *q0 = ROW(W->V, C->loc[q], C->ch) + off;
+            const double *q1 = ROW(W->V, C->loc[C->tq[t + 1]], C->ch) + off;
+            const double *q2 = ROW(W->V, C->loc[C->tq[t + 2]], C->ch) + off;
+            const double *q3 = ROW(W->V, C->loc[C->tq[t + 3]], C->ch) + off;
+            for (s = 0; s < cb; s++) {
+                double r = rv[s], m;
+                fwd_MUL(w0, q0[s], &m); fwd_ADD(r, m, &r);
+                fwd_MUL(w1, q1[s], &m); fwd_ADD(r, m, &r);
+                fwd_MUL(w2, q2[s], &m); fwd_ADD(r, m, &r);
+                fwd_MUL(w3, q3[s], &m); fwd_ADD(r, m, &r);
+                rv[s] = r;
+            }
+            t += 4u;
+            continue;
+        }
+        if (C->uni[p]) {
+            const double w = W->U[C->loc[p]], *qv = ROW(W->V, C->loc[q], C->ch) + off;
+            for (s = 0; s < cb; s++) { double m; fwd_MUL(w, qv[s], &m); fwd_ADD(rv[s], m, &rv[s]); }
+        } else if (C->uni[q]) {
+            const double w = W->U[C->loc[q]], *pv = ROW(W->V, C->loc[p], C->ch) + off;
+            for (s = 0; s < cb; s++) { double m; fwd_MUL(pv[s], w, &m); fwd_ADD(rv[s], m, &rv[s]); }
+        } else {
+            const double *pv = ROW(W->V, C->loc[p], C->ch) + off, *qv = ROW(W->V, C->loc[q], C->ch) + off;
+            for (s = 0; s < cb; s++) { double m; fwd_MUL(pv[s], qv[s], &m); fwd_ADD(rv[s], m, &rv[s]); }
+        }
+        t++;
+    }
+}
+
+/* Every row instruction over rows [off, off + cb); nonzero if an op failed. */
+static int ta_fw_rows(const ta_prog *P, ta_ws *W, uint32_t off, uint32_t cb, const ta_ins **failed)
+{
+    const ta_code *C = P->code;
+    uint32_t i;
+    int bad = 0;
+    for (i = 0; i < C->nins; i++) {
+        const ta_ins *I = &C->ins[i];
+        if (I->op == TA_IDOT) { ta_fw_dot(P, W, I, off, cb); continue; }
+        if (ta_fw_op(P, W, I, off, cb)) { bad = 1; if (failed) { *failed = I; return 1; } }
+    }
+    return bad;
+}
+
+/* The row guards at row s; the index of the first that flips, or -1. */
+static int64_t ta_guards_at(const ta_prog *P, const ta_ws *W, uint32_t s, double *x, double *y)
+{
+    const ta_code *C = P->code;
+    uint32_t j;
+    for (j = 0; j < P->ng; j++) {
+        const ta_guard *g = &P->g[j];
+        if (C->uni[g->a] && (g->cst || C->uni[g->b])) continue;   /* checked per call */
+        *x = ta_val_at(C, W, g->a, s);
+        *y = g->cst ? g->c : ta_val_at(C, W, g->b, s);
+        if (ta_compare(g->kind, *x, *y) != g->out) return j;
+    }
+    return -1;
+}
+
+/* Something failed in this chunk: replay it row by row, as a row at a time
+ * would have run, to name the first failing row and what failed there. */
+static int ta_first_failure(const ta_prog *P, ta_ws *W, uint32_t cb, uint64_t b0, ta_fail_t *f)
+{
+    uint32_t s;
+    for (s = 0; s < cb; s++) {
+        const ta_ins *I = NULL;
+        int64_t gj;
+        double x, y;
+        if (ta_fw_rows(P, W, s, 1, &I)) {
+            const ta_code *C = P->code;
+            int op = I->op;
+            int st = ta_forward(op, ta_val_at(C, W, I->x, s),
+                                ta_kinds[op] == TA_K_BIN ? ta_val_at(C, W, I->y, s) : P->c[I->k], &x);
+            f->row = b0 + s; f->op = op; f->x = ta_val_at(C, W, I->x, s);
+            f->y = ta_kinds[op] == TA_K_BIN ? ta_val_at(C, W, I->y, s) : P->c[I->k];
+            return st != TA_OK ? st : TA_EDOMAIN;
+        }
+        if ((gj = ta_guards_at(P, W, s, &x, &y)) >= 0) {
+            f->row = b0 + s; f->guard = gj; f->kind = P->g[gj].kind; f->outcome = P->g[gj].out;
+            f->x = x; f->y = y;
+            return TA_EGUARD;
+        }
+    }
+    return TA_EDOMAIN;   /* not reached: the chunk failed somewhere */
+}
+
+/* ------------------------------------------------------------ reverse */
+
+/* Where the adjoint of operand k goes: its row, or (a uniform operand
+ * summed over rows) a scratch row summed into W->A afterwards; NULL if k
+ * needs none. */
+static double *ta_target(const ta_code *C, ta_ws *W, uint32_t k, int per_sample, double *tmp,
+                         uint32_t cb)
+{
+    if (C->dloc[k] == TA_NONE) return NULL;
+    if (!C->uni[k]) return ROW(W->D, C->dloc[k], C->ch);
+    if (per_sample) return ROW(W->D, C->ndr + C->dloc[k], C->ch);
+    memset(tmp, 0, cb * sizeof *tmp);
+    return tmp;
+}
+
+static void ta_settle(const ta_code *C, ta_ws *W, uint32_t k, int per_sample, const double *tmp,
+                      uint32_t cb)
+{
+    if (C->dloc[k] != TA_NONE && C->uni[k] && !per_sample) W->A[C->dloc[k]] += ta_lanesum(tmp, cb);
+}
+
+/* x and y may be the same node (x * x): two loops, each adding one side */
+#define RV_LEAF(N)
+#define RV_UN(N)  if (ax) for (s = 0; s < cb; s++) { double dx, dy; d_##N(xv[s], 0.0, rv[s], &dx, &dy); ax[s] += dx * g[s]; }
+#define RV_CST(N) if (ax) for (s = 0; s < cb; s++) { double dx, dy; d_##N(xv[s], c, rv[s], &dx, &dy); ax[s] += dx * g[s]; }
+#define RV_BIN(N) \
+    if (ax) for (s = 0; s < cb; s++) { double dx, dy; d_##N(xv[s], yv[s], rv[s], &dx, &dy); ax[s] += dx * g[s]; } \
+    if (ay) for (s = 0; s < cb; s++) { double dx, dy; d_##N(xv[s], yv[s], rv[s], &dx, &dy); ay[s] += dy * g[s]; }
+
+static void ta_rv_op(const ta_prog *P, ta_ws *W, const ta_ins *I, uint32_t cb, int ps)
+{
+    const ta_code *C = P->code;
+    int bin = ta_kinds[I->op] == TA_K_BIN;
+    const double *xv = ta_vals(C, W, I->x), *yv = bin ? ta_vals(C, W, I->y) : xv;
+    const double *rv = ROW(W->V, C->loc[I->k], C->ch), *g = ROW(W->D, C->dloc[I->k], C->ch);
+    double *ax = ta_target(C, W, I->x, ps, W->T1, cb);
+    double *ay = bin ? ta_target(C, W, I->y, ps, W->T2, cb) : NULL;
+    double c = P->c[I->k];
+    uint32_t s;
+    UNUSED(yv); UNUSED(c);
+    switch (I->op) {
+#define TA_OP(NAME, KIND, SYM) case TA_##NAME: RV_##KIND(NAME) break;
+#include "ops.def"
+#undef TA_OP
+    }
+    if (ax) ta_settle(C, W, I->x, ps, W->T1, cb);
+    if (ay) ta_settle(C, W, I->y, ps, W->T2, cb);
+}
+
+/* One operand of a product: adds other * g (d_MUL: each side's partial
+ * is the other side) to k's adjoint. */
+static void ta_rv_factor(const ta_code *C, ta_ws *W, uint32_t k, uint32_t other, const double *g,
+                         uint32_t cb, int ps)
+{
+    uint32_t s;
+    if (C->dloc[k] == TA_NONE) return;
+    if (C->uni[k] && !ps) {              /* a summed parameter: one lane sum */
+        if (C->uni[other]) W->A[C->dloc[k]] += W->U[C->loc[other]] * ta_lanesum(g, cb);
+        else W->A[C->dloc[k]] += ta_lanedot(ROW(W->V, C->loc[other], C->ch), g, cb);
+        return;
+    }
+    {
+        double *a = C->uni[k] ? ROW(W->D, C->ndr + C->dloc[k], C->ch) : ROW(W->D, C->dloc[k], C->ch);
+        if (C->uni[other]) {
+            const double w = W->U[C->loc[other]];
+            for (s = 0; s < cb; s++) a[s] += w * g[s];
+        } else {
+            const double *o = ROW(W->V, C->loc[other], C->ch);
+            for (s = 0; s < cb; s++) a[s] += o[s] * g[s];
+        }
+    }
+}
+
+/* Four doubles as one value, for the lanes of a sum: a GCC/Clang vector
+ * (SSE2 or AVX: elementwise IEEE, the same bits as four scalars), or a
+ * plain struct elsewhere. */
+#if defined(__GNUC__)
+typedef double ta_v4 __attribute__((vector_size(32)));
+#define TA_V4_LANE(v, l) ((v)[l])
+#define TA_V4_MULADD(acc, a, b) ((acc) + (a) * (b))
+#define TA_V4_SPLAT(v, x) ((v) = (ta_v4){(x), (x), (x), (x)})
+#else
+typedef struct { double l[4]; } ta_v4;
+#define TA_V4_LANE(v, l) ((v).l[l])
+#define TA_V4_SPLAT(v, x) do { int i_; for (i_ = 0; i_ < 4; i_++) (v).l[i_] = (x); } while (0)
+static ta_v4 TA_V4_MULADD(ta_v4 acc, ta_v4 a, ta_v4 b)
+{
+    int i;
+    for (i = 0; i < 4; i++) acc.l[i] += a.l[i] * b.l[i];
+    return acc;
+}
+#endif
+/* (macros, not functions: a function returning a 32-byte vector changes
+ * the ABI without AVX, and GCC says so) */
+#define TA_V4_LOAD(v, p) memcpy(&(v), (p), sizeof(v))
+#define TA_V4_STORE(p, v) memcpy((p), &(v), sizeof(v))
+#define TA_V4_SUM(v) ((TA_V4_LANE(v, 0) + TA_V4_LANE(v, 1)) + (TA_V4_LANE(v, 2) + TA_V4_LANE(v, 3)))
+
+/* The rows of ta_rv_dot4, four rows at a time (row s in lane s % 4). */
+static void ta_rows4(uint32_t n, const double *g, const double *const *x, double *const *a,
+                     const double *w, double *sums)
+{
+    ta_v4 L[4], gs, v, u, wj;
+    uint32_t s, l;
+    int j;
+    for (j = 0; j < 4; j++) TA_V4_SPLAT(L[j], 0.0);
+    for (s = 0; s + 4u <= n; s += 4u) {
+        TA_V4_LOAD(gs, g + s);
+        for (j = 3; j >= 0; j--) { TA_V4_LOAD(v, x[j] + s); L[j] = TA_V4_MULADD(L[j], v, gs); }
+        if (a[0])
+            for (j = 3; j >= 0; j--) {
+                TA_V4_LOAD(u, a[j] + s);
+                TA_V4_SPLAT(wj, w[j]);
+                u = TA_V4_MULADD(u, wj, gs);
+                TA_V4_STORE(a[j] + s, u);
+            }
+    }
+    for (l = 0; s < n; s++, l++) {
+        const double gr = g[s];
+        for (j = 3; j >= 0; j--) TA_V4_LANE(L[j], l) += x[j][s] * gr;
+        if (a[0]) for (j = 3; j >= 0; j--) a[j][s] += w[j] * gr;
+    }
+    for (j = 0; j < 4; j++) sums[j] = TA_V4_SUM(L[j]);
+}
+
+/* Four (uniform p, row q) terms t+3, t+2, t+1, t of a dot, summed over
+ * rows, in one pass over the rows: each p gets its lane sum of q g (as
+ * ta_lanedot), each q that needs it gets p g.  Per row the additions are
+ * in the order term by term would make them, so the bits are the same. */
+static void ta_rv_dot4(const ta_code *C, ta_ws *W, uint32_t t, const double *g, uint32_t n)
+{
+    const uint32_t *tp = C->tp + t, *tq = C->tq + t;
+    double w[4], sums[4], *a[4];
+    const double *x[4];
+    int j;
+    for (j = 0; j < 4; j++) {
+        w[j] = W->U[C->loc[tp[j]]];
+        x[j] = ROW(W->V, C->loc[tq[j]], C->ch);
+        a[j] = C->dloc[tq[j]] == TA_NONE ? NULL : ROW(W->D, C->dloc[tq[j]], C->ch);
+    }
+    ta_rows4(n, g, x, a, w, sums);
+    for (j = 4; j-- > 0;) W->A[C->dloc[tp[j]]] += sums[j];
+}
+
+/* The dot's adjoint g reaches every product and partial sum unchanged
+ * (d_ADD: 1), so each term adds q g to p and p g to q.  Order as the
+ * recorded nodes' reverse sweep: the last term first; the start just
+ * before the first term. */
+static void ta_rv_dot(const ta_prog *P, ta_ws *W, const ta_ins *I, uint32_t cb, int ps)
+{
+    const ta_code *C = P->code;
+    const double *g = ROW(W->D, C->dloc[I->k], C->ch);
+    uint32_t t = I->t0 + I->nt;
+    while (t-- > I->t0) {
+        /* terms t0 + 1 ... in blocks of four (the singles at the top first) */
+        if (!ps && t > I->t0 && (t - I->t0) % 4u == 0 && (C->tf[t - 3u] & TA_RV4)) {
+            ta_rv_dot4(C, W, t - 3u, g, cb);
+            t -= 3u;
+            continue;
+        }
+        if (t == I->t0) {
+            double *ax = ta_target(C, W, I->x, ps, W->T1, cb);
+            uint32_t s;
+            if (ax) {
+                for (s = 0; s < cb; s++) { double dx, dy; d_ADD(0.0, 0.0, 0.0, &dx, &dy); ax[s] += dx * g[s]; }
+                ta_settle(C, W, I->x, ps, W->T1, cb);
+            }
+        }
+        ta_rv_factor(C, W, C->tp[t], C->tq[t], g, cb, ps);
+        ta_rv_factor(C, W, C->tq[t], C->tp[t], g, cb, ps);
+    }
+}
+
+/* Back through the uniform nodes: their partials are the same for every
+ * row.  Per sample, on the uniform adjoint rows; summed, on W->A. */
+static void ta_rv_uniform(const ta_prog *P, ta_ws *W, uint32_t cb, int ps)
+{
+    const ta_code *C = P->code;
+    uint32_t j, s;
+    for (j = C->nuops; j-- > 0;) {
+        uint32_t k = C->uops[j], x = P->a[k], y = P->b[k];
+        int op = P->op[k], bin = ta_kinds[op] == TA_K_BIN;
+        double dx, dy;
+        if (C->dloc[k] == TA_NONE) continue;
+        ta_partials(op, W->U[C->loc[x]], bin ? W->U[C->loc[y]] : P->c[k], W->U[C->loc[k]], &dx, &dy);
+        if (!ps) {
+            double gk = W->A[C->dloc[k]];
+            if (C->dloc[x] != TA_NONE) W->A[C->dloc[x]] += dx * gk;
+            if (bin && C->dloc[y] != TA_NONE) W->A[C->dloc[y]] += dy * gk;
+        } else {
+            const double *g = ROW(W->D, C->ndr + C->dloc[k], C->ch);
+            if (C->dloc[x] != TA_NONE) {
+                double *a = ROW(W->D, C->ndr + C->dloc[x], C->ch);
+                for (s = 0; s < cb; s++) a[s] += dx * g[s];
+            }
+            if (bin && C->dloc[y] != TA_NONE) {
+                double *a = ROW(W->D, C->ndr + C->dloc[y], C->ch);
+                for (s = 0; s < cb; s++) a[s] += dy * g[s];
+            }
+        }
+    }
+}
+
+/* The adjoint row of wrt column j's node (its uniform row per sample). */
+static const double *ta_wrt_row(const ta_prog *P, const ta_ws *W, uint32_t k)
+{
+    const ta_code *C = P->code;
+    return C->uni[k] ? ROW(W->D, C->ndr + C->dloc[k], C->ch) : ROW(W->D, C->dloc[k], C->ch);
+}
+
+/* -------------------------------------------------------------- a block */
+
+/* On x86-64 Linux with GCC, ta_block and everything it calls (flatten) is
+ * also compiled for AVX2, picked at load time by the CPU (an ifunc): the
+ * same operations four doubles wide, so the same bits (no FMA: it would
+ * round once where the recorded ops round twice). */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
+    !defined(TA_NO_CLONES)
+#  define TA_WIDE __attribute__((target_clones("avx2", "default"), flatten))
+#else
+#  define TA_WIDE
+#endif
+
+TA_WIDE int ta_block(const ta_prog *P, ta_ws *W, const ta_run_t *R, uint64_t r0, uint64_t r1,
+             double *parts, ta_fail_t *f)
+{
+    const ta_code *C = P->code;
+    const uint32_t ch = C->ch;
+    const int ps = R->per_sample, grad = R->seedmode != 0;
+    uint64_t b0;
+    uint32_t j, s, i, cb;
+    if (grad && !ps) {
+        if (C->ndu) memset(W->A, 0, C->ndu * sizeof *W->A);
+        if (P->nwrt) memset(W->Gb, 0, P->nwrt * sizeof *W->Gb);
+    }
+    for (b0 = r0; b0 < r1; b0 += cb) {
+        cb = (r1 - b0) < ch ? (uint32_t)(r1 - b0) : ch;
+        for (j = 0; j < P->nin; j++) {
+            const double *x = R->X + b0 * P->nin + j;
+            double *r;
+            if (P->in[j] == TA_NONE) continue;
+            r = ROW(W->V, C->loc[P->in[j]], ch);
+            for (s = 0; s < cb; s++) r[s] = x[(size_t)s * P->nin];
+        }
+        if (ta_fw_rows(P, W, 0, cb, NULL)) return ta_first_failure(P, W, cb, b0, f);
+        for (s = 0; s < cb; s++) {
+            double x, y;
+            if (ta_guards_at(P, W, s, &x, &y) >= 0) return ta_first_failure(P, W, cb, b0, f);
+        }
+        for (j = 0; j < P->nout; j++) {
+            uint32_t o = P->out[j];
+            double *y = R->Y + b0 * P->nout + j;
+            if (C->uni[o]) { double u = W->U[C->loc[o]]; for (s = 0; s < cb; s++) y[(size_t)s * P->nout] = u; }
+            else { const double *r = ROW(W->V, C->loc[o], ch); for (s = 0; s < cb; s++) y[(size_t)s * P->nout] = r[s]; }
+        }
+        if (!grad) continue;
+        for (j = 0; j < C->ndr + (ps ? C->ndu : 0); j++) memset(ROW(W->D, j, ch), 0, cb * sizeof *W->D);
+        for (j = 0; j < P->nout; j++) {      /* seeds */
+            uint32_t o = P->out[j];
+            double *d = ta_target(C, W, o, ps, W->T1, cb);
+            if (!d) continue;
+            if (R->seedmode == 1) { double sd = R->seed[j]; for (s = 0; s < cb; s++) d[s] += sd; }
+            else for (s = 0; s < cb; s++) d[s] += R->seed[(b0 + s) * P->nout + j];
+            ta_settle(C, W, o, ps, W->T1, cb);
+        }
+        for (i = C->nins; i-- > 0;) {
+            const ta_ins *I = &C->ins[i];
+            if (C->dloc[I->k] == TA_NONE) continue;
+            if (I->op == TA_IDOT) ta_rv_dot(P, W, I, cb, ps);
+            else ta_rv_op(P, W, I, cb, ps);
+        }
+        if (ps) {
+            ta_rv_uniform(P, W, cb, 1);
+            for (j = 0; j < P->nwrt; j++) {
+                uint32_t k = P->wrt[j];
+                double *gr = R->G + b0 * P->nwrt + j;
+                if (k == TA_NONE) { for (s = 0; s < cb; s++) gr[(size_t)s * P->nwrt] = 0.0; continue; }
+                {
+                    const double *r = ta_wrt_row(P, W, k);
+                    for (s = 0; s < cb; s++) gr[(size_t)s * P->nwrt] = r[s];
+                }
+            }
+        } else {
+            for (j = 0; j < P->nwrt; j++) {
+                uint32_t k = P->wrt[j];
+                if (k != TA_NONE && !C->uni[k]) W->Gb[j] += ta_lanesum(ROW(W->D, C->dloc[k], ch), cb);
+            }
+        }
+    }
+    if (grad && !ps) {
+        ta_rv_uniform(P, W, 0, 0);
+        for (j = 0; j < P->nwrt; j++) {
+            uint32_t k = P->wrt[j];
+            parts[j] = k == TA_NONE ? 0.0 : C->uni[k] ? W->A[C->dloc[k]] : W->Gb[j];
+        }
+    }
+    return TA_OK;
+}

@@ -1,0 +1,145 @@
+/* code.c: a Program's execution code, derived from its flat form.
+ *
+ * The flat form has one entry per recorded node; running it row by row
+ * would store every node's value for every row, parameters included.
+ * The code (struct ta_code in replay.h) stores less and does less:
+ *   - uniform nodes (no input column behind them: parameters, and what is
+ *     computed from parameters and constants alone) are computed once per
+ *     call as scalars;
+ *   - a dot, a chain acc + p0*q0 + p1*q1 + ... whose products and partial
+ *     sums nothing else reads, is one instruction; its partial sums stay in
+ *     registers and its products are never stored;
+ *   - only nodes with a wrt leaf behind them get an adjoint.
+ * The arithmetic, and its order, is the flat form's: results are the
+ * same bits.  Deriving is linear in the number of nodes. */
+#include <stdlib.h>
+#include <string.h>
+#include "replay.h"
+#include "ops.h"
+
+void ta_code_free(ta_code *C)
+{
+    if (!C) return;
+    free(C->uni); free(C->need); free(C->loc); free(C->bloc); free(C->dloc);
+    free(C->uops); free(C->ins); free(C->tp); free(C->tq); free(C->tf); free(C->bnode);
+    free(C);
+}
+
+/* rows per chunk: the chunk's rows of values and adjoints near 256 KB */
+static uint32_t ta_chunk_rows(uint64_t rows)
+{
+    uint32_t ch = 256u;
+    while (ch > 4u && (uint64_t)ch * rows * sizeof(double) > 262144u) ch /= 2u;
+    return ch;
+}
+
+int ta_code_new(ta_prog *P)
+{
+    size_t n = (size_t)P->n + 1;
+    uint32_t k, j, nt = 0, nins = 0;
+    uint8_t *pin = NULL, *uses = NULL, *dotadd = NULL, *gone = NULL;
+    ta_code *C = (ta_code *)ta_calloc(1, sizeof *C);
+    int st = TA_ENOMEM;
+    if (!C) return TA_ENOMEM;
+    C->uni = (uint8_t *)ta_calloc(n, 1); C->need = (uint8_t *)ta_calloc(n, 1);
+    C->loc = (uint32_t *)ta_malloc(n * 4); C->bloc = (uint32_t *)ta_malloc(n * 4);
+    C->dloc = (uint32_t *)ta_malloc(n * 4); C->uops = (uint32_t *)ta_malloc(n * 4);
+    C->ins = (ta_ins *)ta_malloc(n * sizeof *C->ins);
+    C->tp = (uint32_t *)ta_malloc(n * 4); C->tq = (uint32_t *)ta_malloc(n * 4);
+    C->tf = (uint8_t *)ta_calloc(n, 1); C->bnode = (uint32_t *)ta_malloc(n * 4);
+    pin = (uint8_t *)ta_calloc(n, 1); uses = (uint8_t *)ta_calloc(n, 1);
+    dotadd = (uint8_t *)ta_calloc(n, 1); gone = (uint8_t *)ta_calloc(n, 1);
+    if (!C->uni || !C->need || !C->loc || !C->bloc || !C->dloc || !C->uops || !C->ins ||
+        !C->tp || !C->tq || !C->tf || !C->bnode || !pin || !uses || !dotadd || !gone)
+        goto out;
+
+    /* uniform: parameters, and nodes whose inputs are all uniform */
+    for (k = 0; k < P->npar; k++) C->uni[P->par[k]] = 1;
+    for (k = 0; k < P->nwrt; k++) if (P->wrt[k] != TA_NONE) C->need[P->wrt[k]] = 1;
+    for (k = 0; k < P->n; k++) {
+        int kind = ta_kinds[P->op[k]];
+        if (kind == TA_K_LEAF) continue;
+        C->uni[k] = C->uni[P->a[k]] && (kind != TA_K_BIN || C->uni[P->b[k]]);
+        C->need[k] = C->need[P->a[k]] || (kind == TA_K_BIN && C->need[P->b[k]]);
+        if (uses[P->a[k]] < 2) uses[P->a[k]]++;
+        if (kind == TA_K_BIN && uses[P->b[k]] < 2) uses[P->b[k]]++;
+    }
+    /* outputs and guard operands are read from outside: never inside a dot */
+    for (j = 0; j < P->nout; j++) pin[P->out[j]] = 1;
+    for (j = 0; j < P->ng; j++) { pin[P->g[j].a] = 1; if (!P->g[j].cst) pin[P->g[j].b] = 1; }
+
+    /* dots: ADD(acc, MUL) whose MUL only it reads; an ADD of that shape
+     * that only the next one reads (as its acc) is absorbed into it */
+    for (k = 0; k < P->n; k++) {
+        uint32_t m = P->b[k], x = P->a[k];
+        if (P->op[k] != TA_ADD || C->uni[k] || P->op[m] != TA_MUL || C->uni[m] ||
+            uses[m] != 1 || pin[m] || m == x)
+            continue;
+        dotadd[k] = 1; gone[m] = 1;
+        if (dotadd[x] && uses[x] == 1 && !pin[x]) gone[x] = 1;
+    }
+
+    /* slots, instructions and terms, in node order */
+    for (k = 0; k < P->n; k++) {
+        C->loc[k] = C->bloc[k] = C->dloc[k] = TA_NONE;
+        if (gone[k]) continue;
+        if (C->uni[k]) {
+            C->loc[k] = C->nu++;
+            if (ta_kinds[P->op[k]] != TA_K_LEAF) C->uops[C->nuops++] = k;
+            if (C->need[k]) C->dloc[k] = C->ndu++;
+            continue;
+        }
+        C->loc[k] = C->nv++;
+        if (C->need[k]) C->dloc[k] = C->ndr++;
+        if (P->op[k] == TA_LEAF) continue;          /* an input column */
+        {
+            ta_ins *I = &C->ins[nins++];
+            I->k = k; I->x = P->a[k]; I->y = P->b[k]; I->op = P->op[k]; I->t0 = I->nt = 0;
+            if (dotadd[k]) {          /* walk the chain back to its start */
+                uint32_t x = k, t;
+                I->op = TA_IDOT; I->t0 = nt;
+                do {
+                    C->tp[nt] = P->a[P->b[x]]; C->tq[nt] = P->b[P->b[x]]; nt++;
+                    x = P->a[x];
+                } while (gone[x] && dotadd[x]);
+                I->x = x; I->nt = nt - I->t0;
+                for (t = 0; t < I->nt / 2; t++) {   /* terms in recording order */
+                    uint32_t a = I->t0 + t, b = I->t0 + I->nt - 1 - t, s;
+                    s = C->tp[a]; C->tp[a] = C->tp[b]; C->tp[b] = s;
+                    s = C->tq[a]; C->tq[a] = C->tq[b]; C->tq[b] = s;
+                }
+            } else {
+                /* a uniform operand of a row op is read from a broadcast row */
+                int kind = ta_kinds[P->op[k]];
+                if (C->uni[I->x] && C->bloc[I->x] == TA_NONE) {
+                    C->bnode[C->nb] = I->x; C->bloc[I->x] = C->nb++;
+                }
+                if (kind == TA_K_BIN && C->uni[I->y] && C->bloc[I->y] == TA_NONE) {
+                    C->bnode[C->nb] = I->y; C->bloc[I->y] = C->nb++;
+                }
+            }
+        }
+    }
+    C->nins = nins;
+    /* the shapes batch.c runs four terms at a time (a window may cross from
+     * one dot into the next: batch.c keeps within a dot) */
+    for (k = 0; k + 4u <= nt; k++) {
+        uint32_t j, i, rows = 0, ok = 1, need = 1;
+        for (j = k; j < k + 4u; j++) {
+            ok &= C->uni[C->tp[j]] && !C->uni[C->tq[j]];
+            need &= C->need[C->tp[j]];
+            rows += C->need[C->tq[j]];
+            for (i = k; i < j; i++) ok &= C->tq[i] != C->tq[j];
+        }
+        if (!ok) continue;
+        C->tf[k] = TA_UR4;
+        if (need && (rows == 0 || rows == 4)) C->tf[k] |= TA_RV4;
+    }
+    C->ch = ta_chunk_rows((uint64_t)C->nv + C->nb + C->ndr + C->ndu + 3u);
+    st = TA_OK;
+out:
+    free(pin); free(uses); free(dotadd); free(gone);
+    if (st != TA_OK) { ta_code_free(C); return st; }
+    P->code = C;
+    return TA_OK;
+}

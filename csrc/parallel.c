@@ -1,0 +1,213 @@
+/* parallel.c: one run of a Program, its rows split over threads.
+ *
+ * Rows are grouped in blocks of TA_BLOCK; each thread runs a contiguous
+ * range of blocks (batch.c: ta_block), with the GIL released (cffi
+ * releases it around every call).  Gradients summed over rows are summed
+ * per block, then the block sums are added in block order by the calling
+ * thread: the result is the same bits for any number of threads.  A
+ * failing block stops the threads that run later blocks; the earliest
+ * failure (the first failing row) is the one reported.
+ *
+ * Workspaces (the chunk's rows of values and adjoints) are allocated by
+ * the calling thread only, before any thread starts (so an injected
+ * allocation failure is deterministic), and kept on the Program for the
+ * next call; two calls at once (Dask runs tasks in threads) each take
+ * their own.  Without POSIX threads everything runs on the calling
+ * thread. */
+#include <stdlib.h>
+#include <string.h>
+#include "replay.h"
+
+#if defined(__unix__) || defined(__APPLE__)
+#  include <pthread.h>
+#  define TA_THREADS 1
+#else
+#  define TA_THREADS 0
+#endif
+#if defined(__GNUC__) || defined(__clang__)
+#  define TA_XCHG(p, v)      __atomic_exchange_n((p), (v), __ATOMIC_ACQ_REL)
+#  define TA_CAS(p, old, v)  __atomic_compare_exchange_n((p), (old), (v), 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)
+#  define TA_LOAD(p)         __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#else                        /* no atomics: no reuse, and one thread */
+#  undef  TA_THREADS
+#  define TA_THREADS 0
+#endif
+#define TA_MAXTHREADS 64      /* more cores than this: 64 threads */
+
+/* -------------------------------------------------------- workspaces */
+
+static void ta_ws_free(ta_ws *W)
+{
+    if (!W) return;
+    free(W->V); free(W->D); free(W->Bc); free(W->T1); free(W->T2);
+    free(W->A); free(W->Gb); free(W->U); free(W);
+}
+
+static ta_ws *ta_ws_new(const ta_prog *P)
+{
+    const ta_code *C = P->code;
+    size_t ch = C->ch;
+    ta_ws *W = (ta_ws *)ta_calloc(1, sizeof *W);
+    if (!W) return NULL;
+    W->V = (double *)ta_malloc(((size_t)C->nv + 1) * ch * sizeof(double));
+    W->D = (double *)ta_malloc(((size_t)C->ndr + C->ndu + 1) * ch * sizeof(double));
+    W->Bc = (double *)ta_malloc(((size_t)C->nb + 1) * ch * sizeof(double));
+    W->T1 = (double *)ta_malloc(ch * sizeof(double));
+    W->T2 = (double *)ta_malloc(ch * sizeof(double));
+    W->A = (double *)ta_malloc(((size_t)C->ndu + 1) * sizeof(double));
+    W->Gb = (double *)ta_malloc(((size_t)P->nwrt + 1) * sizeof(double));
+    W->U = (double *)ta_malloc(((size_t)C->nu + 1) * sizeof(double));
+    if (!W->V || !W->D || !W->Bc || !W->T1 || !W->T2 || !W->A || !W->Gb || !W->U) {
+        ta_ws_free(W);
+        return NULL;
+    }
+    return W;
+}
+
+static ta_ws *ta_ws_take(ta_prog *P)
+{
+#if defined(TA_XCHG)
+    int k;
+    for (k = 0; k < TA_NWS; k++) {
+        ta_ws *W = (ta_ws *)TA_XCHG(&P->ws[k], NULL);
+        if (W) return W;
+    }
+#endif
+    return ta_ws_new(P);
+}
+
+static void ta_ws_give(ta_prog *P, ta_ws *W)
+{
+#if defined(TA_XCHG)
+    int k;
+    for (k = 0; k < TA_NWS; k++) {
+        void *none = NULL;
+        if (TA_CAS(&P->ws[k], &none, (void *)W)) return;
+    }
+#else
+    (void)P;
+#endif
+    ta_ws_free(W);
+}
+
+void ta_ws_drop(ta_prog *P)
+{
+    int k;
+    for (k = 0; k < TA_NWS; k++) { ta_ws_free((ta_ws *)P->ws[k]); P->ws[k] = NULL; }
+}
+
+/* ---------------------------------------------------------------- jobs */
+
+typedef struct {
+    const ta_prog *P;  const ta_run_t *R;
+    ta_ws   *W;
+    uint64_t b0, b1;          /* blocks [b0, b1)                       */
+    uint64_t *stop;           /* the first failing block so far        */
+    int       st;  ta_fail_t f;
+} ta_job;
+
+static void *ta_job_run(void *arg)
+{
+    ta_job *J = (ta_job *)arg;
+    const ta_prog *P = J->P; const ta_code *C = P->code;
+    uint64_t b, B = J->R->B;
+    uint32_t j, s;
+    for (j = 0; j < C->nb; j++) {   /* this thread's broadcast rows */
+        double u = J->W->U[C->loc[C->bnode[j]]], *r = J->W->Bc + (size_t)j * C->ch;
+        for (s = 0; s < C->ch; s++) r[s] = u;
+    }
+    for (b = J->b0; b < J->b1; b++) {
+        uint64_t r0 = b * TA_BLOCK, r1 = r0 + TA_BLOCK < B ? r0 + TA_BLOCK : B;
+#if defined(TA_LOAD)
+        if (b > TA_LOAD(J->stop)) break;        /* an earlier block failed */
+#endif
+        J->st = ta_block(P, J->W, J->R, r0, r1, J->R->parts ? J->R->parts + b * P->nwrt : NULL, &J->f);
+        if (J->st != TA_OK) {
+#if defined(TA_LOAD)
+            uint64_t seen = TA_LOAD(J->stop);
+            while (b < seen && !TA_CAS(J->stop, &seen, b)) {}
+#endif
+            break;
+        }
+    }
+    return NULL;
+}
+
+/* ----------------------------------------------------------------- run */
+
+static int ta_run_check(const ta_prog *P, const ta_run_t *R)
+{
+    uint64_t wide = P->nin > P->nout ? P->nin : P->nout;
+    if (P->nwrt > wide) wide = P->nwrt;
+    if (R->nin != P->nin || R->nout != P->nout || R->nwrt != P->nwrt) return TA_EARG;
+    if (R->params && R->npar != P->npar) return TA_EARG;
+    if (R->seedmode < 0 || R->seedmode > 2 || R->threads < 1) return TA_EARG;
+    if (R->B > UINT64_MAX / 16u / (wide + 1u)) return TA_EARG;   /* B x columns x 8 fits */
+    if (R->B == 0) return TA_OK;
+    if ((P->nin && !R->X) || !R->Y) return TA_EARG;
+    if (R->seedmode) {
+        if (!R->seed || (P->nwrt && !R->G)) return TA_EARG;
+        if (!R->per_sample && (!R->parts || R->nblocks != (R->B + TA_BLOCK - 1) / TA_BLOCK))
+            return TA_EARG;
+    }
+    return TA_OK;
+}
+
+int ta_prog_run(ta_prog *P, const ta_run_t *R, ta_fail_t *f)
+{
+    ta_job jobs[TA_MAXTHREADS];
+    uint64_t nblocks, stop = UINT64_MAX, b, j;
+    double *pv = NULL;
+    int nt, t, st;
+    if (!P || !R || !f) return TA_EARG;
+    memset(f, 0, sizeof *f);
+    f->guard = -1;
+    if ((st = ta_run_check(P, R)) != TA_OK || R->B == 0) return st;
+    nblocks = (R->B + TA_BLOCK - 1) / TA_BLOCK;
+    nt = R->threads < TA_MAXTHREADS ? R->threads : TA_MAXTHREADS;
+    if ((uint64_t)nt > nblocks) nt = (int)nblocks;
+    if (!TA_THREADS) nt = 1;
+    /* everything allocated here, before a thread starts */
+    for (t = 0; t < nt; t++) {
+        jobs[t].W = ta_ws_take(P);
+        if (!jobs[t].W) { while (t-- > 0) ta_ws_give(P, jobs[t].W); return TA_ENOMEM; }
+    }
+    if (!R->params && P->npar) {
+        if (!(pv = (double *)ta_malloc((size_t)P->npar * sizeof *pv))) st = TA_ENOMEM;
+        else st = ta_prog_param_values(P, pv, P->npar);
+    }
+    if (st == TA_OK) st = ta_uniform_forward(P, jobs[0].W->U, R->params ? R->params : pv, f);
+    free(pv);
+    if (st == TA_OK) {
+#if TA_THREADS
+        pthread_t tid[TA_MAXTHREADS];
+        int started[TA_MAXTHREADS];
+#endif
+        for (t = 0; t < nt; t++) {
+            ta_job *J = &jobs[t];
+            J->P = P; J->R = R; J->stop = &stop; J->st = TA_OK;
+            J->b0 = nblocks * (uint64_t)t / (uint64_t)nt;
+            J->b1 = nblocks * (uint64_t)(t + 1) / (uint64_t)nt;
+            memset(&J->f, 0, sizeof J->f); J->f.guard = -1;
+            if (t) memcpy(J->W->U, jobs[0].W->U, (size_t)P->code->nu * sizeof(double));
+        }
+#if TA_THREADS
+        for (t = 1; t < nt; t++)    /* a thread that cannot start runs here, below */
+            started[t] = pthread_create(&tid[t], NULL, ta_job_run, &jobs[t]) == 0;
+        ta_job_run(&jobs[0]);
+        for (t = 1; t < nt; t++) {
+            if (started[t]) pthread_join(tid[t], NULL);
+            else ta_job_run(&jobs[t]);
+        }
+#else
+        for (t = 0; t < nt; t++) ta_job_run(&jobs[t]);
+#endif
+        for (t = 0; t < nt; t++)    /* the earliest failure: jobs run blocks in order */
+            if (jobs[t].st != TA_OK) { st = jobs[t].st; *f = jobs[t].f; break; }
+    }
+    for (t = 0; t < nt; t++) ta_ws_give(P, jobs[t].W);
+    if (st != TA_OK || !R->seedmode || R->per_sample) return st;
+    for (b = 0; b < nblocks; b++)    /* block sums, in block order */
+        for (j = 0; j < P->nwrt; j++) R->G[j] += R->parts[b * P->nwrt + j];
+    return TA_OK;
+}

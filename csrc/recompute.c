@@ -1,0 +1,165 @@
+/* recompute.c: v.recompute(), the recorded graph re-evaluated in place.
+ *
+ * ta_recompute(root) marks every node root depends on (as ta_backward
+ * does), plus the nodes of the guards that bind root (guard.c), and copies
+ * them, in tape order, into a flat plan cached per root; each recompute is
+ * then one ascending sweep over the plan from the leaves' current values
+ * into a scratch buffer, a guard check, and a commit of the new values to
+ * the tape.  An error (a domain error at the new point, or a flipped
+ * guard) is found before anything is written, so the call leaves no
+ * trace.  A compared node need not be an input of root (z = x*x; y = x if
+ * z > 1 else -x), so guard nodes are re-evaluated as extra roots. */
+#include <stdlib.h>
+#include "replay.h"
+#include "ops.h"
+
+/* -------------------------------------------------------------- plans
+ *
+ * A recompute from root first builds a plan: the marked nodes in tape
+ * order as flat arrays (op, input indices, constant, pointer to the node's
+ * value on the tape), plus the guards that bind root.  The graph below a
+ * node never changes, so the plan stays right until the collector runs
+ * (nodes could move slots: all plans dropped) or the guard list changes
+ * (version bump).  Later recomputes of the same root sweep the flat arrays
+ * only.  A sweep computes into the plan's own buffer, checks the guards,
+ * and only then writes the tape: an error leaves every value as it was. */
+struct ta_plan {
+    int64_t   root;  uint64_t ver;
+    uint32_t  n, ng;
+    uint8_t  *op;
+    uint32_t *a, *b;
+    double   *c, **vp, *v;       /* vp: the node's val on the tape            */
+    ta_guard *g;                 /* a, b as plan indices                      */
+    uint32_t *gidx;              /* each guard's index in the tape's list     */
+};
+
+static void ta_plan_free(ta_plan *L)
+{
+    if (!L) return;
+    free(L->op); free(L->a); free(L->b); free(L->c);
+    free(L->vp); free(L->v); free(L->g); free(L->gidx); free(L);
+}
+
+void ta_plans_drop(struct ta_guards *G)
+{
+    int k;
+    for (k = 0; k < TA_NPLANS; k++) { ta_plan_free(G->plans[k]); G->plans[k] = NULL; }
+}
+
+static ta_plan *ta_plan_build(ta_tape *T, ta_seg *rs, uint32_t ro, int64_t root, int *st)
+{
+    struct ta_guards *G = T->guards;
+    uint64_t hi = ((uint64_t)rs->pos << 32) | ro, pending, n = 0;
+    uint32_t lowpos, lowg, p, i, k, gi;
+    uint32_t *idx = NULL;
+    ta_plan *L;
+
+    rs->op[ro] |= TA_MARK;
+    lowpos = ta_mark_down(T, rs->pos, TA_MARK, 1);
+    pending = ta_mark_guards(T, hi, TA_LIVE, 0);
+    lowg = ta_mark_down(T, rs->pos, TA_LIVE, pending);
+    if (lowg < lowpos) lowpos = lowg;
+    for (p = lowpos; p <= rs->pos; p++) {
+        ta_seg *s = T->segs[T->order[p]];
+        for (i = 0; i < s->n; i++) n += (s->op[i] & (TA_MARK | TA_LIVE)) != 0;
+    }
+    *st = TA_ENOMEM;
+    L = (ta_plan *)ta_calloc(1, sizeof *L);
+    idx = (uint32_t *)ta_malloc((size_t)(rs->pos - lowpos + 1) * TA_SEG * sizeof *idx);
+    if (!L || !idx) goto fail;
+    L->root = root; L->ver = G->ver; L->n = (uint32_t)n;
+    L->op = (uint8_t *)ta_malloc(n);
+    L->a = (uint32_t *)ta_malloc(n * 4); L->b = (uint32_t *)ta_malloc(n * 4);
+    L->c = (double *)ta_malloc(n * 8); L->v = (double *)ta_malloc(n * 8);
+    L->vp = (double **)ta_malloc(n * sizeof(double *));
+    L->g = (ta_guard *)ta_malloc(((size_t)G->n + 1) * sizeof *L->g);
+    L->gidx = (uint32_t *)ta_malloc(((size_t)G->n + 1) * sizeof *L->gidx);
+    if (!L->gidx || !L->op || !L->a || !L->b || !L->c || !L->v || !L->vp || !L->g) goto fail;
+#define IDX(ref) idx[(size_t)(TA_SEGOF(T, ref)->pos - lowpos) * TA_SEG + TA_OFF(ref)]
+    for (k = 0, p = lowpos; p <= rs->pos; p++) {
+        ta_seg *s = T->segs[T->order[p]];
+        for (i = 0; i < s->n; i++) {
+            uint8_t bits = s->op[i];
+            int op = bits & TA_OPMASK, kind = ta_kinds[op];
+            if (!(bits & (TA_MARK | TA_LIVE))) continue;
+            idx[(size_t)(p - lowpos) * TA_SEG + i] = k;
+            L->op[k] = (uint8_t)op;
+            L->vp[k] = &s->val[i];
+            L->a[k] = kind == TA_K_LEAF ? 0 : IDX(s->x[i]);
+            L->b[k] = kind == TA_K_BIN ? IDX(s->aux[i].y) : 0;
+            L->c[k] = kind == TA_K_CST ? s->aux[i].c : 0.0;
+            k++;
+        }
+    }
+    for (gi = 0; gi < G->n; gi++) {
+        ta_guard g = G->g[gi];
+        if (!ta_guard_in(T, &g, hi)) continue;
+        g.a = IDX(g.a);
+        if (!g.cst) g.b = IDX(g.b);
+        L->gidx[L->ng] = gi;
+        L->g[L->ng++] = g;
+    }
+#undef IDX
+    *st = TA_OK;
+    free(idx);
+    ta_unmark(T, lowpos, rs->pos);
+    return L;
+fail:
+    free(idx);
+    ta_plan_free(L);
+    ta_unmark(T, lowpos, rs->pos);
+    return NULL;
+}
+
+/* The cached plan for root, or NULL. */
+static ta_plan *ta_plan_find(struct ta_guards *G, int64_t root)
+{
+    int k;
+    for (k = 0; k < TA_NPLANS; k++) {
+        ta_plan *L = G->plans[k];
+        if (L && L->root == root && L->ver == G->ver) return L;
+    }
+    return NULL;
+}
+
+int ta_recompute(int64_t root)
+{
+    ta_tape *T = ta_self();
+    struct ta_guards *G;
+    ta_seg *rs;
+    uint32_t ro, k, n;
+    ta_plan *L;
+    double *v;
+    int st;
+    if (!T) return TA_ENOMEM;
+    if ((st = ta_resolve(T, root, &rs, &ro)) != TA_OK) return st;
+    if (!(G = ta_guards_of(T))) return TA_ENOMEM;
+    if (!(L = ta_plan_find(G, root))) {
+        if (!(L = ta_plan_build(T, rs, ro, root, &st))) return st;
+        ta_plan_free(G->plans[G->next]);
+        G->plans[G->next] = L;
+        G->next = (G->next + 1) % TA_NPLANS;
+    }
+    n = L->n; v = L->v;
+    for (k = 0; k < n; k++) {
+        int op = L->op[k], kind = ta_kinds[op];
+        if (kind == TA_K_LEAF) { v[k] = *L->vp[k]; continue; }
+        st = ta_forward(op, v[L->a[k]], kind == TA_K_BIN ? v[L->b[k]] : L->c[k], &v[k]);
+        if (st != TA_OK) {
+            T->err_op = op; T->err_x = v[L->a[k]];
+            T->err_y = kind == TA_K_BIN ? v[L->b[k]] : L->c[k];
+            return st;
+        }
+    }
+    for (k = 0; k < L->ng; k++) {
+        const ta_guard *g = &L->g[k];
+        double xv = v[g->a], yv = g->cst ? g->c : v[g->b];
+        if (ta_compare(g->kind, xv, yv) != g->out) {
+            G->failed = L->gidx[k];
+            G->fx = xv; G->fy = yv;
+            return TA_EGUARD;
+        }
+    }
+    for (k = 0; k < n; k++) *L->vp[k] = v[k];   /* commit */
+    return TA_OK;
+}

@@ -1,0 +1,135 @@
+/* replay.h: what the replay files share.
+ *
+ *   guard.c      comparisons of Values recorded as guards (bounded: see there)
+ *   subtape.c    marking the sub-tape behind some roots (and the guards on it)
+ *   recompute.c  v.recompute(): plans over the tape, in place
+ *   program.c    compiled Programs: copied out of the tape, or loaded (pickle)
+ *   code.c       a Program's execution code: uniform values, fused dots, slots
+ *   batch.c      one chunk of rows through the code, forward and reverse
+ *   parallel.c   a batch split into blocks over threads, reduced in block order
+ */
+#ifndef TAPEAD_REPLAY_H
+#define TAPEAD_REPLAY_H
+#include "tapead.h"
+
+/* ------------------------------------------------------------ guards */
+typedef struct {
+    uint32_t a, b;      /* node refs (tape) or indices (program); b unused if cst */
+    double   c;         /* constant operand when cst                           */
+    uint8_t  kind, cst, out;
+} ta_guard;
+
+typedef struct ta_plan ta_plan;
+#define TA_NPLANS 4
+
+struct ta_guards {
+    ta_guard *g;  uint32_t n, cap;
+    uint32_t *hash; uint32_t hcap;  /* index + 1 of each guard by its key (0: empty) */
+    uint64_t  ver;                  /* bumped whenever a guard is added or changed */
+    ta_plan  *plans[TA_NPLANS];     /* recompute plans (recompute.c)           */
+    uint32_t  next;
+    int64_t   failed;               /* guard index of the last TA_EGUARD       */
+    double    fx, fy;               /* values that flipped it                  */
+};
+
+int ta_compare(int kind, double x, double y);
+struct ta_guards *ta_guards_of(ta_tape *T);
+void ta_plans_drop(struct ta_guards *G);    /* recompute.c */
+
+/* ----------------------------------------------------------- subtape */
+uint64_t ta_where(ta_tape *T, uint32_t ref);
+void     ta_mark(ta_seg *s, uint32_t o, uint8_t bit, uint64_t *pending);
+int      ta_guard_in(ta_tape *T, const ta_guard *g, uint64_t hi);
+uint32_t ta_mark_down(ta_tape *T, uint32_t hip, uint8_t bit, uint64_t pending);
+void     ta_unmark(ta_tape *T, uint32_t lo, uint32_t hi);
+uint64_t ta_mark_guards(ta_tape *T, uint64_t hi, uint8_t bit, uint64_t pending);
+
+/* ---------------------------------------------------------- programs */
+#define TA_NONE UINT32_MAX
+#define TA_BLOCK 1024u              /* rows per block: gradients are summed per block */
+#define TA_NWS  8                   /* workspaces a Program keeps for reuse */
+
+typedef struct ta_code ta_code;
+
+struct ta_prog {
+    /* the flat program: what compile copies from the tape and pickle carries */
+    uint32_t  n, nin, nout, nwrt, npar, ng;
+    uint8_t  *op;
+    uint32_t *a, *b;        /* input indices (b for BIN), < the node's own     */
+    double   *c;            /* constants (CST)                                 */
+    uint32_t *in, *out, *wrt;   /* node per column; TA_NONE: not reached       */
+    uint32_t *par;          /* the parameter leaves                            */
+    double   *pv;           /* their values, when the program holds them       */
+    int64_t  *parid;        /* their tape ids (compiled in-process), or NULL   */
+    int       live;         /* read parameters from the tape (parid) at a run  */
+    ta_guard *g;            /* a, b are node indices here                      */
+    ta_code  *code;         /* derived by ta_code_new (code.c)                 */
+    void     *ws[TA_NWS];   /* idle workspaces (parallel.c)                    */
+};
+
+/* -------------------------------------------------------------- code
+ * What code.c derives from the flat form, for batch.c to run.  A node is
+ * uniform if no input column reaches it (the parameters, and everything
+ * computed from parameters and constants alone): it is computed once per
+ * call, as a scalar.  The other nodes are row nodes: one value per row,
+ * kept in a row slot of the chunk (ch rows).  A dot is a run of
+ * ADD(acc, MUL(p, q)) nodes whose products and partial sums nothing else
+ * uses (micrograd's neuron, sum(w*x, b)), run as one instruction with the
+ * same arithmetic in the same order (fwd_MUL, fwd_ADD), so the partial
+ * sums never touch memory. */
+#define TA_IDOT 0xFFu               /* ta_ins.op of a dot                      */
+
+typedef struct {
+    uint32_t k, x, y;               /* result and operand nodes (a dot: x is the start) */
+    uint32_t t0, nt;                /* a dot: its terms, [t0, t0 + nt)         */
+    uint8_t  op;                    /* op code, or TA_IDOT                     */
+} ta_ins;
+
+struct ta_code {
+    uint32_t  ch;                   /* rows per chunk: a power of two dividing TA_BLOCK */
+    uint8_t  *uni, *need;           /* per node: uniform; a wrt leaf is behind it */
+    uint32_t *loc;                  /* value: row slot, or index in the scalars U; TA_NONE inside a dot */
+    uint32_t *bloc;                 /* uniform operand of a row op: its broadcast row */
+    uint32_t *dloc;                 /* adjoint, if needed: row slot (row nodes), index of
+                                       the uniform adjoint (uniform nodes)    */
+    uint32_t  nv, nu, nb, ndr, ndu; /* value rows, scalars, broadcast rows, row adjoints,
+                                       uniform adjoints                        */
+    uint32_t *uops, nuops;          /* uniform non-leaf nodes, in order        */
+    ta_ins   *ins;  uint32_t nins;  /* row instructions, in order              */
+    uint32_t *tp, *tq;              /* dot terms: the operands of each product */
+    uint8_t  *tf;                   /* per term t: TA_UR4 | TA_RV4 for terms t..t+3 */
+    uint32_t *bnode;                /* the node of each broadcast row          */
+};
+#define TA_UR4 1u   /* terms t..t+3 are all (uniform p, row q): one pass forward  */
+#define TA_RV4 2u   /* ... and every p needs its adjoint, the q are distinct, and
+                       all or none of the q need one: one pass back, summed     */
+
+/* code.c: derive / drop P->code.  TA_OK or TA_ENOMEM. */
+int  ta_code_new(ta_prog *P);
+void ta_code_free(ta_code *C);
+
+/* ------------------------------------------------------------- running
+ * A workspace: what one thread needs to run chunks of a Program.  Rows
+ * are ch doubles each. */
+typedef struct {
+    double *V;      /* nv value rows                                         */
+    double *D;      /* ndr row adjoints, then ndu uniform adjoints (per sample) */
+    double *Bc;     /* nb broadcast rows of uniform values                   */
+    double *T1, *T2;/* scratch rows                                          */
+    double *A;      /* ndu uniform adjoints summed over a block              */
+    double *Gb;     /* nwrt: a block's sums for wrt columns that are inputs  */
+    double *U;      /* nu uniform values (the calling thread's workspace's)  */
+} ta_ws;
+
+/* batch.c.  The uniform values for one call into U (params: the parameter
+ * values), their guards checked: TA_OK, or a status with *f filled (row 0). */
+int  ta_uniform_forward(const ta_prog *P, double *U, const double *params, ta_fail_t *f);
+/* Rows [r0, r1) of R (r1 - r0 <= TA_BLOCK), with W->U set: outputs into
+ * R->Y, gradients into R->G (per sample) or into parts (nwrt sums of the
+ * block).  TA_OK, or a status with *f filled (its row absolute). */
+int  ta_block(const ta_prog *P, ta_ws *W, const ta_run_t *R, uint64_t r0, uint64_t r1,
+              double *parts, ta_fail_t *f);
+/* parallel.c: drop the idle workspaces */
+void ta_ws_drop(ta_prog *P);
+
+#endif
