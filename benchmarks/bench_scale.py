@@ -18,9 +18,11 @@ shared machine's load hits both alike); ratios compare those medians.
 
 Run: python benchmarks/bench_scale.py [--quick] [section ...]
 
-numpy's BLAS is held to one thread here: OpenBLAS's idle threads spin for a
-while after a BLAS call (numpy_asian's S @ tk), taking a core from whatever
-runs next, tapead's threads included (2 threads then ran no faster than 1).
+numpy's BLAS is held to one thread here: the numpy peer is single-threaded
+vectorised numpy, and OpenBLAS's idle threads (started by numpy_asian's S @ tk)
+spin for a while after a call, which a profile of this benchmark showed.
+Thread scaling needs an idle second core: on a shared machine, look at the
+load before believing a 1.0x.
 """
 import os
 for _v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
