@@ -134,9 +134,14 @@ def bench_threads(quick):
     same = all(np.array_equal(a, b) for a, b in zip(r1, r2))
     t1, t2 = paired([lambda: prog.grad(X, seed=seed, threads=1),
                      lambda: prog.grad(X, seed=seed, threads=2)], 5 if quick else 9)
+    c0, w0 = time.process_time(), time.perf_counter()
+    for _ in range(5):
+        prog.grad(X, seed=seed, threads=2)
+    busy = (time.process_time() - c0) / (time.perf_counter() - w0)
     print(f"  demo model, {n:,} rows, summed gradients: 1 thread {t1 * 1e3:7.1f} ms "
           f"({t1 / n * 1e9:.0f} ns/row)   2 threads {t2 * 1e3:7.1f} ms   speed-up {t1 / t2:4.2f}x   "
-          f"same bits: {same}")
+          f"same bits: {same}\n  (cores this process got while running 2 threads: {busy:.2f}; "
+          f"below ~1.9 another process held one)")
     t1, t2 = paired([lambda: prog.grad(X, per_sample=True, threads=1),
                      lambda: prog.grad(X, per_sample=True, threads=2)], 5 if quick else 9)
     print(f"  the same, per-sample gradients:   1 thread {t1 * 1e3:7.1f} ms   2 threads "
