@@ -18,9 +18,11 @@ shared machine's load hits both alike); ratios compare those medians.
 
 Run: python benchmarks/bench_scale.py [--quick] [section ...]
 
-numpy's BLAS is held to one thread here: OpenBLAS's idle threads spin for a
-while after a BLAS call (numpy_asian's S @ tk), taking a core from whatever
-runs next, tapead's threads included (2 threads then ran no faster than 1).
+numpy's BLAS is held to one thread here: the numpy peer is single-threaded
+vectorised numpy, and OpenBLAS's idle threads (started by numpy_asian's S @ tk)
+spin for a while after a call, which a profile of this benchmark showed.
+Thread scaling needs an idle second core: on a shared machine, look at the
+load before believing a 1.0x.
 """
 import os
 for _v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -132,9 +134,14 @@ def bench_threads(quick):
     same = all(np.array_equal(a, b) for a, b in zip(r1, r2))
     t1, t2 = paired([lambda: prog.grad(X, seed=seed, threads=1),
                      lambda: prog.grad(X, seed=seed, threads=2)], 5 if quick else 9)
+    c0, w0 = time.process_time(), time.perf_counter()
+    for _ in range(5):
+        prog.grad(X, seed=seed, threads=2)
+    busy = (time.process_time() - c0) / (time.perf_counter() - w0)
     print(f"  demo model, {n:,} rows, summed gradients: 1 thread {t1 * 1e3:7.1f} ms "
           f"({t1 / n * 1e9:.0f} ns/row)   2 threads {t2 * 1e3:7.1f} ms   speed-up {t1 / t2:4.2f}x   "
-          f"same bits: {same}")
+          f"same bits: {same}\n  (cores this process got while running 2 threads: {busy:.2f}; "
+          f"below ~1.9 another process held one)")
     t1, t2 = paired([lambda: prog.grad(X, per_sample=True, threads=1),
                      lambda: prog.grad(X, per_sample=True, threads=2)], 5 if quick else 9)
     print(f"  the same, per-sample gradients:   1 thread {t1 * 1e3:7.1f} ms   2 threads "

@@ -191,7 +191,6 @@ int     ta_prog_params(ta_prog *P, int64_t *ids);  /* the tape leaves it reads (
 int     ta_prog_param_values(ta_prog *P, double *out, uint32_t npar);
 int     ta_prog_set_params(ta_prog *P, const double *v, uint32_t npar);
 int     ta_prog_follow(ta_prog *P);
-int64_t ta_prog_guard(ta_prog *P, int64_t j, int *kind, int *outcome);
 
 /* One run over B rows.  Every count is the caller's idea of the array it
  * hands over and is checked against the program's (TA_EARG if one

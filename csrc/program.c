@@ -244,13 +244,6 @@ int ta_prog_follow(ta_prog *P)
     return TA_OK;
 }
 
-int64_t ta_prog_guard(ta_prog *P, int64_t j, int *kind, int *outcome)
-{
-    if (!P || j < 0 || (uint64_t)j >= P->ng) return TA_EARG;
-    *kind = P->g[j].kind; *outcome = P->g[j].out;
-    return TA_OK;
-}
-
 /* ------------------------------------------------ flat form (pickling) */
 
 int ta_prog_flat(ta_prog *P, ta_flat_t *f)
