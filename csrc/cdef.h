@@ -61,19 +61,33 @@ int     ta_node(int64_t id, int *op, int64_t *x, int64_t *y, double *c);
 
 int     ta_backward(int64_t root);     /* seed root with 1, one reverse sweep       */
 
-/* Holds (see tapead.h).  ta_cur_hold: hold the segment the next node
- * goes to (arena 0: the tape, for leaves and ops; 1: the no_grad arena,
- * for ops under no_grad), opening one if the current one is full; gives
- * it and its key.  ta_unhold drops one hold, from any thread (the last
- * hold on an exited thread's tape frees the tape).  ta_seg_of: the
- * segment of a node of this thread (NULL if none).  ta_hold_ids: one more
- * hold for each id (all checked first: a status, and nothing held, if any
- * is bad); ta_unhold_ids: drop one each. */
-int     ta_cur_hold(int arena, ta_seg **seg, int64_t *key);
-void    ta_unhold(ta_seg *seg);
-ta_seg *ta_seg_of(int64_t id);
-int     ta_hold_ids(const int64_t *ids, size_t n);
-int     ta_unhold_ids(const int64_t *ids, size_t n);
+/* Holds (see tapead.h).  Python's share of a hold always sits in memory
+ * that an ffi.gc object owns before the hold is taken, and it moves only
+ * inside one C call, so an exception between two bytecodes (a Ctrl-C)
+ * can neither leak a hold nor drop one twice.
+ *
+ * A box is a ta_seg *[1], zeroed, owned through ffi.gc(box, ta_unhold).
+ * ta_cur_hold: hold the segment the next node goes to (arena 0: the tape,
+ * for leaves and ops; 1: the no_grad arena, for ops under no_grad),
+ * opening one if the current one is full, into the empty box; gives its
+ * key.  ta_unhold: drop the hold in a box, if any, from any thread (the
+ * last hold on an exited thread's tape frees the tape).
+ *
+ * A held list is what a bulk call hands to Python: int64_t h[1 + 2*cap],
+ * zeroed, h[0] = cap, owned through ffi.gc(h, ta_held_drop).  h[1+k] is
+ * the k-th node id; h[1+cap+k] the address of the segment that id's hold
+ * is on, or 0 once the hold has moved on.  A bulk call first drops what
+ * its list still holds (a list may be reused).  ta_held_move: the k-th
+ * hold into an empty box (how the cffi front adopts them; the native
+ * front's adopt moves them into Values); ta_held_drop: drop the holds
+ * still in h, from any thread; ta_held_ids: one more hold for each of n
+ * existing ids of this thread, into h (all checked first: a status, and
+ * nothing held, if any is bad). */
+int     ta_cur_hold(int arena, ta_seg **box, int64_t *key);
+void    ta_unhold(ta_seg **box);
+int     ta_held_move(int64_t *h, size_t k, ta_seg **box);
+void    ta_held_drop(int64_t *h);
+int     ta_held_ids(const int64_t *ids, size_t n, int64_t *h);
 /* val (what 0) or adj (1) of node `off` of a held segment, from any thread:
  * what pickling a Value needs, wherever the pickler runs. */
 double  ta_peek(ta_seg *seg, uint32_t off, int what);
@@ -103,10 +117,10 @@ int     ta_validate(void);             /* TA_OK, or TA_ECORRUPT if an invariant 
 int     ta_fail_alloc(int64_t n);      /* tests: make the n-th allocation from now fail,
                                           once (-1 disarms); returns 1 if one was armed  */
 
-/* n new leaves holding x[0..n); their ids in ids[], each held once.
+/* n new leaves holding x[0..n); their ids in the held list h.
  * Returns n or a negative status (the node limit is checked first; if
  * memory runs out midway nothing is added). */
-int64_t ta_leaves(const double *x, size_t n, int64_t *ids);
+int64_t ta_leaves(const double *x, size_t n, int64_t *h);
 
 /* optim.c: bulk access and optimizer steps; every id is checked before
  * anything is written.  what: 0 = data (val), 1 = grad (adj). */
@@ -244,7 +258,7 @@ int     ta_prog_ref(ta_prog *P, uint32_t reps);
 int ta_grad(const int64_t *outs, const double *w, int nout,
             const int64_t *ins, int nin, double *g);        /* g[j] = d(sum w_k outs_k)/d ins_j; w NULL = ones */
 int ta_grad_graph(const int64_t *outs, const double *w, int nout,
-                  const int64_t *ins, int nin, int64_t *gids); /* same, recorded: gids[j] = node ids, each held once */
+                  const int64_t *ins, int nin, int64_t *h); /* same, recorded: the held list h gets the gradients' node ids */
 int ta_hvp(int64_t out, const int64_t *ins, int nin, const double *v, double *hv); /* hv = H v */
 int ta_hessian(int64_t out, const int64_t *ins, int nin, double *H);  /* H: nin x nin, row-major */
 int ta_jacobian(const int64_t *outs, int nout, const int64_t *ins, int nin, double *J); /* nout x nin */
@@ -253,8 +267,8 @@ int ta_jacobian(const int64_t *outs, int nout, const int64_t *ins, int nin, doub
  * b[j] + w[j,0]*x0 + ... (left to right), then relu if asked; x_i is node
  * xid[i], or the constant xc[i] where xid[i] < 0 and xc is not NULL (with
  * xc NULL every xid must be a node).  Records the same nodes as micrograd's
- * Python loop, in the same order; out[j] gets neuron j's id, held once.
+ * Python loop, in the same order; the held list h gets the neurons' ids.
  * TA_EBADOP inside no_grad / detect_anomaly (use the op-by-op path); TA_EARG
  * for a NULL array or nout * nin over 2**32 - 1; TA_EBADID for a bad id. */
 int ta_layer(const int64_t *w, const int64_t *b, uint32_t nout, uint32_t nin,
-             const int64_t *xid, const double *xc, int relu, int64_t *out);
+             const int64_t *xid, const double *xc, int relu, int64_t *h);

@@ -355,9 +355,10 @@ int ta_grad(const int64_t *outs, const double *w, int nout,
 }
 
 int ta_grad_graph(const int64_t *outs, const double *w, int nout,
-                  const int64_t *ins, int nin, int64_t *gids)
+                  const int64_t *ins, int nin, int64_t *h)
 {
     ta_tape *T = ta_self();
+    int64_t *gids;
     hi_scr S;
     hi_em E;
     hi_saved sv;
@@ -365,9 +366,12 @@ int ta_grad_graph(const int64_t *outs, const double *w, int nout,
     double *gcs;
     uint32_t hp = 0, ho = 0;
     int st, k;
+    if (nin < 0 || !ta_held_fits(h, (size_t)nin)) return TA_EARG;
     if (!T) return TA_ENOMEM;
     if ((st = hi_check(T, outs, nout, &hp, &ho)) != TA_OK) return st;
     if ((st = hi_check(T, ins, nin, NULL, NULL)) != TA_OK) return st;
+    gids = TA_HELD_IDS(h);
+    memset(gids, 0, (size_t)nin * sizeof *gids);   /* 0: no node yet (a list may be reused) */
     gcs = (double *)ta_malloc((size_t)(nin > 0 ? nin : 1) * sizeof *gcs);
     if (!gcs) return TA_ENOMEM;
     memset(&S, 0, sizeof S); S.T = T;
@@ -378,7 +382,7 @@ int ta_grad_graph(const int64_t *outs, const double *w, int nout,
     for (k = 0; st == TA_OK && k < nin; k++)
         if (!gids[k]) { gids[k] = hi_leaf(&E, gcs[k]); st = E.st; }
     if (st != TA_OK) ta_rollback(T, &start);   /* a failed call records nothing */
-    else ta_hold_fresh(T, gids, (size_t)nin);
+    else ta_held_take(T, h, (size_t)nin);
     hi_gc_on(T, sv);
     hi_scr_free(&S);
     free(gcs);

@@ -485,46 +485,52 @@ static PyObject *va_set_hooks(PyObject *mod, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* adopt(ids): Values for node ids of this thread that C returned each held
- * once (a bulk call); each Value takes over one hold. */
-static PyObject *va_adopt(PyObject *mod, PyObject *seq)
+/* adopt(h, n): Values for the first n ids of the held list h (cdef.h: a
+ * buffer over it), each taking over its id's hold in this one call.  If
+ * it fails midway, the holds not yet taken stay in h, which drops them. */
+static PyObject *va_adopt(PyObject *mod, PyObject *args)
 {
     ta_tape *T = va_tape();
-    PyObject *fast, *out;
+    Py_buffer view;
     Py_ssize_t n, k;
+    int64_t *h, cap;
+    PyObject *out = NULL;
     (void)mod;
     if (!T) return NULL;
-    if (!(fast = PySequence_Fast(seq, "adopt needs a sequence of node ids"))) return NULL;
-    n = PySequence_Fast_GET_SIZE(fast);
-    if (!(out = PyList_New(n))) { Py_DECREF(fast); return NULL; }
+    if (!PyArg_ParseTuple(args, "w*n:adopt", &view, &n)) return NULL;
+    h = (int64_t *)view.buf;
+    cap = view.len >= (Py_ssize_t)sizeof *h ? h[0] : -1;
+    if (cap < 0 || n < 0 || n > cap || (view.len - (Py_ssize_t)sizeof *h) / 2 / (Py_ssize_t)sizeof *h < cap) {
+        PyErr_SetString(PyExc_ValueError, "adopt needs a held list (cdef.h) and a count within it");
+        goto done;
+    }
+    if (!(out = PyList_New(n))) goto done;
     for (k = 0; k < n; k++) {
-        int64_t id = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fast, k));
-        ta_seg *s;
-        uint32_t o;
-        int ng, st;
-        va_obj *v;
-        if (id == -1 && PyErr_Occurred()) goto fail;
-        if ((st = ta_resolve_any(T, id, &s, &o, &ng)) != TA_OK) { va_fail(st); goto fail; }
-        if (!(v = (va_obj *)va_wrap(s, o))) goto fail;
-        ta_unhold_seg(s);                              /* va_wrap held it; the id's hold is adopted */
-        PyList_SET_ITEM(out, k, (PyObject *)v);
+        int64_t *segp = &h[1 + cap + k];
+        ta_seg *s; uint32_t o; int ng, st;
+        PyObject *v;
+        if ((st = ta_resolve_any(T, h[1 + k], &s, &o, &ng)) != TA_OK) { va_fail(st); goto fail; }
+        if ((int64_t)(intptr_t)s != *segp) {
+            PyErr_SetString(PyExc_ValueError, "adopt: an entry of the list does not hold its node");
+            goto fail;
+        }
+        if (!(v = va_wrap(s, o))) goto fail;
+        *segp = 0;
+        ta_unhold_seg(s);                      /* the Value holds s now: the list's hold goes */
+        PyList_SET_ITEM(out, k, v);
     }
-    Py_DECREF(fast);
+    goto done;
+fail:
+    Py_CLEAR(out);                              /* Values made so far drop their own holds */
+done:
+    PyBuffer_Release(&view);
     return out;
-fail:   /* the holds of ids not yet adopted are dropped, so nothing leaks */
-    for (; k < n; k++) {
-        int64_t id = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fast, k));
-        ta_seg *s; uint32_t o; int ng;
-        if (!(id == -1 && PyErr_Occurred()) && ta_resolve_any(T, id, &s, &o, &ng) == TA_OK) ta_unhold_seg(s);
-    }
-    Py_DECREF(fast); Py_DECREF(out);
-    return NULL;
 }
 
 static PyMethodDef va_module_methods[] = {
     {"make_type", va_make_type, METH_O, "make_type(docs): the native Value type"},
     {"set_hooks", va_set_hooks, METH_VARARGS, "set_hooks(error, real, restore)"},
-    {"adopt", va_adopt, METH_O, "adopt(ids): Values taking over one hold per id"},
+    {"adopt", va_adopt, METH_VARARGS, "adopt(h, n): Values taking over the holds of a held list"},
     {NULL, NULL, 0, NULL}
 };
 

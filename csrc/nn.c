@@ -40,7 +40,7 @@ static int nn_node(ta_tape *T, int op, uint32_t x, ta_aux aux, double vx, double
 }
 
 int ta_layer(const int64_t *w, const int64_t *b, uint32_t nout, uint32_t nin,
-             const int64_t *xid, const double *xc, int relu, int64_t *out)
+             const int64_t *xid, const double *xc, int relu, int64_t *h)
 {
     ta_tape *T = ta_self();
     uint32_t j, i;
@@ -51,7 +51,7 @@ int ta_layer(const int64_t *w, const int64_t *b, uint32_t nout, uint32_t nin,
     if (T->nograd || T->anomaly) return TA_EBADOP;    /* those modes take the op-by-op path */
     /* whatever Python hands over: no NULL array read, no count that wraps,
      * and an input id < 0 (a constant) only where there are constants */
-    if ((uint64_t)nout * nin > UINT32_MAX || (nout && (!b || !out || (nin && !w))) ||
+    if ((uint64_t)nout * nin > UINT32_MAX || (nout && (!b || !ta_held_fits(h, nout) || (nin && !w))) ||
         (nin && !xid))
         return TA_EARG;
     if ((st = nn_refs(T, w, nout * nin, 0)) != TA_OK || (st = nn_refs(T, b, nout, 0)) != TA_OK ||
@@ -83,9 +83,9 @@ int ta_layer(const int64_t *w, const int64_t *b, uint32_t nout, uint32_t nin,
             aux.c = 0.0;
             st = nn_node(T, TA_RELU, acc, aux, vacc, 0.0, &acc, &vacc);
         }
-        out[j] = (int64_t)((T->tag << 32) | acc);
+        TA_HELD_IDS(h)[j] = (int64_t)((T->tag << 32) | acc);
     }
-    if (st == TA_OK) ta_hold_fresh(T, out, nout);
+    if (st == TA_OK) ta_held_take(T, h, nout);
     ta_bulk_end(T, &bk, st != TA_OK);      /* out of memory midway: all or nothing */
     return st;
 }

@@ -119,21 +119,60 @@ void ta_unhold_seg(ta_seg *s)
     ta_tape_unref(R);
 }
 
-void ta_unhold(ta_seg *s) { if (s) ta_unhold_seg(s); }
-
-void ta_hold_fresh(ta_tape *T, const int64_t *ids, size_t n)
+void ta_unhold(ta_seg **box)
 {
-    size_t i;
-    for (i = 0; i < n; i++) {
-        uint32_t ref = (uint32_t)ids[i];
-        ta_hold(T->segs[ref >> TA_SHIFT]);
+    ta_seg *s;
+    if (!box || !(s = *box)) return;
+    *box = NULL;
+    ta_unhold_seg(s);
+}
+
+/* ------------------------------------------------------- held lists */
+
+#define TA_HELD_SEG(h, k) ((h)[1 + (h)[0] + (int64_t)(k)])
+
+int ta_held_fits(const int64_t *h, size_t n)
+{
+    return h && h[0] >= 0 && (uint64_t)h[0] >= n && (uint64_t)h[0] < ((uint64_t)1 << 60);
+}
+
+void ta_held_drop(int64_t *h)
+{
+    int64_t k;
+    if (!ta_held_fits(h, 0)) return;
+    for (k = 0; k < h[0]; k++) {
+        int64_t p = TA_HELD_SEG(h, k);
+        if (p) {
+            TA_HELD_SEG(h, k) = 0;
+            ta_unhold_seg((ta_seg *)(intptr_t)p);
+        }
     }
 }
 
-int ta_cur_hold(int arena, ta_seg **seg, int64_t *key)
+void ta_held_take(ta_tape *T, int64_t *h, size_t n)
+{
+    size_t k;
+    ta_held_drop(h);
+    for (k = 0; k < n; k++) {
+        ta_seg *s = TA_SEGOF(T, (uint32_t)TA_HELD_IDS(h)[k]);
+        ta_hold(s);
+        TA_HELD_SEG(h, k) = (int64_t)(intptr_t)s;
+    }
+}
+
+int ta_held_move(int64_t *h, size_t k, ta_seg **box)
+{
+    if (!ta_held_fits(h, k + 1) || !TA_HELD_SEG(h, k) || !box || *box) return TA_EARG;
+    *box = (ta_seg *)(intptr_t)TA_HELD_SEG(h, k);
+    TA_HELD_SEG(h, k) = 0;
+    return TA_OK;
+}
+
+int ta_cur_hold(int arena, ta_seg **box, int64_t *key)
 {
     ta_tape *T = ta_self();
     int st;
+    if (!box || *box || !key) return TA_EARG;
     if (!T) return TA_ENOMEM;
     if (arena) {
         if (!T->ng && !(T->ng = ta_tape_new(T))) return TA_ENOMEM;
@@ -141,7 +180,7 @@ int ta_cur_hold(int arena, ta_seg **seg, int64_t *key)
     }
     if ((!T->cur || T->cur->n == TA_SEG) && (st = ta_new_seg(T)) != TA_OK) return st;
     ta_hold(T->cur);
-    *seg = T->cur;
+    *box = T->cur;
     *key = TA_KEY(T, T->cur);
     return TA_OK;
 }
@@ -475,14 +514,17 @@ void ta_rollback(ta_tape *T, const ta_pos *p)
     T->nodes = p->nodes;
 }
 
-int64_t ta_leaves(const double *x, size_t n, int64_t *ids)
+int64_t ta_leaves(const double *x, size_t n, int64_t *h)
 {
     ta_tape *T = ta_self();
+    int64_t *ids;
     ta_aux aux;
     size_t i;
     ta_bulk bk;
     int st;
+    if (!ta_held_fits(h, n) || (n && !x)) return TA_EARG;
     if (!T) return TA_ENOMEM;
+    ids = TA_HELD_IDS(h);
     if ((st = ta_bulk_begin(T, n, &bk)) != TA_OK) return st;
     aux.c = 0.0;
     for (i = 0; i < n; i++) {
@@ -493,7 +535,7 @@ int64_t ta_leaves(const double *x, size_t n, int64_t *ids)
         }
         ids[i] = id;
     }
-    ta_hold_fresh(T, ids, n);
+    ta_held_take(T, h, n);
     ta_bulk_end(T, &bk, 0);
     return (int64_t)n;
 }
@@ -548,33 +590,24 @@ int ta_node(int64_t id, int *op, int64_t *x, int64_t *y, double *c)
     return TA_OK;
 }
 
-/* ------------------------------------------------- holds from Python */
-
-ta_seg *ta_seg_of(int64_t id)
-{
-    ta_tape *T = ta_self(); ta_seg *s; uint32_t o; int ng;
-    return (T && ta_resolve_any(T, id, &s, &o, &ng) == TA_OK) ? s : NULL;
-}
-
-/* One more hold (take) or one less (drop) on each id's segment; every id is
- * checked before anything changes. */
-static int ta_holds_ids(const int64_t *ids, size_t n, int take)
+int ta_held_ids(const int64_t *ids, size_t n, int64_t *h)
 {
     ta_tape *T = ta_self();
     ta_seg *s; uint32_t o; int st, ng;
     size_t i;
+    if (!ta_held_fits(h, n) || (n && !ids)) return TA_EARG;
     if (!T) return TA_ENOMEM;
     for (i = 0; i < n; i++)
         if ((st = ta_resolve_any(T, ids[i], &s, &o, &ng)) != TA_OK) return st;
+    ta_held_drop(h);
     for (i = 0; i < n; i++) {
         ta_resolve_any(T, ids[i], &s, &o, &ng);
-        if (take) ta_hold(s); else ta_unhold_seg(s);
+        ta_hold(s);
+        TA_HELD_IDS(h)[i] = ids[i];
+        TA_HELD_SEG(h, i) = (int64_t)(intptr_t)s;
     }
     return TA_OK;
 }
-
-int ta_hold_ids(const int64_t *ids, size_t n)   { return ta_holds_ids(ids, n, 1); }
-int ta_unhold_ids(const int64_t *ids, size_t n) { return ta_holds_ids(ids, n, 0); }
 
 /* ------------------------------------------------------------- modes */
 

@@ -107,8 +107,14 @@ static inline void ta_hold(ta_seg *s)
     TA_ATOMIC_ADD64(&s->tape->root->refs, 1);
 }
 void ta_unhold_seg(ta_seg *s);
-/* Hold the segment of each of n fresh ids this thread's tape just made. */
-void ta_hold_fresh(ta_tape *T, const int64_t *ids, size_t n);
+
+/* Held lists (cdef.h: what a bulk call hands to Python).  TA_HELD_IDS:
+ * where a bulk call writes its ids; ta_held_fits: h can take n of them;
+ * ta_held_take: drop what h still holds, then hold h's first n ids (fresh
+ * nodes of T). */
+#define TA_HELD_IDS(h) ((h) + 1)
+int  ta_held_fits(const int64_t *h, size_t n);
+void ta_held_take(ta_tape *T, int64_t *h, size_t n);
 
 /* ref <-> segment/offset; refs come from the tape itself, so unchecked. */
 #define TA_SEGOF(T, ref) ((T)->segs[(ref) >> TA_SHIFT])

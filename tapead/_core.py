@@ -10,7 +10,7 @@ from __future__ import annotations
 import gc
 import operator
 import threading
-from typing import Any, Callable, Dict, List, Optional, SupportsInt
+from typing import Any, Callable, Dict, List, Optional, SupportsInt, Tuple, cast
 
 from ._tapead_c import ffi as ffi, lib as lib  # re-exported (the "as" tells type checkers)
 
@@ -193,26 +193,31 @@ NEEDSEG, NEEDNG = lib.TA_NEEDSEG, lib.TA_NEEDNG
 class _Token:
     """A hold on one tape segment (csrc/tapead.h: holds), shared by every
     cffi-front Value whose node lives there; `key` is the segment's key
-    (node id >> SHIFT).
+    (node id >> SHIFT), `seg` the box the hold sits in (csrc/cdef.h).
 
-    The hold is dropped by C when the token dies: ffi.gc calls ta_unhold
-    directly, so no Python code runs then and a Ctrl-C cannot land halfway,
-    and it may die in any thread (C frees an exited thread's tape when its
-    last hold goes)."""
+    The box is owned through ffi.gc before C puts the hold in it, and C
+    drops the hold when the box dies (ffi.gc calls ta_unhold directly): no
+    Python code runs between taking a hold and owning it, or when it is
+    dropped, so a Ctrl-C can neither leak one nor land halfway; and a box
+    may die in any thread (C frees an exited thread's tape when its last
+    hold goes)."""
     __slots__ = ("key", "seg")
     key: int
     seg: Any
 
-    def __init__(self, key: int, seg: Any) -> None:
+    def __init__(self, key: int, box: Any) -> None:
         self.key = key
-        # adopts one hold; size tells a tracing GC (PyPy's) what it keeps alive
-        self.seg = ffi.gc(seg, lib.ta_unhold, size=_SEG_BYTES)
+        self.seg = box
 
 
 _SEG_BYTES = lib.ta_seg_bytes()
-NOTOKEN = _Token.__new__(_Token)  # holds nothing; its key matches no segment
-NOTOKEN.key = -2
-NOTOKEN.seg = None
+NOTOKEN = _Token(-2, None)  # holds nothing; its key matches no segment
+
+
+def _box() -> Any:
+    """An empty box for one hold, owned by the returned object."""
+    # size tells a tracing GC (PyPy's) what the hold in it keeps alive
+    return ffi.gc(ffi.new("ta_seg *[1]"), lib.ta_unhold, size=_SEG_BYTES)
 
 
 def hold_current(code: int) -> _Token:
@@ -220,37 +225,48 @@ def hold_current(code: int) -> _Token:
     the tape, NEEDNG for the no_grad arena); raises for any other status."""
     if code != NEEDSEG and code != NEEDNG:
         raise error(code)
-    seg, key = ffi.new("ta_seg **"), ffi.new("int64_t *")
-    check(lib.ta_cur_hold(code == NEEDNG, seg, key))
-    return _Token(key[0], seg[0])
+    box, key = _box(), ffi.new("int64_t *")
+    check(lib.ta_cur_hold(code == NEEDNG, box, key))
+    return _Token(key[0], box)
 
 
-def adopt(ids: List[int]) -> List[_Token]:
-    """Tokens for node ids that C returned each held once: one token per
-    segment adopts one hold, and the other holds on that segment are dropped.
-    result[k] is the token of ids[k]."""
+def held_list(cap: int) -> Any:
+    """An empty held list (csrc/cdef.h) for up to cap node ids: what a bulk
+    call fills, each id held once; the holds still in it when it dies are
+    dropped by C."""
+    h = ffi.new("int64_t[]", 1 + 2 * cap)
+    h[0] = cap
+    return ffi.gc(h, lib.ta_held_drop)
+
+
+def held_ids(h: Any, n: int) -> List[int]:
+    """The first n ids of the held list h."""
+    return cast(List[int], ffi.unpack(ffi.cast("int64_t *", h) + 1, n))  # (ffi.gc's array has no length)
+
+
+def held_bytes(h: Any) -> Any:
+    """The whole held list h as a writable buffer (the native front's adopt)."""
+    p = ffi.cast("int64_t *", h)
+    return ffi.buffer(p, 8 * (1 + 2 * p[0]))
+
+
+def adopt(h: Any, n: int) -> Tuple[List[int], List[_Token]]:
+    """(ids, tokens) for the first n ids of the held list h: the first id of
+    each segment moves its hold into a new token (one C call), and the other
+    holds on that segment are dropped.  tokens[k] is the token of ids[k]."""
+    ids = held_ids(h, n)
     toks: Dict[int, _Token] = {}
     out: List[_Token] = []
-    extra: List[int] = []
-    done = 0
-    try:
-        for i in ids:
-            key = i >> SHIFT
-            t = toks.get(key)
-            if t is None:
-                seg = lib.ta_seg_of(i)
-                if seg == ffi.NULL:
-                    raise error(lib.ta_check(i) or lib.TA_EBADID)
-                t = toks[key] = _Token(key, seg)
-            else:
-                extra.append(i)
-            out.append(t)
-            done += 1
-    finally:  # holds nobody adopted (the call was interrupted) are dropped, not leaked
-        rest = extra + list(ids[done:])
-        if rest:
-            lib.ta_unhold_ids(ffi.new("int64_t[]", rest), len(rest))
-    return out
+    for k, i in enumerate(ids):
+        key = i >> SHIFT
+        t = toks.get(key)
+        if t is None:
+            box = _box()
+            check(lib.ta_held_move(h, k, box))
+            t = toks[key] = _Token(key, box)
+        out.append(t)
+    lib.ta_held_drop(h)
+    return ids, out
 
 
 def reclaim() -> None:

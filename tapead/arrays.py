@@ -46,12 +46,11 @@ def values(arr: ArrayLike) -> List[Value]:
     """
     import numpy as np
     a = floats(arr, "values()").ravel()
-    ids = np.empty(a.size, dtype=np.int64)
-    n = _core.within_limit(_lib.ta_leaves, _ffi.from_buffer("double[]", a), a.size,
-                           _ffi.from_buffer("int64_t[]", ids))
+    h = _core.held_list(a.size)
+    n = _core.within_limit(_lib.ta_leaves, _ffi.from_buffer("double[]", a), a.size, h)
     if n < 0:
         raise _core.error(n)
-    return handles(ids.tolist())
+    return handles(h, a.size)
 
 
 def _gather(vals: Iterable[Value], what: int) -> npt.NDArray[np.float64]:

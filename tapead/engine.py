@@ -98,12 +98,12 @@ def _slow(code: int, used: _Token, fn: Callable[..., int], *args: Any) -> Value:
         used = t
 
 
-def handles(ids: Iterable[int]) -> List[Value]:
-    """Values for node ids that C returned each held once (a bulk call)."""
-    ids = list(ids)
+def handles(h: Any, n: int) -> List[Value]:
+    """Values for the first n ids of the held list h (_core.held_list) that
+    a bulk call filled, each taking over its id's hold."""
     out: List[Value] = []
     append = out.append
-    for i, t in zip(ids, _core.adopt(ids)):
+    for i, t in zip(*_core.adopt(h, n)):
         v = _new(PyValue); v._i = i; v._t = t
         append(v)
     return out
@@ -112,8 +112,9 @@ def handles(ids: Iterable[int]) -> List[Value]:
 def held(ids: Iterable[int]) -> List[Value]:
     """Values for existing nodes of this thread (held by something else now)."""
     ids = list(ids)
-    _core.check(_core.lib.ta_hold_ids(_core.ffi.new("int64_t[]", ids or [0]), len(ids)))
-    return handles(ids)
+    h = _core.held_list(len(ids))
+    _core.check(_core.lib.ta_held_ids(_core.ffi.new("int64_t[]", ids or [0]), len(ids), h))
+    return handles(h, len(ids))
 
 
 def node_ids(values: Union[Value, Iterable[Value]], what: str = "values") -> Tuple[List[Value], Any]:
@@ -378,7 +379,7 @@ class Value:
         if not isinstance(t, _core._Token) or t.key != self._i >> _core.SHIFT:
             return (_restore, (self.data, self.grad))  # a forged handle: raises TapeError
         off = self._i & _OFFMASK
-        return (_restore, (_peek(t.seg, off, 0), _peek(t.seg, off, 1)))
+        return (_restore, (_peek(t.seg[0], off, 0), _peek(t.seg[0], off, 1)))
 
     # ------------------------------------------ micrograd's graph attributes
     # Code written for micrograd walks the graph through these (its
@@ -642,4 +643,7 @@ if not TYPE_CHECKING:
     if _nt is not None:
         Value = _nt
         FRONT = "native"
-        handles = sys.modules["tapead._native"].adopt   # held() reaches it through this global
+        _adopt = sys.modules["tapead._native"].adopt
+
+        def handles(h: Any, n: int) -> List[Value]:  # held() reaches it through this global
+            return _adopt(_core.held_bytes(h), n)

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from numpy.typing import ArrayLike
     _F64Array = npt.NDArray[numpy.float64]
 
-from ._core import ffi, lib, error, within_limit
+from ._core import ffi, lib, error, held_list, within_limit
 from .arrays import floats
 from .engine import Value, handles, node_ids
 
@@ -68,9 +68,9 @@ def grad(outputs: Union[Value, Iterable[Value]], inputs: Union[Value, Iterable[V
             raise ValueError(f"grad_outputs has {len(ws)} weights for {nout} outputs")
         w = ffi.new("double[]", ws)
     if create_graph:
-        gids = ffi.new("int64_t[]", max(nin, 1))
-        _check(within_limit(lib.ta_grad_graph, outs, w, nout, ins, nin, gids))
-        res = handles(gids[0:nin])
+        h = held_list(nin)
+        _check(within_limit(lib.ta_grad_graph, outs, w, nout, ins, nin, h))
+        res = handles(h, nin)
     else:
         g = ffi.new("double[]", max(nin, 1))
         _check(lib.ta_grad(outs, w, nout, ins, nin, g))

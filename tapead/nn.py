@@ -134,7 +134,7 @@ class _FusedLayer:
         self.b = _ffi.new("int64_t[]", [n.b._i for n in neurons])
         self.xid = _ffi.new("int64_t[]", max(self.nin, 1))
         self.xc = _ffi.new("double[]", max(self.nin, 1))
-        self.out = _ffi.new("int64_t[]", self.nout)
+        self.out = _core.held_list(self.nout)   # filled and emptied by each fused call
 
     def current(self, layer: Layer) -> bool:
         """Whether this cache is usable and the layer still has the neurons,
@@ -173,7 +173,7 @@ class _FusedLayer:
             if st in (_lib.TA_EBADOP, _lib.TA_ENOGRAD):
                 return None
             raise _core.error(st)
-        return handles(self.out[0:self.nout])
+        return handles(self.out, self.nout)
 
 
 _NEURON_CALL = Neuron.__call__

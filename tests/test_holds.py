@@ -376,6 +376,78 @@ def test_a_segment_is_released_without_running_python_code():
     assert on_fresh_tape(body)
 
 
+def _interrupt_at(k, fn, prepare=None):
+    """prepare(), then fn() with a KeyboardInterrupt raised at the k-th
+    bytecode that runs in tapead's own Python code (where a real Ctrl-C
+    could land); whether it was raised."""
+    seen = [0]
+    if prepare:
+        prepare()
+
+    def tracer(frame, event, arg):
+        if not frame.f_code.co_filename.startswith(TAPEAD_DIR):
+            return None
+        frame.f_trace_opcodes = True
+        if event == "opcode":
+            seen[0] += 1
+            if seen[0] == k:
+                raise KeyboardInterrupt
+        return tracer
+    sys.settrace(tracer)
+    try:
+        fn()
+    except KeyboardInterrupt:
+        return True
+    finally:
+        sys.settrace(None)
+    return False
+
+
+TAPEAD_DIR = os.path.dirname(tapead.__file__)
+
+
+def test_an_interrupt_at_any_bytecode_of_a_holding_call_leaks_no_hold():
+    """Every call that takes holds for Python (a new segment's token, the
+    bulk calls: values(), grad(create_graph), the fused Layer, _prev,
+    compile's parameters), interrupted at each of its bytecodes in turn:
+    no hold is leaked (so the thread's tape is freed once the thread has
+    ended) and none is dropped twice (the tape stays consistent)."""
+    import tapead.nn
+    def fill_segment():                      # the current segment full: the next node opens one
+        while (Value(0.0)._i + 1) % SEG:
+            pass
+
+    calls = {
+        "new segment": lambda x: Value(1.0),
+        "values": lambda x: tapead.values(np.arange(5.0)),
+        "grad(create_graph)": lambda x: tapead.grad(x * x * x, [x], create_graph=True),
+        "fused Layer": lambda x: tapead.nn.Layer(3, 2)([x, x, x]),
+        "_prev": lambda x: (x * 2.0 + x)._prev,
+        "compile": lambda x: tapead.compile(x * Value(2.0), [x]),
+    }
+
+    def body():
+        x = Value(1.5)
+        for name, fn in calls.items():
+            k = 1
+            while _interrupt_at(k, lambda: fn(x), fill_segment if name == "new segment" else None):
+                k += 1
+                assert lib.ta_validate() == 0, (name, k)
+            assert k > 1 or tapead.FRONT == "native", name   # it ran Python code, each bytecode hit
+            assert tapead.grad(x * x, [x]) == [3.0], name
+        return True
+
+    gc.collect()
+    time.sleep(0.05)
+    alive = lib.ta_tapes_alive()
+    assert on_fresh_tape(body)
+    release_garbage()
+    deadline = time.monotonic() + 5
+    while lib.ta_tapes_alive() > alive and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert lib.ta_tapes_alive() <= alive     # a leaked hold would keep the ended thread's tape
+
+
 def _is_tapeads(obj):
     """Is obj (what an unraisable exception was raised in) tapead's own code?"""
     mod = getattr(obj, "__module__", None) or getattr(type(obj), "__module__", "")

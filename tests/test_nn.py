@@ -240,10 +240,13 @@ def test_fused_layer_refuses_objects_that_merely_carry_an_id():
 
 def test_ta_layer_checks_what_it_is_handed():
     """C never trusts its caller: NULL arrays, a count that wraps, an input
-    id < 0 with no constants array are statuses, not crashes."""
+    id < 0 with no constants array, an output list too small are statuses,
+    not crashes."""
     lib, ffi = tapead._core.lib, tapead._core.ffi
     x = Value(1.0)
-    ids = ffi.new("int64_t[]", [x._i]); out = ffi.new("int64_t[]", 1)
+    ids = ffi.new("int64_t[]", [x._i]); out = tapead._core.held_list(1)
+    assert lib.ta_layer(ids, ids, 1, 1, ids, ffi.NULL, 1, ffi.new("int64_t[]", 3)) == lib.TA_EARG
+    assert lib.ta_layer(ids, ids, 1, 1, ids, ffi.NULL, 1, ffi.NULL) == lib.TA_EARG
     neg = ffi.new("int64_t[]", [-1])
     assert lib.ta_layer(ids, ids, 1, 1, neg, ffi.NULL, 1, out) == lib.TA_EBADID
     assert lib.ta_layer(ffi.NULL, ids, 1, 1, ids, ffi.NULL, 1, out) == lib.TA_EARG
