@@ -8,8 +8,8 @@
  * caller holds (its current token, see ta_cur_hold): the node is recorded
  * only if it lands in that segment, else nothing happens and they return
  * TA_NEEDSEG (or TA_NEEDNG for the no_grad arena), so a node never exists
- * unheld.  Calls that return new nodes in bulk hold each returned id once
- * (tapead.h: holds); the caller adopts those holds. */
+ * unheld.  Calls that return new nodes in bulk hold each returned id once,
+ * in a held list (below). */
 
 typedef struct ta_seg ta_seg;          /* a tape segment (opaque) */
 

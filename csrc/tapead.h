@@ -9,9 +9,11 @@
  *
  * Holds.  Whatever Python can reach a node through holds the node's
  * segment: a native Value holds it once, a cffi-front segment token once,
- * and a call that hands Python new node ids holds once per id before it
- * returns (the caller adopts those holds).  A hold is taken in the same C
- * call that makes the node, so a node is never visible to Python unheld.
+ * and a call that hands Python new node ids holds once per id, in a held
+ * list Python owns (cdef.h), before it returns.  A hold is taken in the
+ * same C call that makes the node, so a node is never visible to Python
+ * unheld, and it moves between Python's owners only inside one C call, so
+ * an exception between two bytecodes can neither leak nor repeat one.
  * Holds also keep the thread's tape alive: the tape is freed by C when its
  * thread has exited and the last hold on it is dropped, from any thread. */
 #ifndef TAPEAD_H
