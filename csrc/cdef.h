@@ -71,7 +71,8 @@ int     ta_backward(int64_t root);     /* seed root with 1, one reverse sweep   
  * for leaves and ops; 1: the no_grad arena, for ops under no_grad),
  * opening one if the current one is full, into the empty box; gives its
  * key.  ta_unhold: drop the hold in a box, if any, from any thread (the
- * last hold on an exited thread's tape frees the tape).
+ * last hold on an exited thread's tape frees the tape).  ta_orphaned:
+ * whether the box holds a segment of a thread that has ended.
  *
  * A held list is what a bulk call hands to Python: int64_t h[1 + 2*cap],
  * zeroed, h[0] = cap, owned through ffi.gc(h, ta_held_drop).  h[1+k] is
@@ -85,6 +86,7 @@ int     ta_backward(int64_t root);     /* seed root with 1, one reverse sweep   
  * nothing held, if any is bad). */
 int     ta_cur_hold(int arena, ta_seg **box, int64_t *key);
 void    ta_unhold(ta_seg **box);
+int     ta_orphaned(ta_seg *const *box);
 int     ta_held_move(int64_t *h, size_t k, ta_seg **box);
 void    ta_held_drop(int64_t *h);
 int     ta_held_ids(const int64_t *ids, size_t n, int64_t *h);

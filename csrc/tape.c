@@ -64,6 +64,7 @@ static int ta_exit_ok = 0;
 static void ta_thread_exit(void *tape)
 {
     if (ta_tls == tape) ta_tls = NULL;
+    TA_ATOMIC_ADD32(&((ta_tape *)tape)->exited, 1u);
     ta_tape_unref((ta_tape *)tape);
 }
 static void ta_exit_key_make(void) { ta_exit_ok = pthread_key_create(&ta_exit_key, ta_thread_exit) == 0; }
@@ -117,6 +118,11 @@ void ta_unhold_seg(ta_seg *s)
     ta_tape *R = s->tape->root;
     TA_ATOMIC_ADD32(&s->owned, (uint32_t)-1);
     ta_tape_unref(R);
+}
+
+int ta_orphaned(ta_seg *const *box)
+{
+    return box && *box && TA_ATOMIC_LOAD32(&(*box)->tape->root->exited) != 0;
 }
 
 void ta_unhold(ta_seg **box)

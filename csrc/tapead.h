@@ -69,6 +69,7 @@ typedef struct ta_tape {
     struct ta_tape *root;        /* the thread's tape: itself, or the owner of this no_grad arena */
     int64_t   refs;              /* root only (atomic): 1 while its thread lives, plus every
                                     hold on its segments and its arena's */
+    uint32_t  exited;            /* root only (atomic): its thread has ended */
     uint64_t  tag;
     uint64_t  nodes, peak, limit, collections;
     uint32_t  gc_at;             /* collect when norder reaches this        */

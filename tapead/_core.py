@@ -211,7 +211,7 @@ class _Token:
 
 
 _SEG_BYTES = lib.ta_seg_bytes()
-NOTOKEN = _Token(-2, None)  # holds nothing; its key matches no segment
+NOTOKEN = _Token(-2, ffi.NULL)  # holds nothing; its key matches no segment
 
 
 def _box() -> Any:

@@ -42,6 +42,7 @@ _new = object.__new__
 _peek = _core.lib.ta_peek
 _OFFMASK = (1 << _core.SHIFT) - 1
 _ELIMIT = _core.lib.TA_ELIMIT
+_orphaned = _core.lib.ta_orphaned
 
 # The current token of one thread (the first to record) sits in a module
 # global, read by every recording call; other threads keep theirs in a
@@ -52,12 +53,18 @@ _fast: Optional[int] = None   # that thread's ident
 
 class _FastExit:
     """Lives in the fast thread's threading.local: when that thread ends,
-    the global lets go of its token so another thread can take the place."""
-    __slots__ = ()
+    the global lets go of its token so another thread can take the place.
+    (PyPy may run this late, or not at all: _slow also hands the place
+    over once C says the fast thread's tape has no thread.)"""
+    __slots__ = ("me",)
+
+    def __init__(self, me: int) -> None:
+        self.me = me
 
     def __del__(self) -> None:
         global _tok, _fast
-        _tok, _fast = NOTOKEN, None
+        if _fast == self.me:
+            _tok, _fast = NOTOKEN, None
 
 
 def _mine() -> _Token:
@@ -84,11 +91,12 @@ def _slow(code: int, used: _Token, fn: Callable[..., int], *args: Any) -> Value:
             if t is used:
                 t = _core.hold_current(code)
                 me = get_ident()
-                if _fast is None:
+                if _fast is None or (_fast != me and _orphaned(_tok.seg)):
                     _fast = me
-                    _tl.fast_exit = _FastExit()
+                    _tl.fast_exit = _FastExit(me)
                 if _fast == me:
                     _tok = t
+                    _tl.tok = NOTOKEN   # a token from its slow days must not hold on
                 else:
                     _tl.tok = t
         code = fn(*args, t.key)
@@ -598,11 +606,13 @@ def collect() -> int:
     >>> freed >= 0
     True
     """
-    global _tok
+    global _tok, _fast
     if _fast == get_ident():  # this thread's current token need not hold its segment now
         _tok = NOTOKEN
     else:
         _tl.tok = NOTOKEN
+        if _orphaned(_tok.seg):   # the fast thread has ended (and PyPy has not said so)
+            _tok, _fast = NOTOKEN, None
     return _core.collect()
 
 
