@@ -191,6 +191,11 @@ typedef struct ta_prog ta_prog;
 int     ta_prog_new(const int64_t *outs, uint32_t nout, const int64_t *ins, uint32_t nin,
                     const int64_t *wrt, uint32_t nwrt, ta_prog **out);
 void    ta_prog_free(ta_prog *P);
+/* Python's programs: ta_prog_new/ta_prog_load write into an empty box
+ * (ta_prog *[1]) that Python owns through ffi.gc(box, ta_prog_drop)
+ * before the call, so no exception can come between a program's making
+ * and its owner.  ta_prog_drop frees the program in a box, if any. */
+void    ta_prog_drop(ta_prog **box);
 #define TA_PS_NODES   0
 #define TA_PS_PARAMS  1
 #define TA_PS_GUARDS  2

@@ -18,6 +18,11 @@
 #include "replay.h"
 #include "ops.h"
 
+void ta_prog_drop(ta_prog **box)
+{
+    if (box && *box) { ta_prog_free(*box); *box = NULL; }
+}
+
 void ta_prog_free(ta_prog *P)
 {
     if (!P) return;

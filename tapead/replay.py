@@ -106,6 +106,12 @@ def _vector(a: Any, n: int, what: str) -> Any:
     return a
 
 
+def _prog_box() -> Any:
+    """An empty box a C call puts a new program in, owned before the call
+    (csrc/cdef.h: ta_prog_drop)."""
+    return ffi.gc(ffi.new("ta_prog *[1]"), lib.ta_prog_drop)
+
+
 def _ptr(a: Optional[_F64Array], ctype: str = "double[]") -> Any:
     """A C pointer into the contiguous array a (which it keeps alive): ~0.3 us, a fifth of
     ffi.cast(a.ctypes.data)."""
@@ -181,7 +187,7 @@ def _load(state: Dict[str, Any]) -> "Program":
     for k in _SIZES:
         setattr(f, k, sizes[k])
     keep = _point(f, arrs)
-    p = ffi.new("ta_prog **")
+    p = _prog_box()
     st = lib.ta_prog_load(f, _ptr(pv), p)
     del keep
     if st == lib.TA_EARG:
@@ -189,7 +195,7 @@ def _load(state: Dict[str, Any]) -> "Program":
     if st:
         raise error(st)
     prog = Program.__new__(Program)
-    prog._own(p[0])
+    prog._own(p)
     return prog
 
 
@@ -231,23 +237,25 @@ class Program:
         outs, oid = node_ids(outputs, "outputs")
         ins, iid = node_ids(inputs, "inputs")
         wrts, wid = node_ids(wrt, "wrt")
-        p = ffi.new("ta_prog **")
+        p = _prog_box()
         st = lib.ta_prog_new(oid, len(outs), iid, len(ins), wid, len(wrts), p)
         if st == lib.TA_EARG:
             raise ValueError("compile: outputs must be non-empty; inputs and wrt must be leaf "
                              "Values (made by Value(x), not by an operation), inputs distinct")
         if st:
             raise error(st)
-        self._own(p[0])
+        self._own(p)
         npar = self._dims[3]
         pid = ffi.new("int64_t[]", max(npar, 1))
         lib.ta_prog_params(self._p, pid)
         from .engine import held
         self._params = held([pid[k] for k in range(npar)])  # keeps their segments alive
 
-    def _own(self, p: Any) -> None:
-        """Take the C program p; its sizes are read once (they never change)."""
-        self._p = ffi.gc(p, lib.ta_prog_free)
+    def _own(self, box: Any) -> None:
+        """Take the C program in box (_prog_box); its sizes are read once
+        (they never change)."""
+        self._box = box
+        self._p = box[0]          # valid while self._box lives
         self._params = []
         self._dims = tuple(lib.ta_prog_size(self._p, w) for w in (
             lib.TA_PS_INPUTS, lib.TA_PS_OUTPUTS, lib.TA_PS_WRT, lib.TA_PS_PARAMS, lib.TA_PS_NODES))
