@@ -94,16 +94,24 @@ static ta_tape *va_tape(void)
 static va_obj *va_free[VA_FREE_MAX];
 static int va_nfree = 0;
 
-/* A new Value for node `off` of segment s, taking a hold on s. */
-static PyObject *va_wrap(ta_seg *s, uint32_t off)
+/* A new Value for node `off` of segment s, owning a hold on s that the
+ * caller has taken (or hands over). */
+static PyObject *va_own(ta_seg *s, uint32_t off)
 {
     va_obj *v = va_nfree ? va_free[--va_nfree] : PyObject_Malloc(sizeof(va_obj));
     if (!v) return PyErr_NoMemory();
     PyObject_Init((PyObject *)v, va_type);   /* increfs the heap type */
     v->node = (uintptr_t)s | off;
     v->weaklist = NULL;
-    ta_hold(s);
     return (PyObject *)v;
+}
+
+/* A new Value for node `off` of segment s, taking a hold on s. */
+static PyObject *va_wrap(ta_seg *s, uint32_t off)
+{
+    PyObject *v = va_own(s, off);
+    if (v) ta_hold(s);
+    return v;
 }
 
 static PyObject *va_result(ta_tape *T, int64_t id, ta_seg *where)
@@ -514,9 +522,8 @@ static PyObject *va_adopt(PyObject *mod, PyObject *args)
             PyErr_SetString(PyExc_ValueError, "adopt: an entry of the list does not hold its node");
             goto fail;
         }
-        if (!(v = va_wrap(s, o))) goto fail;
-        *segp = 0;
-        ta_unhold_seg(s);                      /* the Value holds s now: the list's hold goes */
+        if (!(v = va_own(s, o))) goto fail;
+        *segp = 0;                             /* the list's hold is the Value's now */
         PyList_SET_ITEM(out, k, v);
     }
     goto done;

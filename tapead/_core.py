@@ -193,7 +193,7 @@ NEEDSEG, NEEDNG = lib.TA_NEEDSEG, lib.TA_NEEDNG
 class _Token:
     """A hold on one tape segment (csrc/tapead.h: holds), shared by every
     cffi-front Value whose node lives there; `key` is the segment's key
-    (node id >> SHIFT), `seg` the box the hold sits in (csrc/cdef.h).
+    (node id >> SHIFT), `box` the box the hold sits in (csrc/cdef.h).
 
     The box is owned through ffi.gc before C puts the hold in it, and C
     drops the hold when the box dies (ffi.gc calls ta_unhold directly): no
@@ -201,13 +201,13 @@ class _Token:
     dropped, so a Ctrl-C can neither leak one nor land halfway; and a box
     may die in any thread (C frees an exited thread's tape when its last
     hold goes)."""
-    __slots__ = ("key", "seg")
+    __slots__ = ("key", "box")
     key: int
-    seg: Any
+    box: Any
 
     def __init__(self, key: int, box: Any) -> None:
         self.key = key
-        self.seg = box
+        self.box = box
 
 
 _SEG_BYTES = lib.ta_seg_bytes()

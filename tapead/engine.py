@@ -67,6 +67,15 @@ class _FastExit:
             _tok, _fast = NOTOKEN, None
 
 
+def _let_go_of_an_ended_fast_thread() -> None:
+    """If the fast thread has ended without its _FastExit running (PyPy may
+    run it late or never; C knows the thread is gone), free its place and
+    the segment its token holds."""
+    global _tok, _fast
+    if _fast is not None and _fast != get_ident() and _orphaned(_tok.box):
+        _tok, _fast = NOTOKEN, None
+
+
 def _mine() -> _Token:
     """This thread's current token."""
     return _tok if _fast == get_ident() else getattr(_tl, "tok", NOTOKEN)
@@ -91,7 +100,8 @@ def _slow(code: int, used: _Token, fn: Callable[..., int], *args: Any) -> Value:
             if t is used:
                 t = _core.hold_current(code)
                 me = get_ident()
-                if _fast is None or (_fast != me and _orphaned(_tok.seg)):
+                _let_go_of_an_ended_fast_thread()
+                if _fast is None:
                     _fast = me
                     _tl.fast_exit = _FastExit(me)
                 if _fast == me:
@@ -387,7 +397,7 @@ class Value:
         if not isinstance(t, _core._Token) or t.key != self._i >> _core.SHIFT:
             return (_restore, (self.data, self.grad))  # a forged handle: raises TapeError
         off = self._i & _OFFMASK
-        return (_restore, (_peek(t.seg[0], off, 0), _peek(t.seg[0], off, 1)))
+        return (_restore, (_peek(t.box[0], off, 0), _peek(t.box[0], off, 1)))
 
     # ------------------------------------------ micrograd's graph attributes
     # Code written for micrograd walks the graph through these (its
@@ -606,13 +616,12 @@ def collect() -> int:
     >>> freed >= 0
     True
     """
-    global _tok, _fast
+    global _tok
     if _fast == get_ident():  # this thread's current token need not hold its segment now
         _tok = NOTOKEN
     else:
         _tl.tok = NOTOKEN
-        if _orphaned(_tok.seg):   # the fast thread has ended (and PyPy has not said so)
-            _tok, _fast = NOTOKEN, None
+        _let_go_of_an_ended_fast_thread()
     return _core.collect()
 
 

@@ -478,9 +478,9 @@ def test_an_ended_fast_thread_whose_locals_are_never_finalized_lets_go(monkeypat
         t.start(); t.join()
         release_garbage()
         deadline = time.monotonic() + 5   # C learns of the exit just after join() returns
-        while not lib.ta_orphaned(engine._tok.seg) and time.monotonic() < deadline:
+        while not lib.ta_orphaned(engine._tok.box) and time.monotonic() < deadline:
             time.sleep(0.001)
-        assert engine._fast == t.ident and lib.ta_orphaned(engine._tok.seg)
+        assert engine._fast == t.ident and lib.ta_orphaned(engine._tok.box)
         assert lib.ta_tapes_alive() == alive + 1         # its tape: held by the global's token
         take_over()
         release_garbage()
