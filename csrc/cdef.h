@@ -69,8 +69,9 @@ int     ta_backward(int64_t root);     /* seed root with 1, one reverse sweep   
  * A box is a ta_seg *[1], zeroed, owned through ffi.gc(box, ta_unhold).
  * ta_cur_hold: hold the segment the next node goes to (arena 0: the tape,
  * for leaves and ops; 1: the no_grad arena, for ops under no_grad),
- * opening one if the current one is full, into the empty box; gives its
- * key.  ta_unhold: drop the hold in a box, if any, from any thread (the
+ * opening one if the current one has no room for any one record (an op
+ * with two inputs promoted from the no_grad arena: 3 nodes), into the
+ * empty box; gives its key.  ta_unhold: drop the hold in a box, if any, from any thread (the
  * last hold on an exited thread's tape frees the tape).  ta_orphaned:
  * whether the box holds a segment of a thread that has ended.
  *

@@ -184,7 +184,9 @@ int ta_cur_hold(int arena, ta_seg **box, int64_t *key)
         if (!T->ng && !(T->ng = ta_tape_new(T))) return TA_ENOMEM;
         T = T->ng;
     }
-    if ((!T->cur || T->cur->n == TA_SEG) && (st = ta_new_seg(T)) != TA_OK) return st;
+    /* room for any one record, else ta_record_at would send the caller
+     * back here for the same segment forever */
+    if ((!T->cur || T->cur->n + TA_MAXREC > TA_SEG) && (st = ta_new_seg(T)) != TA_OK) return st;
     ta_hold(T->cur);
     *box = T->cur;
     *key = TA_KEY(T, T->cur);
@@ -440,7 +442,7 @@ int64_t ta_record_at(ta_tape *T, int op, ta_seg *sx, uint32_t ox, ta_seg *sy, ui
         aux.c = 0.0;
         id = ta_append(D, TA_LEAF, 0, aux, r);
     } else {
-        if (!ta_dest_ok(T, key, 1u + (uint32_t)xng + (uint32_t)yng)) return TA_NEEDSEG;
+        if (!ta_dest_ok(T, key, 1u + (uint32_t)xng + (uint32_t)yng)) return TA_NEEDSEG;   /* <= TA_MAXREC */
         id = (xng || yng) ? ta_record_promoted(T, op, sx, ox, sy, oy, xng, yng, aux, r)
                           : ta_append(T, op, TA_REF(sx, ox), aux, r);
     }

@@ -25,6 +25,9 @@
 
 #define TA_SEG   (1u << TA_SHIFT)
 #define TA_MASK  (TA_SEG - 1u)
+#define TA_MAXREC 3u             /* most nodes one recording call appends to one
+                                    segment: an op and its two inputs promoted
+                                    from the no_grad arena (ta_record_at) */
 #define TA_OPMASK 0x3Fu          /* low 6 bits of op[]: the op code        */
 #define TA_LIVE   0x40u          /* set by the collector's liveness pass   */
 #define TA_MARK   0x80u          /* set on nodes reached by a reverse sweep */
