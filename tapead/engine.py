@@ -14,12 +14,14 @@ signal handler, a finalizer, another greenlet).
 """
 from __future__ import annotations
 
-import numbers
 import os
 import sys
-from threading import get_ident
-from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Set, SupportsFloat,
-                    Tuple, Union)
+from _thread import get_ident
+
+TYPE_CHECKING = False   # typing is not imported at run time: `import tapead` stays cheap
+if TYPE_CHECKING:
+    from typing import (Any, Callable, Dict, Iterable, List, Optional, Set, SupportsFloat, Tuple,
+                        Union)
 
 from . import _core, nodedata as _nd
 from ._core import NEEDNG, NEEDSEG, NOTOKEN, OP, OP_KINDS, OP_NAMES, error
@@ -29,7 +31,10 @@ if TYPE_CHECKING:
 
 # What the operators take besides a Value: int, float, bool, numpy scalars
 # (anything float() accepts through __float__).
-Operand = Union["Value", SupportsFloat]
+if TYPE_CHECKING:
+    Operand = Union["Value", SupportsFloat]
+else:
+    Operand = "Operand"   # (annotations are strings: typing is not imported at run time)
 
 _leaf, _op1, _op2, _opc = _core.leaf, _core.op1, _core.op2, _core.opc
 _val, _adj, _set_val, _set_adj = _core.val, _core.adj, _core.set_val, _core.set_adj
@@ -139,11 +144,18 @@ RELU, TANH, EXP, LOG, SIGMOID = OP["RELU"], OP["TANH"], OP["EXP"], OP["LOG"], OP
 SIN, COS, SQRT, ABS, MAX, MIN = OP["SIN"], OP["COS"], OP["SQRT"], OP["ABS"], OP["MAX"], OP["MIN"]
 
 
+_Real: Any = None
+
+
 def _real(x: Any) -> float:
     """x as a float if it is a real number, else TypeError: what the operators
     take (int, float, bool, numpy scalars numpy.bool among them, Fraction,
     Decimal: anything with __float__), so Value(x) works wherever v + x does."""
-    if isinstance(x, numbers.Real) or (hasattr(type(x), "__float__") and not isinstance(x, complex)):
+    global _Real
+    if _Real is None:           # numbers loads on first use, not with `import tapead`
+        import numbers
+        _Real = numbers.Real
+    if isinstance(x, _Real) or (hasattr(type(x), "__float__") and not isinstance(x, complex)):
         try:
             return float(x)
         except TypeError:
@@ -651,7 +663,7 @@ def _native_front() -> Any:
     """The native Value type, or None where this build has none (PyPy)."""
     if _core.lib.ta_native_install() != 0:
         return None
-    from . import _native  # type: ignore[attr-defined]  # made by ta_native_install
+    _native: Any = sys.modules["tapead._native"]   # put there by ta_native_install
     docs = {k: getattr(PyValue, k).__doc__ or "" for k in _DOCUMENTED}
     docs.update({k.lower(): getattr(PyValue, k.lower()).__doc__ or "" for k in OP
                  if OP_KINDS[OP[k]] == 1 and hasattr(PyValue, k.lower())})

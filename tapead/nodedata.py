@@ -19,17 +19,17 @@ did and a native Value stays 32 bytes.
 """
 from __future__ import annotations
 
-import threading
-import weakref
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional
+from _weakref import ref as _weakref
 
-from ._core import lib
+from ._core import _local, lib
 
+TYPE_CHECKING = False   # typing is not imported at run time (see _core)
 if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, Optional
     from .engine import Value
 
 _stamp = lib.ta_node_stamp
-_tl = threading.local()
+_tl = _local()
 
 
 class _Entry:
@@ -108,7 +108,7 @@ def know(v: Value) -> Value:
     w = e.ref() if e.ref is not None else None
     if w is not None and w._i == v._i:
         return w
-    e.ref = weakref.ref(v)
+    e.ref = _weakref(v)
     if hasattr(v, "__dict__"):   # the cffi front (or a subclass): v's dict is its node's attributes
         if e.attrs is None:
             e.attrs = v.__dict__
