@@ -68,7 +68,8 @@ int     ta_backward(int64_t root);     /* seed root with 1, one reverse sweep   
 
 /* Holds (see tapead.h).  ta_cur_hold: hold the segment the next node
  * goes to (arena 0: the tape, for leaves and ops; 1: the no_grad arena,
- * for ops under no_grad), opening one if the current one is full; gives
+ * for ops under no_grad), opening one if the current one has no room
+ * for the largest single record (3 nodes); gives
  * it and its key.  ta_unhold drops one hold, from any thread (the last
  * hold on an exited thread's tape frees the tape).  ta_seg_of: the
  * segment of a node of this thread (NULL if none).  ta_hold_ids: one more

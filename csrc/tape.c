@@ -139,7 +139,10 @@ int ta_cur_hold(int arena, ta_seg **seg, int64_t *key)
         if (!T->ng && !(T->ng = ta_tape_new(T))) return TA_ENOMEM;
         T = T->ng;
     }
-    if ((!T->cur || T->cur->n == TA_SEG) && (st = ta_new_seg(T)) != TA_OK) return st;
+    /* room for the largest single record, an op with two inputs promoted
+     * from the no_grad arena (3 nodes: ta_record_at asks for all of them
+     * in one segment), else the caller would be sent back here forever */
+    if ((!T->cur || T->cur->n > TA_SEG - 3u) && (st = ta_new_seg(T)) != TA_OK) return st;
     ta_hold(T->cur);
     *seg = T->cur;
     *key = TA_KEY(T, T->cur);
