@@ -58,6 +58,11 @@ int     ta_set_val(int64_t id, double x);
 int     ta_set_adj(int64_t id, double x);
 int     ta_check(int64_t id);          /* TA_OK or why id is unusable here          */
 int     ta_node(int64_t id, int *op, int64_t *x, int64_t *y, double *c);
+/* The stamp of a node of this thread (tape or no_grad arena): > 0, the same
+ * for as long as the node exists and never given to another node of that
+ * tape, though its id is reused once its segment is reclaimed; or a
+ * negative status (TA_ETHREAD, TA_EBADID, ...). */
+int64_t ta_node_stamp(int64_t id);
 
 int     ta_backward(int64_t root);     /* seed root with 1, one reverse sweep       */
 
@@ -69,8 +74,8 @@ int     ta_backward(int64_t root);     /* seed root with 1, one reverse sweep   
  * A box is a ta_seg *[1], zeroed, owned through ffi.gc(box, ta_unhold).
  * ta_cur_hold: hold the segment the next node goes to (arena 0: the tape,
  * for leaves and ops; 1: the no_grad arena, for ops under no_grad),
- * opening one if the current one is full, into the empty box; gives its
- * key.  ta_unhold: drop the hold in a box, if any, from any thread (the
+ * opening one if the current one has no room for the largest single
+ * record (3 nodes), into the empty box; gives its key.  ta_unhold: drop the hold in a box, if any, from any thread (the
  * last hold on an exited thread's tape frees the tape).  ta_orphaned:
  * whether the box holds a segment of a thread that has ended.
  *

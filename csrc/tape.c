@@ -184,7 +184,10 @@ int ta_cur_hold(int arena, ta_seg **box, int64_t *key)
         if (!T->ng && !(T->ng = ta_tape_new(T))) return TA_ENOMEM;
         T = T->ng;
     }
-    if ((!T->cur || T->cur->n == TA_SEG) && (st = ta_new_seg(T)) != TA_OK) return st;
+    /* room for the largest single record, an op with two inputs promoted
+     * from the no_grad arena (3 nodes: ta_record_at asks for all of them
+     * in one segment), else the caller would be sent back here forever */
+    if ((!T->cur || T->cur->n > TA_SEG - 3u) && (st = ta_new_seg(T)) != TA_OK) return st;
     ta_hold(T->cur);
     *box = T->cur;
     *key = TA_KEY(T, T->cur);
@@ -294,6 +297,7 @@ static int ta_new_seg(ta_tape *T)
     T->spare = NULL;
     if (T->nfree) T->nfree--; else T->nslots++;
     s->tape = T; s->n = 0; s->owned = 0; s->marked = 0; s->slot = k; s->pos = T->norder;
+    s->stamp = ++T->stamps;
     T->segs[k] = s;
     T->order[T->norder++] = k;
     T->cur = s;
@@ -594,6 +598,14 @@ int ta_node(int64_t id, int *op, int64_t *x, int64_t *y, double *c)
     *y = k == TA_K_BIN ? (int64_t)((T->tag << 32) | s->aux[o].y) : -1;
     *c = k == TA_K_CST ? s->aux[o].c : 0.0;
     return TA_OK;
+}
+
+int64_t ta_node_stamp(int64_t id)
+{
+    ta_tape *T = ta_self(); ta_seg *s; uint32_t o; int st, ng;
+    if (!T) return TA_ENOMEM;
+    if ((st = ta_resolve_any(T, id, &s, &o, &ng)) != TA_OK) return st;
+    return (int64_t)(s->stamp & INT64_MAX);
 }
 
 int ta_held_ids(const int64_t *ids, size_t n, int64_t *h)

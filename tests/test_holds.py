@@ -575,3 +575,29 @@ def test_values_travel_through_a_process_pool():
     x = Value(3.0)
     with cf.ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as ex:
         assert ex.submit(_double_data, x).result(timeout=120) == 6.0   # pickled in a helper thread
+
+
+def test_an_op_promoting_no_grad_inputs_at_a_segment_end_is_recorded():
+    """An op whose inputs come from the no_grad arena records 2-3 nodes in
+    one segment; with 1 or 2 slots left in the current one, the cffi front's
+    retry (a hold on the current segment) must get a segment with room, not
+    the same one again (it looped forever).  Run in a fresh process with a
+    time limit, so a regression fails instead of hanging the suite."""
+    code = textwrap.dedent("""
+        import tapead
+        from tapead import Value
+        seg = 1 << tapead._core.SHIFT
+        for left in (1, 2):
+            with tapead.no_grad():
+                k = Value(2.0) * 1.5
+                m = Value(3.0) * 0.5
+            keep = [Value(0.0)]
+            while (keep[-1]._i & (seg - 1)) != seg - 1 - left:
+                keep.append(Value(0.0))
+            y = k + m if left == 2 else k * 2.0
+            y.backward()
+            assert y.data == (4.5 if left == 2 else 6.0), y.data
+        print("ok")
+        """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
