@@ -164,7 +164,8 @@ def _real(x: Any) -> float:
     if _Real is None:           # numbers loads on first use, not with `import tapead`
         import numbers
         _Real = numbers.Real
-    if isinstance(x, _Real) or (hasattr(type(x), "__float__") and not isinstance(x, complex)):
+    if isinstance(x, _Real) or (hasattr(type(x), "__float__") and not isinstance(x, complex)
+                                and not getattr(x, "ndim", 0)):   # an array, even of one element: not a number
         try:
             return float(x)
         except TypeError:
@@ -561,10 +562,12 @@ def _rec1(op: int, a: Value) -> Value:
 def _num(opc: int, a: Value, c: Any, op: int, rev: bool = False) -> Value:
     """a opc c for a plain number c; else the slow path (_lift) for
     `a op c`, or `c op a` if rev (a reflected call)."""
-    try:
-        return _recc(opc, a, c)
-    except TypeError:
-        return _lift(a, c, op, rev)
+    if type(c) is not float and type(c) is not int:
+        try:
+            c = _real(c)      # (cffi itself would take an array of one element)
+        except TypeError:
+            return _lift(a, c, op, rev)
+    return _recc(opc, a, c)
 
 
 def _lift(a: Value, b: object, op: int, rev: bool = False) -> Value:

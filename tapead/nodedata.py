@@ -110,11 +110,10 @@ def know(v: Value) -> Value:
         return w
     e.ref = _weakref(v)
     if hasattr(v, "__dict__"):   # the cffi front (or a subclass): v's dict is its node's attributes
-        if e.attrs is None:
-            e.attrs = v.__dict__
-        else:
-            v.__dict__.update(e.attrs)
-            e.attrs = v.__dict__
+        d = dict(v.__dict__)     # a plain dict: PyPy's v.__dict__ is a view that keeps v alive
+        if e.attrs is not None:
+            d.update(e.attrs)
+        e.attrs = v.__dict__ = d
     return v
 
 
