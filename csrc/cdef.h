@@ -58,6 +58,11 @@ int     ta_set_val(int64_t id, double x);
 int     ta_set_adj(int64_t id, double x);
 int     ta_check(int64_t id);          /* TA_OK or why id is unusable here          */
 int     ta_node(int64_t id, int *op, int64_t *x, int64_t *y, double *c);
+/* The stamp of a node of this thread (tape or no_grad arena): > 0, the same
+ * for as long as the node exists and never given to another node of that
+ * tape, though its id is reused once its segment is reclaimed; or a
+ * negative status (TA_ETHREAD, TA_EBADID, ...). */
+int64_t ta_node_stamp(int64_t id);
 
 int     ta_backward(int64_t root);     /* seed root with 1, one reverse sweep       */
 

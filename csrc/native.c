@@ -44,8 +44,11 @@ typedef struct {
 static PyTypeObject *va_type = NULL;
 /* Python hooks (set by engine.py through set_hooks): error(code) -> the
  * exception instance; real(x) -> float or TypeError; restore(data, grad)
- * -> a detached Value (pickling). */
+ * -> a detached Value (pickling); other(a, b, op) -> a op b when one of
+ * them is no number (numpy arrays; else NotImplemented); setattr(v, name,
+ * x) -> a user attribute, kept with the node (x NULL: delete it). */
 static PyObject *va_error_hook = NULL, *va_real_hook = NULL, *va_restore_hook = NULL;
+static PyObject *va_other_hook = NULL, *va_setattr_hook = NULL;
 
 /* ------------------------------------------------------------ errors */
 
@@ -159,20 +162,28 @@ static PyObject *va_rec(int op, PyObject *a, PyObject *b, double c)
     return va_result(T, id, where);
 }
 
+/* a OPV b where one operand is a Value and the other is no number: the
+ * slow path, off the hot one (a numpy array gives an object array). */
+static PyObject *va_other(PyObject *a, PyObject *b, int opv)
+{
+    if (!va_other_hook) Py_RETURN_NOTIMPLEMENTED;
+    return PyObject_CallFunction(va_other_hook, "OOi", a, b, opv);
+}
+
 /* a OP b where a or b is a Value: OPV for two Values, else the constant
- * form (rev: the constant is on the left).  NotImplemented for anything
- * that is not a number. */
+ * form (opc_left: the constant is on the left; -1: there is none).
+ * Anything that is not a number goes to va_other. */
 static PyObject *va_binop(PyObject *a, PyObject *b, int opv, int opc_right, int opc_left)
 {
     double c;
     int st;
     if (va_is(a)) {
         if (va_is(b)) return va_rec(opv, a, b, 0.0);
-        if ((st = va_number(b, &c)) < 0) { if (st == -1) Py_RETURN_NOTIMPLEMENTED; return NULL; }
+        if ((st = va_number(b, &c)) < 0) return st == -1 ? va_other(a, b, opv) : NULL;
         return va_rec(opc_right, a, NULL, c);
     }
-    if (opc_left < 0 || (st = va_number(a, &c)) == -1) Py_RETURN_NOTIMPLEMENTED;
-    if (st < 0) return NULL;
+    if (opc_left < 0) Py_RETURN_NOTIMPLEMENTED;
+    if ((st = va_number(a, &c)) < 0) return st == -1 ? va_other(a, b, opv) : NULL;
     return va_rec(opc_left, b, NULL, c);
 }
 
@@ -184,7 +195,7 @@ static PyObject *va_sub(PyObject *a, PyObject *b)
     double c;
     int st;
     if (va_is(a) && !va_is(b)) {          /* x - c == x + (-c) exactly */
-        if ((st = va_number(b, &c)) < 0) { if (st == -1) Py_RETURN_NOTIMPLEMENTED; return NULL; }
+        if ((st = va_number(b, &c)) < 0) return st == -1 ? va_other(a, b, TA_SUB) : NULL;
         return va_rec(TA_ADDC, a, NULL, -c);
     }
     return va_binop(a, b, TA_SUB, -1, TA_RSUBC);
@@ -330,6 +341,23 @@ static void va_dealloc(PyObject *self)
     Py_DECREF(tp);
 }
 
+/* Attributes: the type's own (data, grad, label, ...) as usual; any other
+ * name set on a Value is the user's (v.name = 'x1', as on micrograd's
+ * Value), which the setattr hook keeps with the node: a Value has no
+ * __dict__ and stays 32 bytes.  Reads stay PyObject_GenericGetAttr, so
+ * the interpreter's attribute and method caches still apply. */
+static int va_setattro(PyObject *self, PyObject *name, PyObject *x)
+{
+    PyObject *r;
+    int st = PyObject_GenericSetAttr(self, name, x);
+    if (st == 0 || !va_setattr_hook || !PyErr_ExceptionMatches(PyExc_AttributeError)) return st;
+    PyErr_Clear();
+    r = PyObject_CallFunction(va_setattr_hook, "OOOi", self, name, x ? x : Py_None, x == NULL);
+    if (!r) return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
 /* ------------------------------------------------------ getsets */
 
 static PyObject *va_get(PyObject *self, void *what)
@@ -451,6 +479,7 @@ static PyObject *va_make_type(PyObject *mod, PyObject *docs)
     static char lower[TA_NOPS][16];
     PyType_Slot slots[] = {
         {Py_tp_dealloc, va_dealloc}, {Py_tp_new, va_new}, {Py_tp_init, va_init},
+        {Py_tp_setattro, va_setattro},
         {Py_tp_methods, va_methods}, {Py_tp_getset, va_getset}, {Py_tp_members, va_members},
         {Py_nb_add, va_add}, {Py_nb_subtract, va_sub}, {Py_nb_multiply, va_mul},
         {Py_nb_true_divide, va_div}, {Py_nb_power, va_pow}, {Py_nb_negative, va_neg},
@@ -473,7 +502,7 @@ static PyObject *va_make_type(PyObject *mod, PyObject *docs)
     for (m = va_methods; m->ml_name; m++) m->ml_doc = va_doc_of(docs, m->ml_name);
     va_getset[0].doc = va_doc_of(docs, "data");
     va_getset[1].doc = va_doc_of(docs, "grad");
-    slots[14].pfunc = va_doc_of(docs, "Value");
+    slots[15].pfunc = va_doc_of(docs, "Value");
     va_type = (PyTypeObject *)PyType_FromSpec(&spec);
     if (!va_type) return NULL;
     va_type->tp_vectorcall = va_vectorcall;      /* not inherited: subclasses call normally */
@@ -483,13 +512,15 @@ static PyObject *va_make_type(PyObject *mod, PyObject *docs)
 
 static PyObject *va_set_hooks(PyObject *mod, PyObject *args)
 {
-    PyObject *e, *r, *s;
+    PyObject *e, *r, *s, *o, *a;
     (void)mod;
-    if (!PyArg_ParseTuple(args, "OOO:set_hooks", &e, &r, &s)) return NULL;
-    Py_INCREF(e); Py_INCREF(r); Py_INCREF(s);
+    if (!PyArg_ParseTuple(args, "OOOOO:set_hooks", &e, &r, &s, &o, &a)) return NULL;
+    Py_INCREF(e); Py_INCREF(r); Py_INCREF(s); Py_INCREF(o); Py_INCREF(a);
     Py_XSETREF(va_error_hook, e);
     Py_XSETREF(va_real_hook, r);
     Py_XSETREF(va_restore_hook, s);
+    Py_XSETREF(va_other_hook, o);
+    Py_XSETREF(va_setattr_hook, a);
     Py_RETURN_NONE;
 }
 
@@ -536,7 +567,7 @@ done:
 
 static PyMethodDef va_module_methods[] = {
     {"make_type", va_make_type, METH_O, "make_type(docs): the native Value type"},
-    {"set_hooks", va_set_hooks, METH_VARARGS, "set_hooks(error, real, restore)"},
+    {"set_hooks", va_set_hooks, METH_VARARGS, "set_hooks(error, real, restore, other, setattr)"},
     {"adopt", va_adopt, METH_VARARGS, "adopt(h, n): Values taking over the holds of a held list"},
     {NULL, NULL, 0, NULL}
 };

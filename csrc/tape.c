@@ -296,6 +296,7 @@ static int ta_new_seg(ta_tape *T)
     T->spare = NULL;
     if (T->nfree) T->nfree--; else T->nslots++;
     s->tape = T; s->n = 0; s->owned = 0; s->marked = 0; s->slot = k; s->pos = T->norder;
+    s->stamp = ++T->stamps;
     T->segs[k] = s;
     T->order[T->norder++] = k;
     T->cur = s;
@@ -596,6 +597,14 @@ int ta_node(int64_t id, int *op, int64_t *x, int64_t *y, double *c)
     *y = k == TA_K_BIN ? (int64_t)((T->tag << 32) | s->aux[o].y) : -1;
     *c = k == TA_K_CST ? s->aux[o].c : 0.0;
     return TA_OK;
+}
+
+int64_t ta_node_stamp(int64_t id)
+{
+    ta_tape *T = ta_self(); ta_seg *s; uint32_t o; int st, ng;
+    if (!T) return TA_ENOMEM;
+    if ((st = ta_resolve_any(T, id, &s, &o, &ng)) != TA_OK) return st;
+    return (int64_t)(s->stamp & INT64_MAX);
 }
 
 int ta_held_ids(const int64_t *ids, size_t n, int64_t *h)

@@ -56,6 +56,9 @@ struct ta_seg {          /* typedef'd in cdef.h, where Python sees it as opaque 
     uint32_t slot;
     uint32_t owned;              /* holds on it (atomic: dropped from any thread) */
     uint32_t marked;             /* ta_backward: a node here awaits a visit */
+    uint64_t stamp;              /* unique per segment opened on its tape: a
+                                    node is (stamp, offset) for the tape's life,
+                                    while its id is reused once the slot is */
 };
 
 /* Segments are aligned to TA_SEG_ALIGN so a (segment, offset) pair packs
@@ -74,6 +77,7 @@ typedef struct ta_tape {
                                     hold on its segments and its arena's */
     uint32_t  exited;            /* root only (atomic): its thread has ended */
     uint64_t  tag;
+    uint64_t  stamps;            /* segments opened so far (ta_seg.stamp)   */
     uint64_t  nodes, peak, limit, collections;
     uint32_t  gc_at;             /* collect when norder reaches this        */
     int       err_op;  double err_x, err_y;   /* last forward error         */

@@ -4,16 +4,23 @@
     >>> x = Value(-4.0); y = (x * x + x).relu()
     >>> y.backward(); (y.data, x.grad)
     (12.0, -7.0)
+
+`import tapead` loads only the core (the compiled module and Value); every
+other public name, and the submodules nn and optim, load on first use
+(module __getattr__), so a small script pays about what `import micrograd`
+costs.
 """
+from __future__ import annotations
+
+from types import ModuleType
+
+TYPE_CHECKING = False   # typing is not imported at run time
+if TYPE_CHECKING:
+    from typing import Any, List
+
 from ._core import AnomalyError, TapeadError, TapeError, set_limit
-from .modes import detect_anomaly, no_grad
 from ._core import stats as tape_stats
 from .engine import Value, maximum, minimum, collect, FRONT as FRONT
-from .functions import sin, cos, sqrt, abs, exp, log, tanh, relu, sigmoid
-from .forward import jvp
-from .wengert import wengert, Wengert, set_label, get_label
-from .draw import draw_dot, to_dot
-from .arrays import values, data, grads, set_data
 
 __all__ = ["Value", "maximum", "minimum", "tape_stats", "collect", "set_limit",
            "no_grad", "detect_anomaly", "TapeadError", "TapeError", "AnomalyError",
@@ -22,7 +29,53 @@ __all__ = ["Value", "maximum", "minimum", "tape_stats", "collect", "set_limit",
            "draw_dot", "to_dot", "values", "data", "grads",
            "GuardError", "recompute", "compile", "Program", "clear_guards", "guard_count",
            "set_data", "grad", "hvp", "hessian", "jacobian"]
-from .replay import GuardError, recompute, compile, Program, clear_guards, guard_count
-from .higher import grad, hvp, hessian, jacobian
-from . import nn, optim  # tapead.nn.MLP, tapead.optim.SGD after a bare `import tapead`
 __version__ = "0.1.0"
+
+# public name -> the submodule that defines it, imported on first use
+_LAZY = {**dict.fromkeys(("no_grad", "detect_anomaly"), "modes"),
+         **dict.fromkeys(("sin", "cos", "sqrt", "abs", "exp", "log", "tanh", "relu", "sigmoid"),
+                         "functions"),
+         "jvp": "forward", "wengert": "wengert", "Wengert": "wengert",
+         "set_label": "nodedata", "get_label": "nodedata", "draw_dot": "draw", "to_dot": "draw",
+         **dict.fromkeys(("values", "data", "grads", "set_data"), "arrays"),
+         **dict.fromkeys(("GuardError", "recompute", "compile", "Program", "clear_guards",
+                          "guard_count"), "replay"),
+         **dict.fromkeys(("grad", "hvp", "hessian", "jacobian"), "higher")}
+_SUBMODULES = ("nn", "optim")   # tapead.nn.MLP after a bare `import tapead`, as before
+
+
+def __getattr__(name: str) -> Any:
+    from importlib import import_module
+    if name in _SUBMODULES:
+        return import_module(f"{__name__}.{name}")
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f"{__name__}.{mod}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> List[str]:
+    return sorted(set(globals()) | set(_LAZY) | set(_SUBMODULES))
+
+
+class _Package(ModuleType):
+    """The package's module type: `tapead.wengert` stays the function.
+
+    Importing the submodule tapead.wengert (directly, or through draw)
+    binds the package attribute of that name to the module; with lazy
+    imports that can happen after the function was bound, so the name is a
+    property that always gives the function."""
+
+    @property
+    def wengert(self) -> Any:
+        from .wengert import wengert
+        return wengert
+
+    @wengert.setter
+    def wengert(self, _module: Any) -> None:
+        pass
+
+
+__import__("sys").modules[__name__].__class__ = _Package

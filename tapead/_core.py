@@ -8,9 +8,14 @@ the segments its Values live in (csrc/tapead.h: holds).
 from __future__ import annotations
 
 import gc
-import operator
-import threading
-from typing import Any, Callable, Dict, List, Optional, SupportsInt, Tuple, cast
+try:                                   # threading.local itself, without importing threading
+    from _thread import _local as _local
+except ImportError:  # pragma: no cover
+    from threading import local as _local
+
+TYPE_CHECKING = False                  # typing is not imported at run time: `import tapead` stays cheap
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, List, Optional, SupportsInt, Tuple
 
 from ._tapead_c import ffi as ffi, lib as lib  # re-exported (the "as" tells type checkers)
 
@@ -186,7 +191,7 @@ def check(status: int) -> None:
 
 
 # ------------------------------------------------------ holds (segment tokens)
-_tl = threading.local()
+_tl = _local()
 NEEDSEG, NEEDNG = lib.TA_NEEDSEG, lib.TA_NEEDNG
 
 
@@ -241,7 +246,7 @@ def held_list(cap: int) -> Any:
 
 def held_ids(h: Any, n: int) -> List[int]:
     """The first n ids of the held list h."""
-    return cast(List[int], ffi.unpack(ffi.cast("int64_t *", h) + 1, n))  # (ffi.gc's array has no length)
+    return ffi.unpack(ffi.cast("int64_t *", h) + 1, n)  # type: ignore[return-value]  # (ffi.gc's array has no length)
 
 
 def held_bytes(h: Any) -> Any:
@@ -329,6 +334,7 @@ def set_limit(max_nodes: Optional[SupportsInt]) -> None:
         n = 0
     else:
         try:
+            import operator    # here, not at import: `import tapead` stays cheap
             n = operator.index(max_nodes)  # type: ignore[arg-type]  # (checked right here)
         except TypeError:
             if not (isinstance(max_nodes, float) and max_nodes.is_integer()):   # 1e6 is fine

@@ -8,7 +8,10 @@ medians measured in this same run.  Rows:
   demo      one training step of micrograd's demo notebook (graph rebuilt every step);
             also the same model written with plain Values (no nn), against
             micrograd and xad-py (when installed)
-Options: --quick (under a minute), --json FILE, --no-micrograd.
+  tiny      a whole small script (import, MLP(3, [4, 4, 1]), 20 steps on four
+            samples) run end to end as a subprocess, tapead against micrograd:
+            what a script that runs for milliseconds feels, import included
+Options: --quick (under a minute), --json FILE, --no-micrograd, --tiny (that row only).
 """
 from __future__ import annotations
 
@@ -331,6 +334,52 @@ def peak_step_bytes(lib: str) -> Optional[int]:
 
 
 # ------------------------------------------------------------------ main
+TINY_SCRIPT = """
+import random
+from {lib}.engine import Value
+from {lib}.nn import MLP
+random.seed(0)
+xs = [[2.0, 3.0, -1.0], [3.0, -1.0, 0.5], [0.5, 1.0, 1.0], [1.0, 1.0, -1.0]]
+ys = [1.0, -1.0, -1.0, 1.0]
+n = MLP(3, [4, 4, 1])
+for k in range(20):
+    ypred = [n(x) for x in xs]
+    loss = sum((yout - Value(ygt)) ** 2 for ygt, yout in zip(ys, ypred))
+    for p in n.parameters():
+        p.grad = 0.0
+    loss.backward()
+    for p in n.parameters():
+        p.data += -0.05 * p.grad
+print(loss.data)
+"""
+
+
+def tiny_script(rounds: int, libs: Tuple[str, ...] = ("tapead", "micrograd")) -> Dict[str, float]:
+    """Median wall seconds of TINY_SCRIPT run end to end in a fresh interpreter
+    (`python -c`, this environment), per library, in interleaved rounds."""
+    env = dict(os.environ)
+    here = os.path.dirname(os.path.dirname(os.path.abspath(tapead.__file__)))
+    env["PYTHONPATH"] = here + os.pathsep + env.get("PYTHONPATH", "")   # this tapead
+    times: Dict[str, List[float]] = {lib: [] for lib in libs}
+    for lib in libs:            # a first run each warms the file cache
+        subprocess.run([sys.executable, "-c", TINY_SCRIPT.format(lib=lib)], env=env, check=True,
+                       capture_output=True)
+    for _ in range(rounds):
+        for lib in libs:
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-c", TINY_SCRIPT.format(lib=lib)], env=env, check=True,
+                           capture_output=True)
+            times[lib].append(time.perf_counter() - t0)
+    return {lib: statistics.median(ts) for lib, ts in times.items()}
+
+
+def tiny_row(rounds: int, mg: Any) -> Tuple[Tuple[str, ...], Dict[str, float]]:
+    t = tiny_script(rounds, ("tapead", "micrograd") if mg is not None else ("tapead",))
+    m = t.get("micrograd")
+    return (("tiny script end to end (subprocess), ms", "", f"{t['tapead'] * 1e3:.1f}", "-" if m is None else f"{m * 1e3:.1f}",
+             f"{m / t['tapead']:.2f}x micrograd's speed" if m else ""), t)
+
+
 def fmt_ns(x: Optional[float]) -> str:
     return "-" if x is None else (f"{x:,.0f}" if x >= 100 else f"{x:.1f}")
 
@@ -341,6 +390,7 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     ap.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats (under a minute)")
     ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     ap.add_argument("--no-micrograd", action="store_true", help="skip the micrograd comparison")
+    ap.add_argument("--tiny", action="store_true", help="only the tiny-script row")
     args = ap.parse_args(argv)
 
     mg = None if args.no_micrograd else micrograd
@@ -360,6 +410,11 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     if mg is None:
         print("micrograd is not installed: timing tapead and the floor only "
               "(pip install \".[bench]\" adds the micrograd comparison)\n")
+    if args.tiny:
+        row, t = tiny_row(11 if q else 31, mg)
+        res["results"]["tiny_script_s"] = t
+        print("| " + " | ".join(row) + " |")
+        return res
 
     workloads: List[Tuple[str, Callable[..., Tuple[Any, ...]], Callable[..., Tuple[Any, ...]]]] = [
         ("deep chain", lambda V, m=n: chain(V, m), lambda V, m=n_mg: chain(V, m)),
@@ -421,6 +476,10 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
                  f"{m_peak / t_peak:.0f}x less than micrograd" if (t_peak and m_peak) else ""))
 
     extra_sections(rows, res, args)
+
+    note("a tiny script end to end, tapead and micrograd in fresh interpreters, interleaved")
+    row, res["results"]["tiny_script_s"] = tiny_row(11 if q else 31, mg)
+    rows.append(row)
 
     head = ("measure (median)", "floor", "tapead", "micrograd", "ratio")
     widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(5)]

@@ -14,15 +14,16 @@ signal handler, a finalizer, another greenlet).
 """
 from __future__ import annotations
 
-import numbers
 import os
 import sys
-import weakref
-from threading import get_ident
-from typing import (TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Set, SupportsFloat,
-                    Tuple, Union)
+from _thread import get_ident
 
-from . import _core
+TYPE_CHECKING = False   # typing is not imported at run time: `import tapead` stays cheap
+if TYPE_CHECKING:
+    from typing import (Any, Callable, Dict, Iterable, List, Optional, Set, SupportsFloat, Tuple,
+                        Union)
+
+from . import _core, nodedata as _nd
 from ._core import NEEDNG, NEEDSEG, NOTOKEN, OP, OP_KINDS, OP_NAMES, error
 
 if TYPE_CHECKING:
@@ -30,7 +31,10 @@ if TYPE_CHECKING:
 
 # What the operators take besides a Value: int, float, bool, numpy scalars
 # (anything float() accepts through __float__).
-Operand = Union["Value", SupportsFloat]
+if TYPE_CHECKING:
+    Operand = Union["Value", SupportsFloat]
+else:
+    Operand = "Operand"   # (annotations are strings: typing is not imported at run time)
 
 _leaf, _op1, _op2, _opc = _core.leaf, _core.op1, _core.op2, _core.opc
 _val, _adj, _set_val, _set_adj = _core.val, _core.adj, _core.set_val, _core.set_adj
@@ -159,11 +163,19 @@ RELU, TANH, EXP, LOG, SIGMOID = OP["RELU"], OP["TANH"], OP["EXP"], OP["LOG"], OP
 SIN, COS, SQRT, ABS, MAX, MIN = OP["SIN"], OP["COS"], OP["SQRT"], OP["ABS"], OP["MAX"], OP["MIN"]
 
 
+_Real: Any = None
+
+
 def _real(x: Any) -> float:
     """x as a float if it is a real number, else TypeError: what the operators
     take (int, float, bool, numpy scalars numpy.bool among them, Fraction,
     Decimal: anything with __float__), so Value(x) works wherever v + x does."""
-    if isinstance(x, numbers.Real) or (hasattr(type(x), "__float__") and not isinstance(x, complex)):
+    global _Real
+    if _Real is None:           # numbers loads on first use, not with `import tapead`
+        import numbers
+        _Real = numbers.Real
+    if isinstance(x, _Real) or (hasattr(type(x), "__float__") and not isinstance(x, complex)
+                                and not getattr(x, "ndim", 0)):   # an array, even of one element: not a number
         try:
             return float(x)
         except TypeError:
@@ -188,7 +200,10 @@ class Value:
     >>> b.backward(); (b.data, a.grad)
     (10.0, 7.0)
     """
-    __slots__ = ("_i", "_t", "__weakref__")
+    # __dict__: the user's attributes (v.name = 'x1', as micrograd's Value
+    # takes), made only when one is set; the native type keeps them with the
+    # node instead (tapead/nodedata.py), to stay 32 bytes.
+    __slots__ = ("_i", "_t", "__weakref__", "__dict__")
     _i: int                   # node id
     _t: _Token                # holds the node's tape segment
     __array_ufunc__ = None  # numpy scalars defer to our reflected operators
@@ -275,7 +290,7 @@ class Value:
         return _recc(ADDC, self, c)
 
     def __rsub__(self, other: Operand) -> Value:  # other - self
-        return _num(RSUBC, self, other, -1)
+        return _num(RSUBC, self, other, SUB, True)
 
     def __truediv__(self, other: Operand) -> Value:
         if type(other) is PyValue:
@@ -286,7 +301,7 @@ class Value:
             return _lift(self, other, DIV)
 
     def __rtruediv__(self, other: Operand) -> Value:  # other / self
-        return _num(RDIVC, self, other, -1)
+        return _num(RDIVC, self, other, DIV, True)
 
     def __pow__(self, other: Operand, modulo: None = None) -> Value:
         if modulo is not None:
@@ -298,7 +313,7 @@ class Value:
     def __rpow__(self, other: SupportsFloat, modulo: None = None) -> Value:  # other ** self
         if modulo is not None:
             return NotImplemented
-        return _num(RPOWC, self, other, -1)
+        return _num(RPOWC, self, other, POW, True)
 
     def __neg__(self) -> Value:  # -self, as micrograd: self * -1
         return _recc(MULC, self, -1.0)
@@ -420,38 +435,38 @@ class Value:
     def _prev(self) -> Set[Value]:
         """The Values this node was computed from, as micrograd's set.
 
-        While a Value returned here is alive, the same node comes back as the
-        same object, so a walk that keeps a set of visited Values (micrograd's
-        trace) sees each node once.  (A Value you made yourself and the one
-        found here for the same node may be two objects.)
+        The Value that stands for a node comes back: the very object you hold
+        if it has a label or attributes or has been walked through (its
+        _prev read, or found here), else a new Value that then stands for
+        the node while it lives; so a walk that keeps a set of visited
+        Values (micrograd's trace) sees each node once.  Labels and
+        attributes live with the node, so any Value for it shows them.
 
         >>> x = Value(2.0); y = x * x + 3
         >>> [v._op for v in y._prev], [v.data for v in next(iter(y._prev))._prev]
         (['*'], [2.0])
         """
         op, x, y, _ = _node(self)
-        _canon.setdefault(self._i, self)
-        ids = [i for i in dict.fromkeys((x, y)) if i >= 0]
-        out = {v for v in (_canon.get(i) for i in ids) if v is not None}
-        for v in held([i for i in ids if i not in _canon]):
-            _canon[v._i] = v
-            out.add(v)
+        _nd.know(self)
+        out = set()
+        fresh = []
+        for i in dict.fromkeys((x, y)):
+            if i >= 0:
+                v = _nd.known(i)
+                if v is None:
+                    fresh.append(i)
+                else:
+                    out.add(v)
+        for v in held(fresh):
+            out.add(_nd.know(v))
         return out
 
     def _set_label(self, label: str) -> None:  # Value(x, label=...) on either front
-        from .wengert import set_label
-        set_label(self, label)
+        _nd.set_label(self, label)
 
-    if TYPE_CHECKING:  # set by tapead.wengert (Value.label = property(...))
-        @property
-        def label(self) -> str: ...
-
-        @label.setter
-        def label(self, label: Optional[str]) -> None: ...
-
-
-# node id -> the Value _prev gave for it, while that Value lives
-_canon: "weakref.WeakValueDictionary[int, Value]" = weakref.WeakValueDictionary()
+    label = property(_nd.get_label, _nd.set_label,
+                     doc="A name kept with the node, shown in Wengert tables and graph drawings "
+                         "('' if none).")
 
 
 def _node(v: Value) -> Tuple[int, int, int, float]:
@@ -554,20 +569,49 @@ def _rec1(op: int, a: Value) -> Value:
     return v
 
 
-def _num(opc: int, a: Value, c: Any, op: int) -> Value:
-    """a opc c for a plain number c; for a Value subclass instance, the
-    Value op `op` (-1: none, a reflected call); else NotImplemented."""
-    try:
-        return _recc(opc, a, c)
-    except TypeError:
-        return _lift(a, c, op)
+def _num(opc: int, a: Value, c: Any, op: int, rev: bool = False) -> Value:
+    """a opc c for a plain number c; else the slow path (_lift) for
+    `a op c`, or `c op a` if rev (a reflected call)."""
+    if type(c) is not float and type(c) is not int:
+        try:
+            c = _real(c)      # (cffi itself would take an array of one element)
+        except TypeError:
+            return _lift(a, c, op, rev)
+    return _recc(opc, a, c)
 
 
-def _lift(a: Value, b: object, op: int) -> Value:
-    """Slow path when `b` is not a plain number: a Value subclass, or unsupported."""
-    if op >= 0 and isinstance(b, Value):
+def _lift(a: Value, b: object, op: int, rev: bool = False) -> Value:
+    """Slow path when `b` is not a plain number: a Value subclass, a numpy
+    array (_other), or unsupported."""
+    if not rev and isinstance(b, Value):
         return _rec2(op, a, b)
-    return NotImplemented  # type: ignore[no-any-return]  # (NotImplemented is typed Any)
+    return _other(b, a, op) if rev else _other(a, b, op)  # type: ignore[no-any-return]  # (an array or NotImplemented)
+
+
+_BINARY = {ADD: lambda x, y: x + y, SUB: lambda x, y: x - y, MUL: lambda x, y: x * y,
+           DIV: lambda x, y: x / y, POW: lambda x, y: x ** y}
+_ufuncs: Dict[int, Any] = {}
+
+
+def _other(a: Any, b: Any, op: int) -> Any:
+    """a op b where one is a Value and the other no number: the slow path
+    of both fronts.  A numpy array on either side gives what micrograd's
+    `array * v` gives, an object array of Values, elementwise (micrograd's
+    own `v * array` makes one Value whose data is an array, and its
+    `array ** v` raises: here both are object arrays too).  Anything else:
+    NotImplemented (numpy is never imported here: an array means it is)."""
+    np = sys.modules.get("numpy")
+    if np is None or not (isinstance(a, np.ndarray) or isinstance(b, np.ndarray)):
+        return NotImplemented
+    f = _ufuncs.get(op)
+    if f is None:
+        f = _ufuncs[op] = np.frompyfunc(_BINARY[op], 2, 1)
+    box = np.empty((), dtype=object)     # the Value as a 0-d array: numpy then
+    if isinstance(a, np.ndarray):        # loops over the other operand only
+        box[()] = b
+        return f(a, box)
+    box[()] = a
+    return f(box, b)
 
 
 def as_value(x: Operand) -> Value:
@@ -633,7 +677,7 @@ def collect() -> int:
 PyValue = Value
 FRONT = "cffi"
 _SHARED = ("__repr__", "__lt__", "__le__", "__gt__", "__ge__", "__array_ufunc__", "recompute",
-           "detach", "_op", "_prev", "_set_label", "__module__")
+           "detach", "_op", "_prev", "_set_label", "label", "__module__")
 _DOCUMENTED = ("data", "grad", "backward", "maximum", "minimum", "relu", "tanh", "exp", "log",
                "sigmoid", "sin", "cos", "sqrt", "abs")
 
@@ -642,7 +686,7 @@ def _native_front() -> Any:
     """The native Value type, or None where this build has none (PyPy)."""
     if _core.lib.ta_native_install() != 0:
         return None
-    from . import _native  # type: ignore[attr-defined]  # made by ta_native_install
+    _native: Any = sys.modules["tapead._native"]   # put there by ta_native_install
     docs = {k: getattr(PyValue, k).__doc__ or "" for k in _DOCUMENTED}
     docs.update({k.lower(): getattr(PyValue, k.lower()).__doc__ or "" for k in OP
                  if OP_KINDS[OP[k]] == 1 and hasattr(PyValue, k.lower())})
@@ -650,7 +694,7 @@ def _native_front() -> Any:
     t = _native.make_type(docs)
     for k in _SHARED:
         setattr(t, k, PyValue.__dict__[k])
-    _native.set_hooks(error, _real, _restore)
+    _native.set_hooks(error, _real, _restore, _other, _nd.set_attr)
     return t
 
 

@@ -1,4 +1,4 @@
-"""Labels and the Wengert-list view of the tape behind a Value.
+"""The Wengert-list view of the tape behind a Value.
 
 wengert(y) asks C for the rows behind y in one call (csrc/tangent.c:
 ta_trace), in tape order, with argument rows, values and, on request,
@@ -7,79 +7,18 @@ data or grad changes).  The table prints as aligned plain text in the
 textbook's naming (Griewank & Walther): leaves are v(1-n)..v0 in order of
 appearance, every other row v1..vl; leaves show their labels.
 
-Labels are kept here, not on the tape: a label is stored under its node id
-with a weak reference to the Value that carries it, and counts only while
-that Value is alive.  (A node id is reused once its segment is reclaimed,
-so a label must not outlive its Value.)
+Labels live with their nodes (tapead/nodedata.py).
 """
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, SupportsFloat, Tuple
 
-import weakref
-
 from ._core import ffi, lib, error, OP_NAMES, OP_KINDS
 from .engine import Value
 from .forward import seeds
+from .nodedata import get_label, label_of_id, set_label
 
-_labels: Dict[int, Tuple[weakref.ref[Value], str]] = {}  # node id -> (weakref to the labelled Value, label)
-
-
-def _drop(key: int, ref: List[Any]) -> Callable[[object], None]:
-    def gone(_r: object, key: int = key) -> None:
-        entry = _labels.get(key)
-        if entry is not None and entry[0] is ref[0]:
-            del _labels[key]
-    return gone
-
-
-def set_label(value: Value, label: Optional[str]) -> None:
-    """Give `value` a label (shown in Wengert tables); "" or None removes it.
-
-    >>> import tapead
-    >>> x = tapead.Value(1.0); tapead.set_label(x, "x"); x.label
-    'x'
-    >>> tapead.set_label(x, None); x.label
-    ''
-    """
-    if not isinstance(value, Value):
-        raise TypeError(f"set_label needs a Value, not {type(value).__name__}")
-    key = value._i
-    if not label:
-        entry = _labels.get(key)
-        if entry is not None and entry[0]() is value:
-            del _labels[key]
-        return
-    holder: List[Any] = [None]
-    holder[0] = weakref.ref(value, _drop(key, holder))
-    _labels[key] = (holder[0], str(label))
-
-
-def get_label(value: Value) -> str:
-    """The label of `value`, or "" if it has none.
-
-    >>> import tapead
-    >>> x = tapead.Value(1.0, label="x")
-    >>> tapead.get_label(x), tapead.get_label(x * 2)
-    ('x', '')
-    """
-    if not isinstance(value, Value):
-        raise TypeError(f"get_label needs a Value, not {type(value).__name__}")
-    entry = _labels.get(value._i)
-    if entry is not None and entry[0]() is value:
-        return entry[1]
-    return ""
-
-
-def _label_of_id(i: int) -> str:
-    entry = _labels.get(i)
-    if entry is not None and entry[0]() is not None:
-        return entry[1]
-    return ""
-
-
-Value.label = property(get_label, set_label,  # type: ignore[assignment, method-assign]
-                       doc="A name shown in Wengert tables and graph drawings ('' if none).")
+__all__ = ["wengert", "Wengert", "get_label", "set_label"]
 
 # ------------------------------------------------------------ the table
 _INFIX = {"+": "+", "-": "-", "*": "*", "/": "/", "**": "**"}
@@ -217,7 +156,7 @@ def _table(out: Any, n: int, has_tan: bool, has_adj: bool) -> Wengert:
     args: Tuple[int, ...]
     for k in range(n):
         o, kind, sym = ops[k], OP_KINDS[ops[k]], OP_NAMES[ops[k]]
-        label = _label_of_id(ids[k])
+        label = label_of_id(ids[k])
         const = cs[k] if kind == 3 else None
         if kind == 0:
             args, expr = (), label or "input"

@@ -1,0 +1,222 @@
+"""What Python keeps per tape node: its label, its user attributes, and the Value that stands for it.
+
+The tape (C) holds numbers.  A label, an attribute the user hangs on a
+Value (`v.name = 'x1'`, as on micrograd's Value) and the identity of the
+Value handed out for a node are Python objects: they live here, in a table
+per thread (tapes are per thread) keyed by node id.  An entry lives with its
+node, not with a Value: a Value that `_prev` makes later for the same node
+shows the same label and attributes.
+
+A node id is reused once its tape segment is reclaimed, so each entry
+carries its node's stamp (csrc/tape.c: ta_node_stamp, never given to
+another node of that tape).  An entry whose stamp is no longer its id's
+belongs to a dead node: it is never shown, and it is dropped at lookup and
+in one pass over the table whenever the table has doubled since the last.
+
+Nothing here is on the hot path: an entry is made only when a label or an
+attribute is set or when `_prev` is read, so recording an op costs what it
+did and a native Value stays 32 bytes.
+"""
+from __future__ import annotations
+
+from _weakref import ref as _weakref
+
+from ._core import _local, lib
+
+TYPE_CHECKING = False   # typing is not imported at run time (see _core)
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, Optional
+    from .engine import Value
+
+_stamp = lib.ta_node_stamp
+_tl = _local()
+
+
+class _Entry:
+    __slots__ = ("stamp", "ref", "label", "attrs")
+
+    def __init__(self, stamp: int) -> None:
+        self.stamp = stamp
+        self.ref: Optional[Callable[[], Optional[Value]]] = None  # weakref to the node's Value
+        self.label = ""
+        self.attrs: Optional[Dict[str, Any]] = None
+
+
+class _Table:
+    __slots__ = ("entries", "purge_at")
+
+    def __init__(self) -> None:
+        self.entries: Dict[int, _Entry] = {}
+        self.purge_at = 256
+
+
+def _table() -> _Table:
+    t: Optional[_Table] = getattr(_tl, "table", None)
+    if t is None:
+        t = _tl.table = _Table()
+    return t
+
+
+def _alive(i: int, e: _Entry) -> bool:
+    """Is entry e still about node i?  (Its Value alive holds the node.)"""
+    v = e.ref() if e.ref is not None else None
+    if v is not None and v._i == i:
+        return True
+    return bool(_stamp(i) == e.stamp)
+
+
+def entry(i: int, make: bool = False) -> Optional[_Entry]:
+    """The entry of node id i of this thread (made if `make`), or None."""
+    t = _table()
+    e = t.entries.get(i)
+    if e is not None and not _alive(i, e):
+        del t.entries[i]
+        e = None
+    if e is None and make:
+        st = _stamp(i)
+        if st <= 0:
+            from ._core import error
+            raise error(int(st))
+        if len(t.entries) >= t.purge_at:
+            _purge(t)
+        e = t.entries[i] = _Entry(int(st))
+    return e
+
+
+def _purge(t: _Table) -> None:
+    """Drop the entries of dead nodes and those that keep nothing."""
+    for i, e in list(t.entries.items()):
+        if not _alive(i, e) or (not e.label and not e.attrs
+                                and (e.ref is None or e.ref() is None)):
+            del t.entries[i]
+    t.purge_at = max(256, 2 * len(t.entries))
+
+
+# ------------------------------------------------------------- identity
+def known(i: int) -> Optional[Value]:
+    """The live Value that stands for node i, if there is one."""
+    e = entry(i)
+    v = e.ref() if (e is not None and e.ref is not None) else None
+    return v if (v is not None and v._i == i) else None
+
+
+def know(v: Value) -> Value:
+    """Make v the Value that stands for its node, unless another live one
+    does already; returns the one that does."""
+    e = entry(v._i, make=True)
+    assert e is not None
+    w = e.ref() if e.ref is not None else None
+    if w is not None and w._i == v._i:
+        return w
+    e.ref = _weakref(v)
+    if hasattr(v, "__dict__"):   # the cffi front (or a subclass): v's dict is its node's attributes
+        d = dict(v.__dict__)     # a plain dict: PyPy's v.__dict__ is a view that keeps v alive
+        if e.attrs is not None:
+            d.update(e.attrs)
+        e.attrs = v.__dict__ = d
+    return v
+
+
+# ---------------------------------------------------------------- labels
+def set_label(value: Value, label: Optional[str]) -> None:
+    """Give `value`'s node a label (shown in Wengert tables and drawings); "" or None removes it.
+
+    >>> import tapead
+    >>> x = tapead.Value(1.0); tapead.set_label(x, "x"); x.label
+    'x'
+    >>> tapead.set_label(x, None); x.label
+    ''
+    """
+    _check(value, "set_label")
+    e = entry(value._i, make=bool(label))
+    if e is not None:
+        know(value)
+        e.label = str(label) if label else ""
+
+
+def get_label(value: Value) -> str:
+    """The label of `value`'s node, or "" if it has none.
+
+    >>> import tapead
+    >>> x = tapead.Value(1.0, label="x")
+    >>> tapead.get_label(x), tapead.get_label(x * 2)
+    ('x', '')
+    """
+    _check(value, "get_label")
+    e = entry(value._i)
+    return e.label if e is not None else ""
+
+
+def _check(value: Any, what: str) -> None:
+    from .engine import Value
+    if not isinstance(value, Value):
+        raise TypeError(f"{what} needs a Value, not {type(value).__name__}")
+
+
+def label_of_id(i: int) -> str:
+    """The label of node id i ("" if none)."""
+    e = entry(i)
+    return e.label if e is not None else ""
+
+
+# ------------------------------------------------------ user attributes
+class UserAttr:
+    """A user attribute of the native Value (`v.name = 'x1'`), kept with the node.
+
+    Installed on the type the first time a Value is given an attribute of
+    that name; reading it from a Value that has none raises AttributeError,
+    as a missing attribute does."""
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, v: Any, owner: Any = None) -> Any:
+        if v is None:
+            return self
+        e = entry(v._i)
+        if e is None or not e.attrs or self.name not in e.attrs:
+            raise AttributeError(f"'Value' object has no attribute {self.name!r}")
+        return e.attrs[self.name]
+
+    def __set__(self, v: Any, x: Any) -> None:
+        e = entry(v._i, make=True)
+        assert e is not None
+        know(v)
+        if e.attrs is None:
+            e.attrs = {}
+        e.attrs[self.name] = x
+
+    def __delete__(self, v: Any) -> None:
+        e = entry(v._i)
+        if e is None or not e.attrs or self.name not in e.attrs:
+            raise AttributeError(self.name)
+        del e.attrs[self.name]
+
+
+def set_attr(v: Value, name: str, x: Any, delete: bool) -> None:
+    """The native Value's setattr for a name its type does not have: a user
+    attribute, through a UserAttr installed on the type for that name."""
+    t = type(v)
+    if (name.startswith("__") and name.endswith("__")) or name in ("_i", "_t"):
+        raise AttributeError(f"'Value' object attribute {name!r} is read-only")
+    from .engine import Value as base
+    d = base.__dict__.get(name)
+    if d is None:
+        for k in t.__mro__:
+            if name in k.__dict__:   # a subclass's own class attribute: read-only, as before
+                raise AttributeError(f"'{t.__name__}' object attribute {name!r} is read-only")
+        d = UserAttr(name)
+        setattr(base, name, d)
+    elif not isinstance(d, UserAttr):
+        raise AttributeError(f"'Value' object attribute {name!r} is read-only")
+    if delete:
+        d.__delete__(v)
+    else:
+        d.__set__(v, x)
+
+
+def attrs_of(v: Any) -> Dict[str, Any]:
+    """The user attributes of v's node (a copy)."""
+    e = entry(v._i)
+    return dict(e.attrs) if (e is not None and e.attrs) else {}
