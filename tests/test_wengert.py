@@ -11,6 +11,7 @@ import pytest
 import tapead
 from tapead import Value, wengert
 from tapead._core import ffi, lib, OP_NAMES
+from conftest import release_garbage
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -200,16 +201,25 @@ def test_label_not_inherited_by_a_reused_node_id():
     v.mine = "old"
     key = v._i
     del v
-    reused = []
-    for _ in range(20):                     # until a new node gets the old node's id
-        gc.collect()
-        tapead.collect()
+    # fill the rest of v's segment with garbage, so the tape's current
+    # segment moves on and v's can be reclaimed whole
+    filler = [Value(0.0) for _ in range(2 << lib.TA_SHIFT)]
+    del filler
+    release_garbage()
+    gc.collect()
+    tapead.collect()
+    # Freed slots are handed out last-freed first, and on PyPy the first
+    # collection here frees earlier tests' garbage along with v's segment:
+    # keep every new Value, so each round takes slots deeper in that list
+    # until a new node gets the old node's id.
+    kept, reused = [], []
+    for _ in range(100):
         fresh = [Value(float(k)) for k in range(5000)]
         assert all(f.label == "" and not hasattr(f, "mine") for f in fresh)
         reused = [f for f in fresh if f._i == key]
+        kept.append(fresh)
         if reused:
             break
-        fresh = None                        # garbage before the next collection (PyPy: not at once)
     assert reused, "the test needs the old node's id to be given to a new node"
     assert N.entry(key) is None
 
