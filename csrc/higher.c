@@ -346,6 +346,7 @@ int ta_grad(const int64_t *outs, const double *w, int nout,
     uint32_t hp = 0, ho = 0;
     int st;
     if (!T) return TA_ENOMEM;
+    if ((st = ta_plain(T, outs, (size_t)(nout > 0 ? nout : 0), 0)) != TA_OK) return st;
     if ((st = hi_check(T, outs, nout, &hp, &ho)) != TA_OK) return st;
     if ((st = hi_check(T, ins, nin, NULL, NULL)) != TA_OK) return st;
     memset(&S, 0, sizeof S); S.T = T;
@@ -366,6 +367,7 @@ int ta_grad_graph(const int64_t *outs, const double *w, int nout,
     uint32_t hp = 0, ho = 0;
     int st, k;
     if (!T) return TA_ENOMEM;
+    if ((st = ta_plain(T, outs, (size_t)(nout > 0 ? nout : 0), 0)) != TA_OK) return st;
     if ((st = hi_check(T, outs, nout, &hp, &ho)) != TA_OK) return st;
     if ((st = hi_check(T, ins, nin, NULL, NULL)) != TA_OK) return st;
     gcs = (double *)ta_malloc((size_t)(nin > 0 ? nin : 1) * sizeof *gcs);
@@ -488,6 +490,7 @@ int ta_hvp(int64_t out, const int64_t *ins, int nin, const double *v, double *hv
     uint32_t lp = 0, hp = 0, ho = 0;
     int st;
     if (!T) return TA_ENOMEM;
+    if ((st = ta_plain(T, &out, 1, 0)) != TA_OK) return st;
     if ((st = hi_check(T, &out, 1, &hp, &ho)) != TA_OK) return st;
     if ((st = hi_check(T, ins, nin, NULL, NULL)) != TA_OK) return st;
     memset(&S, 0, sizeof S); S.T = T;
@@ -508,6 +511,7 @@ int ta_hessian(int64_t out, const int64_t *ins, int nin, double *H)
     double *e;
     int st, k;
     if (!T) return TA_ENOMEM;
+    if ((st = ta_plain(T, &out, 1, 0)) != TA_OK) return st;
     if ((st = hi_check(T, &out, 1, &hp, &ho)) != TA_OK) return st;
     if ((st = hi_check(T, ins, nin, NULL, NULL)) != TA_OK) return st;
     if (nin <= 0) return TA_OK;
@@ -538,6 +542,7 @@ int ta_jacobian(const int64_t *outs, int nout, const int64_t *ins, int nin, doub
     uint32_t hp = 0, ho = 0;
     int st = TA_OK, k;
     if (!T) return TA_ENOMEM;
+    if ((st = ta_plain(T, outs, (size_t)(nout > 0 ? nout : 0), 0)) != TA_OK) return st;
     if ((st = hi_check(T, outs, nout, &hp, &ho)) != TA_OK) return st;
     if ((st = hi_check(T, ins, nin, NULL, NULL)) != TA_OK) return st;
     memset(&S, 0, sizeof S); S.T = T;

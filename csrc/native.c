@@ -46,6 +46,8 @@ static PyTypeObject *va_type = NULL;
  * exception instance; real(x) -> float or TypeError; restore(data, grad)
  * -> a detached Value (pickling). */
 static PyObject *va_error_hook = NULL, *va_real_hook = NULL, *va_restore_hook = NULL;
+/* name(op) -> the int id of a custom node's name (tapead/custom.py) */
+static PyObject *va_name_hook = NULL;
 
 /* ------------------------------------------------------------ errors */
 
@@ -227,11 +229,58 @@ static PyObject *va_minimum(PyObject *a, PyObject *b) { return va_minmax(a, b, T
 #define VA_UN_LEAF(NAME)
 #define VA_UN_BIN(NAME)
 #define VA_UN_CST(NAME)
+#define VA_UN_NARY(NAME)
 #define TA_OP(NAME, KIND, SYM) VA_UN_##KIND(NAME)
 #include "ops.def"
 #undef TA_OP
 
 /* ------------------------------------------------------ type slots */
+
+/* Value(data, _children, _op) with Values as children: a custom node
+ * whose inputs are the children (micrograd's idiom for a new op; its rule
+ * is the _backward assigned later, run by Python: tapead/custom.py).
+ * Returns its id (its segment in *where, not held) or -1 with an
+ * exception set. */
+static int64_t va_custom(ta_tape *T, PyObject *children, PyObject *opname, double x, ta_seg **where)
+{
+    PyObject *fast, *nm;
+    Py_ssize_t n, k;
+    uint32_t *in, m = 0, name;
+    int64_t id, key = 0;
+    if (!va_name_hook) { PyErr_SetString(PyExc_RuntimeError, "tapead: custom nodes are not set up"); return -1; }
+    if (!(nm = PyObject_CallOneArg(va_name_hook, opname ? opname : Py_None))) return -1;
+    name = (uint32_t)PyLong_AsUnsignedLong(nm);
+    Py_DECREF(nm);
+    if (PyErr_Occurred()) return -1;
+    if (!(fast = PySequence_Fast(children, "Value(data, _children, _op): _children must be an iterable of Values")))
+        return -1;
+    n = PySequence_Fast_GET_SIZE(fast);
+    if (n > (Py_ssize_t)(UINT32_MAX >> 3) || !(in = (uint32_t *)PyMem_Malloc((size_t)(n ? n : 1) * sizeof *in))) {
+        Py_DECREF(fast); PyErr_NoMemory(); return -1;
+    }
+    for (k = 0; k < n; k++) {
+        PyObject *c = PySequence_Fast_GET_ITEM(fast, k);
+        ta_seg *cs;
+        uint32_t co;
+        if (!va_is(c)) {
+            PyErr_Format(PyExc_TypeError, "Value(data, _children, _op): each child must be a Value, not %s",
+                         Py_TYPE(c)->tp_name);
+            goto fail;
+        }
+        if (!(cs = va_node(T, (va_obj *)c, &co))) goto fail;
+        if (cs->tape != T) continue;               /* a no_grad value: a constant here */
+        in[m++] = TA_REF(cs, co);
+    }
+    id = ta_custom_at(T, in, m, x, NULL, name, &key, where);
+    PyMem_Free(in);
+    Py_DECREF(fast);
+    if (id < 0) { va_fail((int)id); return -1; }
+    return id;
+fail:
+    PyMem_Free(in);
+    Py_DECREF(fast);
+    return -1;
+}
 
 static int va_init(PyObject *self, PyObject *args, PyObject *kw)
 {
@@ -244,10 +293,10 @@ static int va_init(PyObject *self, PyObject *args, PyObject *kw)
     int64_t id;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OOO:Value", kwlist, &data, &children, &opname, &label))
         return -1;
-    if (children && PyObject_IsTrue(children)) {
-        PyErr_SetString(PyExc_TypeError, "tapead records the graph itself: build Values with "
-                                         "operators, not with _children");
-        return -1;
+    if (children) {
+        int t = PyObject_IsTrue(children);
+        if (t < 0) return -1;
+        if (!t) children = NULL;
     }
     if (PyFloat_CheckExact(data)) x = PyFloat_AS_DOUBLE(data);
     else {
@@ -258,8 +307,12 @@ static int va_init(PyObject *self, PyObject *args, PyObject *kw)
         if (x == -1.0 && PyErr_Occurred()) return -1;
     }
     if (!(T = va_tape())) return -1;
-    id = ta_leaf_at(T, x, TA_NOKEY, &where);
-    if (id < 0) { va_fail((int)id); return -1; }
+    if (children) {
+        if ((id = va_custom(T, children, opname, x, &where)) < 0) return -1;
+    } else {
+        id = ta_leaf_at(T, x, TA_NOKEY, &where);
+        if (id < 0) { va_fail((int)id); return -1; }
+    }
     if (v->node) ta_unhold_seg(VA_SEG(v->node));      /* __init__ called again */
     v->node = (uintptr_t)where | TA_OFF((uint32_t)id);
     ta_hold(where);
@@ -330,7 +383,7 @@ static PyObject *va_get(PyObject *self, void *what)
     ta_seg *s;
     uint32_t o;
     if (!T || !(s = va_node(T, (va_obj *)self, &o))) return NULL;
-    return PyFloat_FromDouble(what ? s->adj[o] : s->val[o]);
+    return PyFloat_FromDouble(what ? ta_adj_get(T, s, o) : s->val[o]);
 }
 
 static int va_set(PyObject *self, PyObject *x, void *what)
@@ -343,7 +396,7 @@ static int va_set(PyObject *self, PyObject *x, void *what)
     if (!T || !(s = va_node(T, (va_obj *)self, &o))) return -1;
     d = PyFloat_AsDouble(x);
     if (d == -1.0 && PyErr_Occurred()) return -1;
-    if (what) s->adj[o] = d; else s->val[o] = d;
+    if (what) ta_adj_put(T, s, o, d); else s->val[o] = d;
     return 0;
 }
 
@@ -390,6 +443,7 @@ static PyObject *va_reduce(PyObject *self, PyObject *u)
 #define VA_MD_LEAF(NAME)
 #define VA_MD_BIN(NAME)
 #define VA_MD_CST(NAME)
+#define VA_MD_NARY(NAME)
 static PyMethodDef va_methods[] = {
 #define TA_OP(NAME, KIND, SYM) VA_MD_##KIND(NAME)
 #include "ops.def"
@@ -405,6 +459,7 @@ static const char *const va_un_idents[] = {
 #define VA_ID_LEAF(NAME)
 #define VA_ID_BIN(NAME)
 #define VA_ID_CST(NAME)
+#define VA_ID_NARY(NAME)
 #define TA_OP(NAME, KIND, SYM) VA_ID_##KIND(NAME)
 #include "ops.def"
 #undef TA_OP
@@ -475,9 +530,10 @@ static PyObject *va_make_type(PyObject *mod, PyObject *docs)
 
 static PyObject *va_set_hooks(PyObject *mod, PyObject *args)
 {
-    PyObject *e, *r, *s;
+    PyObject *e, *r, *s, *nm = NULL;
     (void)mod;
-    if (!PyArg_ParseTuple(args, "OOO:set_hooks", &e, &r, &s)) return NULL;
+    if (!PyArg_ParseTuple(args, "OOO|O:set_hooks", &e, &r, &s, &nm)) return NULL;
+    if (nm) { Py_INCREF(nm); Py_XSETREF(va_name_hook, nm); }
     Py_INCREF(e); Py_INCREF(r); Py_INCREF(s);
     Py_XSETREF(va_error_hook, e);
     Py_XSETREF(va_real_hook, r);

@@ -9,7 +9,15 @@
  * reached-but-unvisited nodes, so segments the pass never reached (an
  * earlier step's graph awaiting reclamation) cost one test each.  Inside detect_anomaly() the first
  * nan adjoint contribution stops the sweep with TA_EANOMALY (adjoints then
- * hold the partial sums of the aborted pass). */
+ * hold the partial sums of the aborted pass).
+ *
+ * Each node's local chain-rule step is one function, ta_node_step, used by
+ * the sweep (accumulating with marks, as above) and by ta_step (v._backward():
+ * one node's step with plain accumulation, the lecture's manual backprop).
+ * A custom node (custom.c) with partials is stepped in C; one with a Python
+ * rule makes the sweep call ta_custom_rule, with T->sw saying where the
+ * sweep is, so that .grad inside the rule reads and writes this pass's
+ * adjoints; if the rule raises, the sweep aborts as an anomaly does. */
 #include <math.h>
 #include "tapead.h"
 #include "ops.h"
@@ -27,6 +35,51 @@ static inline void ta_accum(ta_seg *s, uint32_t o, double v, uint64_t *pending)
     s->adj[o] = 0.0 + v;  /* 0.0 + v: -0.0 becomes 0.0, as micrograd's 0 + v */
 }
 
+/* Add v to the adjoint of node ref: as the sweep does (pending non-NULL)
+ * or plainly (ta_step). */
+static inline void ta_give(ta_tape *T, uint32_t ref, double v, uint64_t *pending)
+{
+    ta_seg *s = TA_SEGOF(T, ref);
+    if (pending) ta_accum(s, TA_OFF(ref), v, pending);
+    else s->adj[TA_OFF(ref)] += v;
+}
+
+/* The local step of node i of segment s (not a leaf, not a Python rule):
+ * each input's adjoint gets its partial times g.  Inside detect_anomaly()
+ * (sweep only) a nan contribution stops it first with TA_EANOMALY. */
+static inline int ta_node_step(ta_tape *T, ta_seg *s, uint32_t i, int op, int kind, double g,
+                               uint64_t *pending)
+{
+    double dx, dy;
+    if (kind == TA_K_NARY) {
+        const ta_cnode *e = ta_cnode_of(T, s, i);
+        uint32_t k;
+        if (pending && T->anomaly)
+            for (k = 0; k < e->n; k++) if (isnan(e->d[k] * g)) return TA_EANOMALY;
+        for (k = 0; k < e->n; k++) ta_give(T, e->in[k], e->d[k] * g, pending);
+        return TA_OK;
+    }
+    ta_partials_at(T, s, i, op, &dx, &dy);
+    if (pending && T->anomaly && (isnan(dx * g) || (kind == TA_K_BIN && isnan(dy * g))))
+        return TA_EANOMALY;
+    ta_give(T, s->x[i], dx * g, pending);
+    if (kind == TA_K_BIN) ta_give(T, s->aux[i].y, dy * g, pending);
+    return TA_OK;
+}
+
+/* A node with a Python rule, inside the sweep: Python runs it. */
+static int ta_run_rule(ta_tape *T, ta_seg *s, uint32_t i, uint64_t *pending)
+{
+    struct ta_sweep sw;
+    int rc;
+    sw.at = ((uint64_t)s->pos << 32) | i;
+    sw.pending = pending;
+    T->sw = &sw;
+    rc = ta_custom_rule((int64_t)((T->tag << 32) | TA_REF(s, i)), ta_cnode_of(T, s, i)->key);
+    T->sw = NULL;
+    return rc == 0 ? TA_OK : TA_EPYTHON;
+}
+
 int ta_backward(int64_t root)
 {
     ta_tape *T = ta_self();
@@ -35,6 +88,7 @@ int ta_backward(int64_t root)
     uint64_t pending = 1;               /* marked nodes not yet visited, all segments */
     int st;
     if (!T) return TA_ENOMEM;
+    if (T->sw) return TA_EBUSY;         /* backward() inside a Python rule */
     if ((st = ta_resolve(T, root, &rs, &ro)) != TA_OK) return st;
 
     rs->op[ro] |= TA_MARK;
@@ -59,32 +113,40 @@ int ta_backward(int64_t root)
         while (pending && i-- > 0) {
             uint8_t b = s->op[i];
             int op, kind;
-            uint32_t xr;
-            double g, dx, dy;
             if (!(b & TA_MARK)) continue;
             s->op[i] = (uint8_t)(b & ~TA_MARK);
             pending--;
             op = b & TA_OPMASK;
             kind = ta_kinds[op];
             if (kind == TA_K_LEAF) continue;
-            g = s->adj[i];
-            ta_partials_at(T, s, i, op, &dx, &dy);
-            if (T->anomaly && (isnan(dx * g) || (kind == TA_K_BIN && isnan(dy * g)))) {
+            if (kind == TA_K_NARY && !ta_cnode_of(T, s, i)->d) {
+                if ((st = ta_run_rule(T, s, i, &pending)) != TA_OK) break;
+                continue;
+            }
+            if ((st = ta_node_step(T, s, i, op, kind, s->adj[i], &pending)) != TA_OK) {
                 ta_local L;                    /* cold: the values, for the message */
                 ta_local_at(T, s, i, &L);
                 T->err_op = L.op; T->err_x = L.xv; T->err_y = L.yv;
-                st = TA_EANOMALY;
                 break;
-            }
-            xr = s->x[i];
-            ta_accum(TA_SEGOF(T, xr), TA_OFF(xr), dx * g, &pending);
-            if (kind == TA_K_BIN) {
-                uint32_t yr = s->aux[i].y;
-                ta_accum(TA_SEGOF(T, yr), TA_OFF(yr), dy * g, &pending);
             }
         }
         if (st == TA_OK) s->marked = 0;
         else p++;                          /* revisit this segment to clear its marks */
     }
     return st;
+}
+
+int ta_step(int64_t id)
+{
+    ta_tape *T = ta_self();
+    ta_seg *s;
+    uint32_t o;
+    int op, kind, st;
+    if (!T) return TA_ENOMEM;
+    if ((st = ta_resolve(T, id, &s, &o)) != TA_OK) return st;
+    op = s->op[o] & TA_OPMASK;
+    kind = ta_kinds[op];
+    if (kind == TA_K_LEAF) return TA_OK;
+    if (kind == TA_K_NARY && !ta_cnode_of(T, s, o)->d) return TA_EBADOP;
+    return ta_node_step(T, s, o, op, kind, s->adj[o], NULL);
 }

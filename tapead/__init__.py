@@ -9,6 +9,7 @@ from ._core import AnomalyError, TapeadError, TapeError, set_limit
 from .modes import detect_anomaly, no_grad
 from ._core import stats as tape_stats
 from .engine import Value, maximum, minimum, collect, FRONT as FRONT
+from .custom import precomputed
 from .functions import sin, cos, sqrt, abs, exp, log, tanh, relu, sigmoid
 from .forward import jvp
 from .wengert import wengert, Wengert, set_label, get_label
@@ -21,7 +22,7 @@ __all__ = ["Value", "maximum", "minimum", "tape_stats", "collect", "set_limit",
            "jvp", "wengert", "Wengert", "set_label", "get_label",
            "draw_dot", "to_dot", "values", "data", "grads",
            "GuardError", "recompute", "compile", "Program", "clear_guards", "guard_count",
-           "set_data", "grad", "hvp", "hessian", "jacobian"]
+           "set_data", "grad", "hvp", "hessian", "jacobian", "precomputed"]
 from .replay import GuardError, recompute, compile, Program, clear_guards, guard_count
 from .higher import grad, hvp, hessian, jacobian
 from . import nn, optim  # tapead.nn.MLP, tapead.optim.SGD after a bare `import tapead`

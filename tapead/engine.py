@@ -22,7 +22,7 @@ from threading import get_ident
 from typing import (TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Set, SupportsFloat,
                     Tuple, Union)
 
-from . import _core
+from . import _core, custom as _custom
 from ._core import NEEDNG, NEEDSEG, NOTOKEN, OP, OP_KINDS, OP_NAMES, error
 
 if TYPE_CHECKING:
@@ -174,13 +174,15 @@ class Value:
     _t: _Token                # holds the node's tape segment
     __array_ufunc__ = None  # numpy scalars defer to our reflected operators
 
-    def __init__(self, data: SupportsFloat, _children: Tuple[()] = (), _op: str = "",
+    def __init__(self, data: SupportsFloat, _children: Iterable[Value] = (), _op: str = "",
                  label: Optional[str] = "") -> None:
-        if _children:
-            raise TypeError("tapead records the graph itself: build Values with operators, "
-                            "not with _children")
         if type(data) is not float:
             data = _real(data)
+        if _children:   # a custom node (micrograd's idiom for a new op): tapead/custom.py
+            _custom.record(self, data, _children, _op)
+            if label:
+                self._set_label(label)
+            return
         t = _tok
         i = _leaf(data, t.key)
         if i < 0:
@@ -393,6 +395,9 @@ class Value:
         ('*', '**2', 'ReLU', '')
         """
         op, _, _, c = _node(self)
+        if op == _CUSTOM:
+            got = _custom.info(self)
+            return got[1] if got else ""
         if OP_KINDS[op] == 0:
             return ""
         return op_text(OP_NAMES[op], c if OP_KINDS[op] == 3 else None)
@@ -412,12 +417,32 @@ class Value:
         """
         op, x, y, _ = _node(self)
         _canon.setdefault(self._i, self)
-        ids = [i for i in dict.fromkeys((x, y)) if i >= 0]
+        got = _custom.info(self) if op == _CUSTOM else None
+        ids = [i for i in dict.fromkeys(got[0] if got else (x, y)) if i >= 0]
         out = {v for v in (_canon.get(i) for i in ids) if v is not None}
         for v in held([i for i in ids if i not in _canon]):
             _canon[v._i] = v
             out.add(v)
         return out
+
+    @property
+    def _backward(self) -> Callable[[], None]:
+        """This node's own local chain-rule step, once: what micrograd's lecture calls by hand.
+
+        It reads this node's .grad and adds each input's share to that input's
+        .grad; run on every node in reverse topological order it gives what
+        backward() gives.  On a node made with Value(data, _children, _op) it
+        is the callable assigned to it (micrograd's idiom for a new op).
+
+        >>> a, b = Value(2.0), Value(-3.0); e = a * b; L = e + 1
+        >>> L.grad = 1.0; L._backward(); e._backward(); (a.grad, b.grad)
+        (-3.0, 2.0)
+        """
+        return _custom.backward_of(self)
+
+    @_backward.setter
+    def _backward(self, fn: Callable[[], None]) -> None:
+        _custom.set_backward(self, fn)
 
     def _set_label(self, label: str) -> None:  # Value(x, label=...) on either front
         from .wengert import set_label
@@ -430,6 +455,8 @@ class Value:
         @label.setter
         def label(self, label: Optional[str]) -> None: ...
 
+
+_CUSTOM = OP["CUSTOM"]
 
 # node id -> the Value _prev gave for it, while that Value lives
 _canon: "weakref.WeakValueDictionary[int, Value]" = weakref.WeakValueDictionary()
@@ -602,7 +629,7 @@ def collect() -> int:
         _tok = NOTOKEN
     else:
         _tl.tok = NOTOKEN
-    return _core.collect()
+    return _core.collect() + _custom.settle()
 
 
 # ------------------------------------------------------------ the fronts
@@ -613,7 +640,7 @@ def collect() -> int:
 PyValue = Value
 FRONT = "cffi"
 _SHARED = ("__repr__", "__lt__", "__le__", "__gt__", "__ge__", "__array_ufunc__", "recompute",
-           "detach", "_op", "_prev", "_set_label", "__module__")
+           "detach", "_op", "_prev", "_set_label", "_backward", "__module__")
 _DOCUMENTED = ("data", "grad", "backward", "maximum", "minimum", "relu", "tanh", "exp", "log",
                "sigmoid", "sin", "cos", "sqrt", "abs")
 
@@ -630,7 +657,7 @@ def _native_front() -> Any:
     t = _native.make_type(docs)
     for k in _SHARED:
         setattr(t, k, PyValue.__dict__[k])
-    _native.set_hooks(error, _real, _restore)
+    _native.set_hooks(error, _real, _restore, _custom.name_id)
     return t
 
 

@@ -1,0 +1,425 @@
+"""Custom nodes: new ops written micrograd's way, or from their partials.
+
+Two ways to add an op (csrc/custom.c holds the nodes' side table):
+
+* micrograd's idiom, unchanged: ``out = Value(f(x.data), (x,), 'softplus')``
+  then ``out._backward = _backward``.  The node's inputs are the children;
+  its rule is the Python callable, which backward() calls (one C sweep that
+  calls back into Python only at such nodes).  Inside it ``out.grad`` is the
+  node's adjoint and ``x.grad += ...`` accumulates into this pass's adjoint
+  of x, so micrograd's closures run as they are.
+* ``precomputed(value, inputs, partials)``: the value and its local partial
+  derivatives as numbers (Stan Math's ``precomputed_gradients``); backward()
+  runs it in C, no Python in the sweep.
+
+Neither can be replayed, compiled or differentiated twice: those sweeps run
+the tape in C at new points, where a Python rule cannot run and recorded
+partials no longer hold; they refuse such a graph, naming the node.
+
+Lifetime.  A node's Python rule lives in this thread's record table until
+the node dies on the tape (C puts its key on a dead list; drain() drops the
+record).  micrograd's closure captures ``out`` itself, and ``out`` holds its
+node's segment: a cycle through C that no collector sees.  So once ``out``
+is referenced only by the closure's cells (CPython's reference counts say
+so), scan() replaces it there with a marker; when the rule runs, a fresh
+Value for the node stands in those cells for the call.  The rule therefore
+holds the node only while user code does.  (PyPy has no reference counts:
+there a rule that captures its own output keeps that node's segment.)
+"""
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable, Dict, Iterable, List, Optional, Set, SupportsFloat, Tuple
+
+from . import _core
+from ._core import OP, TapeadError, ffi, lib
+
+CUSTOM = OP["CUSTOM"]
+_tl = _core._tl
+_refcount = getattr(sys, "getrefcount", None)   # None on PyPy: no swapping
+
+# ------------------------------------------------------------------ names
+# A node's name is stored on the tape as a small int; names are few (one
+# per kind of op), so they are interned here for the process.
+_NAMES: List[str] = []
+_NAME_ID: Dict[str, int] = {}
+
+
+def name_id(op: Any) -> int:
+    """The id of an op name ('' or None: unnamed)."""
+    s = "" if op is None else op if isinstance(op, str) else str(op)
+    i = _NAME_ID.get(s)
+    if i is None:
+        i = _NAME_ID.setdefault(s, len(_NAMES))
+        if i == len(_NAMES):
+            _NAMES.append(s)
+    return i
+
+
+def name_of(i: int) -> str:
+    return _NAMES[i] if 0 <= i < len(_NAMES) else "?"
+
+
+# -------------------------------------------------------------- records
+class _Rec:
+    """A Python rule and the places in it that hold the Values of its own
+    node or of its inputs: closure cells, and positions of its default
+    arguments (`def _backward(out=out)`); scan() puts stand-ins there."""
+    __slots__ = ("fn", "cells", "defs")
+
+    def __init__(self, fn: Callable[[], Any], cells: Tuple[Any, ...], defs: Tuple[int, ...]) -> None:
+        self.fn = fn
+        self.cells = cells
+        self.defs = defs
+
+    def holders(self) -> List[Tuple[Any, int, Any]]:
+        """(cell or fn, default index or -1, what it holds now)."""
+        out: List[Tuple[Any, int, Any]] = []
+        for c in self.cells:
+            try:
+                out.append((c, -1, c.cell_contents))
+            except ValueError:   # emptied since
+                pass
+        d = getattr(self.fn, "__defaults__", None) or ()
+        for k in self.defs:
+            if k < len(d):
+                out.append((self.fn, k, d[k]))
+        return out
+
+
+def _put(holder: Any, k: int, v: Any) -> None:
+    if k < 0:
+        holder.cell_contents = v
+    else:
+        d = list(holder.__defaults__)
+        d[k] = v
+        holder.__defaults__ = tuple(d)
+
+
+class ReleasedError(TapeadError, AttributeError):
+    """A custom node's rule used a Value it captured outside a run."""
+
+
+class _Stand:
+    """Stands for a Value in a rule's closure between runs (see scan)."""
+    __slots__ = ("node",)
+
+    def __init__(self, node: int) -> None:
+        self.node = node
+
+    def __getattr__(self, name: str) -> Any:
+        raise ReleasedError("a Value captured by a custom node's _backward is only there while "
+                            "the rule runs (inside backward(), or through out._backward())")
+
+    def __repr__(self) -> str:
+        return "<tapead: a Value captured by a custom node's rule, released between runs>"
+
+
+class _State:
+    """One thread's records (key -> _Rec) and the keys awaiting a scan."""
+    __slots__ = ("recs", "pending", "next_scan")
+
+    def __init__(self) -> None:
+        self.recs: Dict[int, _Rec] = {}
+        self.pending: List[int] = []
+        self.next_scan = 64
+
+
+def _state() -> _State:
+    try:
+        return _tl.custom  # type: ignore[no-any-return]
+    except AttributeError:
+        st = _tl.custom = _State()
+        return st
+
+
+
+def info(v: Any) -> Optional[Tuple[List[int], str, int]]:
+    """(input ids, name, key) of v's node if it is a custom node, else None."""
+    n, name, key = ffi.new("uint32_t *"), ffi.new("uint32_t *"), ffi.new("int64_t *")
+    st = lib.ta_custom_info(v._i, n, ffi.NULL, 0, name, key)
+    if st == lib.TA_EBADOP or st == lib.TA_ENOGRAD:
+        return None
+    _core.check(st)
+    ins = ffi.new("int64_t[]", max(n[0], 1))
+    _core.check(lib.ta_custom_info(v._i, n, ins, n[0], name, key))
+    return [ins[k] for k in range(n[0])], name_of(name[0]), key[0]
+
+
+# ------------------------------------------------------------- recording
+def record(v: Any, data: float, children: Iterable[Any], op: Any) -> None:
+    """Value(data, _children, _op) on the cffi front: make v the custom node."""
+    from .engine import Value
+    kids = list(children)
+    for c in kids:
+        if not isinstance(c, Value):
+            raise TypeError(f"Value(data, _children, _op): each child must be a Value, "
+                            f"not {type(c).__name__}")
+    key = ffi.new("int64_t *")
+    ids = ffi.new("int64_t[]", [c._i for c in kids] or [0])
+    i = _core.within_limit(lib.ta_custom, ids, len(kids), data, ffi.NULL, name_id(op), key)
+    if i < 0:
+        raise _core.error(i)
+    v._i = i
+    v._t = _core.adopt([i])[0]
+
+
+def precomputed(value: SupportsFloat, inputs: Iterable[Any], partials: Iterable[SupportsFloat],
+                name: str = "precomputed") -> Any:
+    """A new op from its value and local partials: a node whose backward adds partials[k] * grad to inputs[k].
+
+    The fast way to add an op: the rule is numbers, so backward() runs it in
+    C with no Python call.  It cannot be replayed or differentiated twice
+    (recompute, compile, jvp, grad, hvp, hessian refuse it, naming it): its
+    partials hold only at the point it was recorded.
+
+    >>> import math, tapead
+    >>> x, y = tapead.Value(3.0), tapead.Value(4.0)
+    >>> r = math.hypot(x.data, y.data)
+    >>> h = tapead.precomputed(r, [x, y], [x.data / r, y.data / r], name="hypot")
+    >>> (h * 2).backward(); (h.data, h._op, x.grad, y.grad)
+    (5.0, 'hypot', 1.2, 1.6)
+    """
+    from .engine import _real, handles, node_ids
+    x = _real(value)
+    vals, ids = node_ids(inputs, "precomputed inputs")
+    try:
+        ps = [float(p) if type(p) is float else _real(p) for p in partials]
+    except TypeError:
+        raise TypeError("precomputed partials must be real numbers, one per input") from None
+    if len(ps) != len(vals):
+        raise ValueError(f"precomputed needs one partial per input: {len(vals)} inputs, "
+                         f"{len(ps)} partials")
+    if not isinstance(name, str):
+        raise TypeError(f"precomputed name must be a str, not {type(name).__name__}")
+    i = _core.within_limit(lib.ta_custom, ids, len(vals), x, ffi.new("double[]", ps or [0.0]),
+                           name_id(name), ffi.NULL)
+    if i < 0:
+        raise _core.error(i)
+    return handles([i])[0]
+
+
+# --------------------------------------------------------- the _backward
+def _holders_of(fn: Any, nodes: Set[int]) -> Tuple[Tuple[Any, ...], Tuple[int, ...]]:
+    """The cells and default positions of fn that hold a Value of `nodes`."""
+    from .engine import Value
+    if _refcount is None:
+        return (), ()
+    cells = []
+    for c in getattr(fn, "__closure__", None) or ():
+        try:
+            x = c.cell_contents
+        except ValueError:   # an empty cell
+            continue
+        if isinstance(x, Value) and x._i in nodes:
+            cells.append(c)
+    defs: List[int] = []
+    d = getattr(fn, "__defaults__", None)
+    if d:
+        try:
+            fn.__defaults__ = d    # only where a function's defaults can be replaced
+        except (AttributeError, TypeError):
+            d = ()
+        defs = [k for k, x in enumerate(d) if isinstance(x, Value) and x._i in nodes]
+    return tuple(cells), tuple(defs)
+
+
+def set_backward(v: Any, fn: Any) -> None:
+    """out._backward = fn: the rule of a custom node (micrograd's idiom)."""
+    from .engine import _node
+    if not callable(fn):
+        raise TypeError(f"_backward must be callable, not {type(fn).__name__}")
+    got = info(v)
+    if got is None:
+        op = _node(v)[0]
+        if _core.OP_KINDS[op] == 0:
+            return   # a leaf (or a no_grad value): no inputs to propagate to
+        raise AttributeError(f"the _backward of a built-in op ({_core.OP_NAMES[op]!r}) is tapead's "
+                             f"own (C) rule and cannot be replaced; to define a new op, make its "
+                             f"node with Value(data, _children, _op) and set that node's _backward")
+    ins, _, key = got
+    if key == 0:
+        raise AttributeError("a node made by tapead.precomputed differentiates by its partials; "
+                             "its _backward cannot be replaced")
+    S = _state()
+    cells, defs = _holders_of(fn, set(ins) | {v._i})
+    S.recs[key] = _Rec(fn, cells, defs)
+    if cells or defs:
+        S.pending.append(key)
+        if len(S.pending) >= S.next_scan:
+            scan(S)
+
+
+def backward_of(v: Any) -> Callable[[], None]:
+    """v._backward: this node's own local chain-rule step, as a callable."""
+    got = info(v)
+    if got is None or got[2] == 0:
+        return lambda: _step(v)
+    key, node = got[2], v._i
+    return lambda: _run(key, node)
+
+
+def _step(v: Any) -> None:
+    st = lib.ta_step(v._i)
+    if st:
+        raise _core.error(st)
+
+
+def _run(key: int, node: int) -> None:
+    """Run the rule of custom node `node`, with Values standing where scan()
+    released them."""
+    rec = _state().recs.get(key)
+    if rec is None:
+        return
+    stood = [(h, k, x) for h, k, x in rec.holders() if type(x) is _Stand]
+    if not stood:
+        rec.fn()
+        return
+    from .engine import held
+    ids = list(dict.fromkeys(x.node for _, _, x in stood))
+    vals = dict(zip(ids, held(ids)))
+    for h, k, x in stood:
+        _put(h, k, vals[x.node])
+    try:
+        rec.fn()
+    finally:
+        for h, k, x in stood:
+            _put(h, k, x)
+
+
+@ffi.def_extern()
+def ta_custom_rule(node: int, key: int) -> int:
+    """Called by the C sweep at a node with a Python rule (csrc/sweep.c)."""
+    try:
+        _run(key, node)
+    except BaseException as e:   # KeyboardInterrupt too: backward() re-raises it
+        _tl.custom_exc = e
+        return -1
+    return 0
+
+
+# ------------------------------------------------------------- lifetime
+def scan(S: Optional[_State] = None) -> None:
+    """Release the Values that only rules' closures hold, then drain().
+
+    A rule holds Values of its node and inputs (micrograd's closure holds
+    out, self, other); a Value holds its tape segment, and so the node
+    itself: a cycle through C.  Here each such Value that nothing but
+    pending rules refers to (CPython's reference counts tell: trial deletion
+    over the rules, as a cycle collector does) is replaced in them by a
+    stand-in naming its node; _run puts a live Value back for each run.  A
+    cell is touched only if nothing but those rules' closures holds it (a
+    frame still running sees its variables unchanged)."""
+    S = S or _state()
+    rc = _refcount
+    if rc is None:
+        S.pending = []
+        drain(S)
+        return
+    cells: Dict[int, List[Any]] = {}     # id(cell) -> [cell, records listing it, fns]
+    e: Any
+    o: Any
+    objs: Dict[int, List[Any]] = {}      # id(Value) -> [Value, holders, [(holder, k), ...]]
+    keep = []
+    for key in S.pending:
+        rec = S.recs.get(key)
+        if rec is None:
+            continue
+        live = False
+        for h, k, x in rec.holders():
+            if type(x) is _Stand:
+                continue
+            live = True
+            if k < 0:
+                e = cells.get(id(h))
+                if e is None:
+                    cells[id(h)] = [h, 1, {id(rec.fn)}, x]
+                else:
+                    e[1] += 1
+                    e[2].add(id(rec.fn))
+                continue
+            o = objs.setdefault(id(x), [x, 0, []])
+            o[1] += 1
+            o[2].append((h, k))
+        if live:
+            keep.append(key)
+        h = x = None
+    for e in cells.values():
+        # the cell: closures' tuples, the records' tuples, e, getrefcount's argument
+        ok = rc(e[0]) == len(e[2]) + e[1] + 2
+        o = objs.setdefault(id(e[3]), [e[3], 0, []])
+        if ok:
+            o[1] += 1
+            o[2].append((e[0], -1))
+        else:
+            o[1] -= 1 << 20          # held by something else: leave it
+        e[3] = None
+    e = o = None
+    for o in objs.values():
+        # the Value: its holders, o, getrefcount's argument
+        if o[1] > 0 and rc(o[0]) == o[1] + 2:
+            st = _Stand(o[0]._i)
+            for h, k in o[2]:
+                _put(h, k, st)
+    objs.clear()
+    cells.clear()
+    S.pending = keep
+    S.next_scan = 2 * len(keep) + 64
+    drain(S)
+
+
+def drain(S: Optional[_State] = None) -> int:
+    """Drop the rules of custom nodes the tape has reclaimed; returns how many."""
+    S = S or _state()
+    buf = ffi.new("int64_t[256]")
+    total = 0
+    while True:
+        n = lib.ta_custom_dead(buf, 256)
+        if n <= 0:
+            return total
+        for k in range(n):
+            S.recs.pop(buf[k], None)
+        total += n
+
+
+def settle() -> int:
+    """What collect() adds for custom nodes: scan, collect and drain until
+    nothing more dies; returns the segments freed."""
+    S = getattr(_tl, "custom", None)
+    freed = 0
+    while S is not None and S.recs:
+        scan(S)                  # (drains what the last collection killed)
+        n = _core.collect()
+        freed += n
+        if not drain(S) and not n:
+            break
+    return freed
+
+
+# -------------------------------------------------------------- errors
+def refusal(code: int) -> Exception:
+    """The exception for TA_ECUSTOM, TA_EPYTHON or TA_EBUSY."""
+    if code == lib.TA_EPYTHON:
+        e = getattr(_tl, "custom_exc", None)
+        _tl.custom_exc = None
+        return e if e is not None else TapeadError("a custom node's _backward raised")
+    if code == lib.TA_EBUSY:
+        return TapeadError("this cannot run inside a custom node's _backward while backward() "
+                           "is running (it would disturb the sweep); call it after backward() "
+                           "returns")
+    node = lib.ta_custom_failed()
+    n, name, key = ffi.new("uint32_t *"), ffi.new("uint32_t *"), ffi.new("int64_t *")
+    st = lib.ta_custom_info(node, n, ffi.NULL, 0, name, key)
+    nm = name_of(name[0]) if st == 0 else "?"
+    if st == 0 and key[0] == 0:
+        what = (f"the custom node {nm!r} (made by tapead.precomputed) carries only its value "
+                f"and partials at the point it was recorded")
+    else:
+        what = (f"the custom node {nm!r} (made by Value(data, _children, _op)) is "
+                f"differentiated by its Python _backward")
+    return TapeadError(
+        f"{what}: recompute, compile, jvp, wengert, grad, hvp, hessian and jacobian run the "
+        f"tape in C at other points or to higher order, which such a node cannot do "
+        f"(backward() can). Write {nm!r} with tapead's built-in ops instead (for example "
+        f"softplus as (1 + x.exp()).log(), cube as x**3): each carries its own rule")
+
