@@ -81,6 +81,10 @@ int64_t ta_custom(const int64_t *ins, uint32_t n, double value, const double *pa
  * *n gets the count.  TA_EBADOP if id is not a custom node. */
 int     ta_custom_info(int64_t id, uint32_t *n, int64_t *ins, uint32_t cap, uint32_t *name,
                        int64_t *key);
+/* Keep alive, with custom node id (a Python rule), those of the n nodes
+ * ids that precede it (values its rule captured; ok[k] = 1 for those, if
+ * ok is not NULL); returns how many. */
+int     ta_custom_keep(int64_t id, const int64_t *ids, uint32_t n, int8_t *ok);
 /* Pop up to cap keys of dead custom nodes with Python rules; returns how many. */
 int     ta_custom_dead(int64_t *keys, uint32_t cap);
 int64_t ta_custom_failed(void);        /* the custom node of the last TA_ECUSTOM */

@@ -74,7 +74,7 @@ int64_t ta_custom_at(ta_tape *T, const uint32_t *in, uint32_t n, double value,
     if (C->freehead != TA_CNONE) { k = C->freehead; C->freehead = C->e[k].next; }
     else k = C->n++;
     e = &C->e[k];
-    e->n = n; e->name = name; e->next = TA_CNONE; e->state = 1;
+    e->n = e->nuser = n; e->name = name; e->next = TA_CNONE; e->state = 1;
     e->d = partials ? (double *)mem : NULL;
     e->in = partials ? (uint32_t *)((double *)mem + n) : (uint32_t *)mem;
     if (partials) memcpy(e->d, partials, (size_t)n * sizeof(double));
@@ -168,9 +168,35 @@ int ta_custom_info(int64_t id, uint32_t *n, int64_t *ins, uint32_t cap, uint32_t
     if ((st = ta_resolve(T, id, &s, &o)) != TA_OK) return st;
     if ((s->op[o] & TA_OPMASK) != TA_CUSTOM) return TA_EBADOP;
     e = ta_cnode_of(T, s, o);
-    *n = e->n; *name = e->name; *key = e->key;
-    for (k = 0; ins && k < e->n && k < cap; k++) ins[k] = (int64_t)((T->tag << 32) | e->in[k]);
+    *n = e->nuser; *name = e->name; *key = e->key;
+    for (k = 0; ins && k < e->nuser && k < cap; k++) ins[k] = (int64_t)((T->tag << 32) | e->in[k]);
     return TA_OK;
+}
+
+int ta_custom_keep(int64_t id, const int64_t *ids, uint32_t n, int8_t *ok)
+{
+    ta_tape *T = ta_self();
+    ta_seg *s, *rs;
+    uint32_t o, ro, k, m = 0, *in;
+    ta_cnode *e;
+    int st, ng;
+    if (!T) return TA_ENOMEM;
+    if ((st = ta_resolve(T, id, &s, &o)) != TA_OK) return st;
+    if ((s->op[o] & TA_OPMASK) != TA_CUSTOM || (e = ta_cnode_of(T, s, o))->d) return TA_EBADOP;
+    if (n && !ids) return TA_EARG;
+    if (e->n > UINT32_MAX / 8u - n) return TA_ELIMIT;
+    in = (uint32_t *)ta_realloc(e->in, (size_t)(e->n + n ? e->n + n : 1) * sizeof *in);
+    if (!in) return TA_ENOMEM;
+    e->in = in;
+    for (k = 0; k < n; k++) {
+        if (ok) ok[k] = 0;
+        if (ta_resolve_any(T, ids[k], &rs, &ro, &ng) != TA_OK || ng) continue;
+        if (rs->pos > s->pos || (rs == s && ro >= o)) continue;     /* not earlier: cannot be kept */
+        e->in[e->n++] = TA_REF(rs, ro);
+        if (ok) ok[k] = 1;
+        m++;
+    }
+    return (int)m;
 }
 
 int64_t ta_custom_failed(void)

@@ -577,7 +577,111 @@ fail:   /* the holds of ids not yet adopted are dropped, so nothing leaks */
     return NULL;
 }
 
+/* ---------------------------------------------- custom nodes (custom.c) */
+
+/* custom_info(v): (key, name id, (input ids...)) of v's custom node, or
+ * None if v's node is not one (tapead/custom.py: the cffi front's info()). */
+static PyObject *va_custom_info(PyObject *mod, PyObject *v)
+{
+    ta_tape *T = va_tape();
+    ta_seg *s;
+    uint32_t o, k;
+    const ta_cnode *e;
+    PyObject *ins, *r;
+    (void)mod;
+    if (!T) return NULL;
+    if (!va_is(v)) { PyErr_SetString(PyExc_TypeError, "custom_info needs a Value"); return NULL; }
+    if (!(s = va_node(T, (va_obj *)v, &o))) return NULL;
+    if (s->tape != T || (s->op[o] & TA_OPMASK) != TA_CUSTOM) Py_RETURN_NONE;
+    e = ta_cnode_of(T, s, o);
+    if (!(ins = PyTuple_New(e->nuser))) return NULL;
+    for (k = 0; k < e->nuser; k++) {
+        PyObject *i = PyLong_FromLongLong((long long)((T->tag << 32) | e->in[k]));
+        if (!i) { Py_DECREF(ins); return NULL; }
+        PyTuple_SET_ITEM(ins, k, i);
+    }
+    r = Py_BuildValue("(LIN)", (long long)e->key, (unsigned int)e->name, ins);
+    return r;
+}
+
+/* held(ids): new Values for existing nodes of this thread, each holding
+ * its segment (what a Python rule's stand-ins become for a run). */
+static PyObject *va_held(PyObject *mod, PyObject *seq)
+{
+    ta_tape *T = va_tape();
+    PyObject *fast, *out;
+    Py_ssize_t n, k;
+    (void)mod;
+    if (!T) return NULL;
+    if (!(fast = PySequence_Fast(seq, "held needs a sequence of node ids"))) return NULL;
+    n = PySequence_Fast_GET_SIZE(fast);
+    if (!(out = PyList_New(n))) { Py_DECREF(fast); return NULL; }
+    for (k = 0; k < n; k++) {
+        int64_t id = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fast, k));
+        ta_seg *s;
+        uint32_t o;
+        int ng, st;
+        PyObject *v;
+        if (id == -1 && PyErr_Occurred()) goto fail;
+        if ((st = ta_resolve_any(T, id, &s, &o, &ng)) != TA_OK) { va_fail(st); goto fail; }
+        if (!(v = va_wrap(s, o))) goto fail;
+        PyList_SET_ITEM(out, k, v);
+    }
+    Py_DECREF(fast);
+    return out;
+fail:
+    Py_DECREF(fast); Py_DECREF(out);
+    return NULL;
+}
+
+/* precomputed(value, inputs, partials, name id): tapead.precomputed on the
+ * native front, arguments already checked by Python (floats, Values, equal
+ * lengths), so only their types are verified here. */
+static PyObject *va_precomputed(PyObject *mod, PyObject *args)
+{
+    ta_tape *T = va_tape();
+    PyObject *ins, *ps, *r = NULL;
+    double x, *d = NULL;
+    unsigned int name;
+    uint32_t *in = NULL, m = 0;
+    Py_ssize_t n, k;
+    ta_seg *where = NULL;
+    int64_t id;
+    (void)mod;
+    if (!T) return NULL;
+    if (!PyArg_ParseTuple(args, "dO!O!I:precomputed", &x, &PyList_Type, &ins, &PyList_Type, &ps, &name))
+        return NULL;
+    n = PyList_GET_SIZE(ins);
+    if (PyList_GET_SIZE(ps) != n || n > (Py_ssize_t)(UINT32_MAX >> 4)) {
+        PyErr_SetString(PyExc_ValueError, "precomputed needs one partial per input"); return NULL;
+    }
+    in = (uint32_t *)PyMem_Malloc((size_t)(n ? n : 1) * sizeof *in);
+    d = (double *)PyMem_Malloc((size_t)(n ? n : 1) * sizeof *d);
+    if (!in || !d) { PyErr_NoMemory(); goto out; }
+    for (k = 0; k < n; k++) {
+        PyObject *c = PyList_GET_ITEM(ins, k), *p = PyList_GET_ITEM(ps, k);
+        ta_seg *cs;
+        uint32_t co;
+        if (!va_is(c) || !PyFloat_Check(p)) {
+            PyErr_SetString(PyExc_TypeError, "precomputed: inputs must be Values and partials floats");
+            goto out;
+        }
+        if (!(cs = va_node(T, (va_obj *)c, &co))) goto out;
+        if (cs->tape != T) continue;               /* a no_grad value: a constant here */
+        d[m] = PyFloat_AS_DOUBLE(p);
+        in[m++] = TA_REF(cs, co);
+    }
+    id = ta_custom_at(T, in, m, x, d, (uint32_t)name, NULL, &where);
+    r = va_result(T, id, where);
+out:
+    PyMem_Free(in); PyMem_Free(d);
+    return r;
+}
+
 static PyMethodDef va_module_methods[] = {
+    {"custom_info", va_custom_info, METH_O, "custom_info(v): (key, name, inputs) or None"},
+    {"held", va_held, METH_O, "held(ids): Values for existing nodes, each holding its segment"},
+    {"precomputed", va_precomputed, METH_VARARGS, "precomputed(value, inputs, partials, name)"},
     {"make_type", va_make_type, METH_O, "make_type(docs): the native Value type"},
     {"set_hooks", va_set_hooks, METH_VARARGS, "set_hooks(error, real, restore)"},
     {"adopt", va_adopt, METH_O, "adopt(ids): Values taking over one hold per id"},

@@ -181,6 +181,8 @@ void ta_bulk_end(ta_tape *T, const ta_bulk *bk, int failed);
  * key (ta_custom_dead).  ta_custom_inputs gives an entry's inputs (refs). */
 typedef struct ta_cnode {
     uint32_t n;                  /* inputs                                  */
+    uint32_t nuser;              /* of which the node's own (the rest: earlier
+                                    nodes its Python rule uses, kept alive) */
     uint32_t name;               /* Python's name id                        */
     uint32_t next;               /* free list / dead list link              */
     uint32_t state;              /* 0 free, 1 live, 2 dead awaiting drain   */

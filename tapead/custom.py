@@ -31,7 +31,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, SupportsFloat, Tuple
 
-from . import _core
+from . import _core, engine as _engine   # (engine is still loading: used at call time only)
 from ._core import OP, TapeadError, ffi, lib
 
 CUSTOM = OP["CUSTOM"]
@@ -65,12 +65,14 @@ class _Rec:
     """A Python rule and the places in it that hold the Values of its own
     node or of its inputs: closure cells, and positions of its default
     arguments (`def _backward(out=out)`); scan() puts stand-ins there."""
-    __slots__ = ("fn", "cells", "defs")
+    __slots__ = ("fn", "cells", "defs", "stood", "ids")
 
     def __init__(self, fn: Callable[[], Any], cells: Tuple[Any, ...], defs: Tuple[int, ...]) -> None:
         self.fn = fn
         self.cells = cells
         self.defs = defs
+        self.stood: List[Tuple[Any, int, "_Stand"]] = []   # where scan() put stand-ins
+        self.ids: List[int] = []                           # their nodes, once each
 
     def holders(self) -> List[Tuple[Any, int, Any]]:
         """(cell or fn, default index or -1, what it holds now)."""
@@ -116,13 +118,15 @@ class _Stand:
 
 
 class _State:
-    """One thread's records (key -> _Rec) and the keys awaiting a scan."""
-    __slots__ = ("recs", "pending", "next_scan")
+    """One thread's records (key -> _Rec), the keys awaiting a scan, and
+    out-arguments for C calls (one set per thread: cffi releases the GIL)."""
+    __slots__ = ("recs", "pending", "next_scan", "buf")
 
     def __init__(self) -> None:
         self.recs: Dict[int, _Rec] = {}
         self.pending: List[int] = []
         self.next_scan = 64
+        self.buf: Any = None
 
 
 def _state() -> _State:
@@ -134,22 +138,49 @@ def _state() -> _State:
 
 
 
-def info(v: Any) -> Optional[Tuple[List[int], str, int]]:
-    """(input ids, name, key) of v's node if it is a custom node, else None."""
-    n, name, key = ffi.new("uint32_t *"), ffi.new("uint32_t *"), ffi.new("int64_t *")
-    st = lib.ta_custom_info(v._i, n, ffi.NULL, 0, name, key)
+def _raw_info(v: Any) -> Optional[Tuple[int, int, Tuple[int, ...]]]:
+    """(key, name id, input ids) of v's node if it is a custom node, else None
+    (the cffi front's; the native front replaces it by _native.custom_info)."""
+    S = _state()
+    if S.buf is None:
+        S.buf = (ffi.new("uint32_t *"), ffi.new("uint32_t *"), ffi.new("int64_t *"),
+                 ffi.new("int64_t[]", 16))
+    n, name, key, ins = S.buf
+    st = lib.ta_custom_info(v._i, n, ins, 16, name, key)
     if st == lib.TA_EBADOP or st == lib.TA_ENOGRAD:
         return None
     _core.check(st)
-    ins = ffi.new("int64_t[]", max(n[0], 1))
-    _core.check(lib.ta_custom_info(v._i, n, ins, n[0], name, key))
-    return [ins[k] for k in range(n[0])], name_of(name[0]), key[0]
+    if n[0] > 16:
+        ins = ffi.new("int64_t[]", n[0])
+        _core.check(lib.ta_custom_info(v._i, n, ins, n[0], name, key))
+    return key[0], name[0], tuple(ins[k] for k in range(n[0]))
+
+
+def _held_ids(ids: List[int]) -> List[Any]:
+    return _engine.held(ids)
+
+
+def bind_native(native: Any) -> None:
+    """The native front's C versions of the hot helpers (engine._native_front)."""
+    global _raw_info, _held_ids, _native_pre
+    _raw_info, _held_ids, _native_pre = native.custom_info, native.held, native.precomputed
+
+
+_native_pre: Optional[Callable[..., Any]] = None
+
+
+def info(v: Any) -> Optional[Tuple[Tuple[int, ...], str, int]]:
+    """(input ids, name, key) of v's node if it is a custom node, else None."""
+    got = _raw_info(v)
+    if got is None:
+        return None
+    return got[2], name_of(got[1]), got[0]
 
 
 # ------------------------------------------------------------- recording
 def record(v: Any, data: float, children: Iterable[Any], op: Any) -> None:
     """Value(data, _children, _op) on the cffi front: make v the custom node."""
-    from .engine import Value
+    Value = _engine.Value
     kids = list(children)
     for c in kids:
         if not isinstance(c, Value):
@@ -180,11 +211,15 @@ def precomputed(value: SupportsFloat, inputs: Iterable[Any], partials: Iterable[
     >>> (h * 2).backward(); (h.data, h._op, x.grad, y.grad)
     (5.0, 'hypot', 1.2, 1.6)
     """
-    from .engine import _real, handles, node_ids
-    x = _real(value)
-    vals, ids = node_ids(inputs, "precomputed inputs")
+    _real = _engine._real
+    x = value if type(value) is float else _real(value)
     try:
-        ps = [float(p) if type(p) is float else _real(p) for p in partials]
+        vals = [inputs] if isinstance(inputs, _engine.Value) else list(inputs)
+    except TypeError:
+        raise TypeError(f"precomputed inputs must be a Value or an iterable of Values, "
+                        f"not {type(inputs).__name__}") from None
+    try:
+        ps = [p if type(p) is float else _real(p) for p in partials]
     except TypeError:
         raise TypeError("precomputed partials must be real numbers, one per input") from None
     if len(ps) != len(vals):
@@ -192,58 +227,88 @@ def precomputed(value: SupportsFloat, inputs: Iterable[Any], partials: Iterable[
                          f"{len(ps)} partials")
     if not isinstance(name, str):
         raise TypeError(f"precomputed name must be a str, not {type(name).__name__}")
+    if _native_pre is not None:
+        return _native_pre(x, vals, ps, name_id(name))
+    vals, ids = _engine.node_ids(vals, "precomputed inputs")
     i = _core.within_limit(lib.ta_custom, ids, len(vals), x, ffi.new("double[]", ps or [0.0]),
                            name_id(name), ffi.NULL)
     if i < 0:
         raise _core.error(i)
-    return handles([i])[0]
+    return _engine.handles([i])[0]
 
 
 # --------------------------------------------------------- the _backward
-def _holders_of(fn: Any, nodes: Set[int]) -> Tuple[Tuple[Any, ...], Tuple[int, ...]]:
-    """The cells and default positions of fn that hold a Value of `nodes`."""
-    from .engine import Value
+def _holders_of(fn: Any) -> Tuple[List[Any], List[int], List[int], List[int]]:
+    """fn's closure cells and default positions that hold Values, and their node ids."""
+    V = _engine.Value
+    cells: List[Any] = []
+    cids: List[int] = []
+    defs: List[int] = []
+    dids: List[int] = []
     if _refcount is None:
-        return (), ()
-    cells = []
+        return cells, cids, defs, dids
     for c in getattr(fn, "__closure__", None) or ():
         try:
             x = c.cell_contents
         except ValueError:   # an empty cell
             continue
-        if isinstance(x, Value) and x._i in nodes:
+        if isinstance(x, V):
             cells.append(c)
-    defs: List[int] = []
+            cids.append(x._i)
     d = getattr(fn, "__defaults__", None)
     if d:
         try:
             fn.__defaults__ = d    # only where a function's defaults can be replaced
         except (AttributeError, TypeError):
             d = ()
-        defs = [k for k, x in enumerate(d) if isinstance(x, Value) and x._i in nodes]
-    return tuple(cells), tuple(defs)
+        for k, x in enumerate(d):
+            if isinstance(x, V):
+                defs.append(k)
+                dids.append(x._i)
+    return cells, cids, defs, dids
 
 
 def set_backward(v: Any, fn: Any) -> None:
-    """out._backward = fn: the rule of a custom node (micrograd's idiom)."""
-    from .engine import _node
-    if not callable(fn):
-        raise TypeError(f"_backward must be callable, not {type(fn).__name__}")
-    got = info(v)
+    """out._backward = fn: the rule of a custom node (micrograd's idiom).
+
+    The Values fn captures (closure variables, default arguments) are noted
+    for scan(); those that are neither this node nor its inputs but precede
+    it are kept alive with the node (ta_custom_keep), so a stand-in for them
+    always names a live node."""
+    got = _raw_info(v)
     if got is None:
-        op = _node(v)[0]
+        op = _engine._node(v)[0]
+        if not callable(fn):
+            raise TypeError(f"_backward must be callable, not {type(fn).__name__}")
         if _core.OP_KINDS[op] == 0:
             return   # a leaf (or a no_grad value): no inputs to propagate to
         raise AttributeError(f"the _backward of a built-in op ({_core.OP_NAMES[op]!r}) is tapead's "
                              f"own (C) rule and cannot be replaced; to define a new op, make its "
                              f"node with Value(data, _children, _op) and set that node's _backward")
-    ins, _, key = got
+    key, _, ins = got
     if key == 0:
         raise AttributeError("a node made by tapead.precomputed differentiates by its partials; "
                              "its _backward cannot be replaced")
-    S = _state()
-    cells, defs = _holders_of(fn, set(ins) | {v._i})
-    S.recs[key] = _Rec(fn, cells, defs)
+    if not callable(fn):
+        raise TypeError(f"_backward must be callable, not {type(fn).__name__}")
+    try:
+        S = _tl.custom
+    except AttributeError:
+        S = _state()
+    cells, cids, defs, dids = _holders_of(fn)
+    if cells or defs:
+        vi = v._i
+        extra = [i for i in dict.fromkeys(cids + dids) if i != vi and i not in ins]
+        if extra:
+            ok = ffi.new("int8_t[]", len(extra))
+            st = lib.ta_custom_keep(vi, ffi.new("int64_t[]", extra), len(extra), ok)
+            if st < 0:
+                raise _core.error(st)
+            bad = {extra[k] for k in range(len(extra)) if not ok[k]}
+            if bad:   # later nodes, other threads', no_grad values: left alone
+                cells = [c for c, i in zip(cells, cids) if i not in bad]
+                defs = [k for k, i in zip(defs, dids) if i not in bad]
+    S.recs[key] = _Rec(fn, tuple(cells), tuple(defs))
     if cells or defs:
         S.pending.append(key)
         if len(S.pending) >= S.next_scan:
@@ -252,10 +317,10 @@ def set_backward(v: Any, fn: Any) -> None:
 
 def backward_of(v: Any) -> Callable[[], None]:
     """v._backward: this node's own local chain-rule step, as a callable."""
-    got = info(v)
-    if got is None or got[2] == 0:
+    got = _raw_info(v)
+    if got is None or got[0] == 0:
         return lambda: _step(v)
-    key, node = got[2], v._i
+    key, node = got[0], v._i
     return lambda: _run(key, node)
 
 
@@ -271,13 +336,11 @@ def _run(key: int, node: int) -> None:
     rec = _state().recs.get(key)
     if rec is None:
         return
-    stood = [(h, k, x) for h, k, x in rec.holders() if type(x) is _Stand]
+    stood = rec.stood
     if not stood:
         rec.fn()
         return
-    from .engine import held
-    ids = list(dict.fromkeys(x.node for _, _, x in stood))
-    vals = dict(zip(ids, held(ids)))
+    vals = dict(zip(rec.ids, _held_ids(rec.ids)))
     for h, k, x in stood:
         _put(h, k, vals[x.node])
     try:
@@ -316,33 +379,74 @@ def scan(S: Optional[_State] = None) -> None:
         S.pending = []
         drain(S)
         return
+    recs = S.recs
+    slow = []
+    x: Any = None
+    for key in S.pending:
+        # the common case first: a cell only this rule's closure holds, and in
+        # it a Value only that cell holds (refs: the closure's tuple,
+        # rec.cells, c, getrefcount's argument; the cell, x, the argument)
+        rec = recs.get(key)
+        if rec is None:
+            continue
+        rest = False
+        for c in rec.cells:
+            try:
+                x = c.cell_contents
+            except ValueError:
+                continue
+            if type(x) is _Stand:
+                continue
+            if rc(c) == 4 and rc(x) == 3:
+                st = _Stand(x._i)
+                c.cell_contents = st
+                rec.stood.append((c, -1, st))
+                if st.node not in rec.ids:
+                    rec.ids.append(st.node)
+            else:
+                rest = True
+            x = None
+        if rec.defs:
+            rest = True
+        if rest:
+            slow.append(key)
+    c = None
+    _scan_shared(S, slow)
+    keep = [k for k in S.pending
+            if k in recs and len(recs[k].stood) < len(recs[k].cells) + len(recs[k].defs)]
+    S.pending = keep
+    S.next_scan = 2 * len(keep) + 64
+    drain(S)
+
+
+def _scan_shared(S: _State, pending: List[int]) -> None:
+    """scan() for Values held in several places (shared cells, defaults,
+    several rules): trial deletion over all of those rules at once."""
+    rc = _refcount
+    assert rc is not None
     cells: Dict[int, List[Any]] = {}     # id(cell) -> [cell, records listing it, fns]
     e: Any
     o: Any
     objs: Dict[int, List[Any]] = {}      # id(Value) -> [Value, holders, [(holder, k), ...]]
-    keep = []
-    for key in S.pending:
+    for key in pending:
         rec = S.recs.get(key)
         if rec is None:
             continue
-        live = False
         for h, k, x in rec.holders():
             if type(x) is _Stand:
                 continue
-            live = True
             if k < 0:
                 e = cells.get(id(h))
                 if e is None:
-                    cells[id(h)] = [h, 1, {id(rec.fn)}, x]
+                    cells[id(h)] = [h, 1, {id(rec.fn)}, x, [rec]]
                 else:
                     e[1] += 1
                     e[2].add(id(rec.fn))
+                    e[4].append(rec)
                 continue
             o = objs.setdefault(id(x), [x, 0, []])
             o[1] += 1
-            o[2].append((h, k))
-        if live:
-            keep.append(key)
+            o[2].append((h, k, [rec]))
         h = x = None
     for e in cells.values():
         # the cell: closures' tuples, the records' tuples, e, getrefcount's argument
@@ -350,7 +454,7 @@ def scan(S: Optional[_State] = None) -> None:
         o = objs.setdefault(id(e[3]), [e[3], 0, []])
         if ok:
             o[1] += 1
-            o[2].append((e[0], -1))
+            o[2].append((e[0], -1, e[4]))
         else:
             o[1] -= 1 << 20          # held by something else: leave it
         e[3] = None
@@ -359,13 +463,14 @@ def scan(S: Optional[_State] = None) -> None:
         # the Value: its holders, o, getrefcount's argument
         if o[1] > 0 and rc(o[0]) == o[1] + 2:
             st = _Stand(o[0]._i)
-            for h, k in o[2]:
+            for h, k, recs in o[2]:
                 _put(h, k, st)
+                for r in recs:
+                    r.stood.append((h, k, st))
+                    if st.node not in r.ids:
+                        r.ids.append(st.node)
     objs.clear()
     cells.clear()
-    S.pending = keep
-    S.next_scan = 2 * len(keep) + 64
-    drain(S)
 
 
 def drain(S: Optional[_State] = None) -> int:

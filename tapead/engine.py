@@ -658,6 +658,7 @@ def _native_front() -> Any:
     for k in _SHARED:
         setattr(t, k, PyValue.__dict__[k])
     _native.set_hooks(error, _real, _restore, _custom.name_id)
+    _custom.bind_native(_native)
     return t
 
 
