@@ -24,6 +24,8 @@
 
 #define TA_CNONE UINT32_MAX
 
+int (*ta_rule_hook)(int64_t node, int64_t key) = NULL;
+
 static struct ta_cnodes *ta_cnodes_of(ta_tape *T)
 {
     if (!T->cn) {
@@ -170,6 +172,17 @@ int ta_custom_info(int64_t id, uint32_t *n, int64_t *ins, uint32_t cap, uint32_t
     e = ta_cnode_of(T, s, o);
     *n = e->nuser; *name = e->name; *key = e->key;
     for (k = 0; ins && k < e->nuser && k < cap; k++) ins[k] = (int64_t)((T->tag << 32) | e->in[k]);
+    return TA_OK;
+}
+
+int ta_cnode_keep(ta_cnode *e, uint32_t ref)
+{
+    uint32_t *in;
+    if (e->d) return TA_EBADOP;
+    if (e->n >= UINT32_MAX / 8u) return TA_ELIMIT;
+    if (!(in = (uint32_t *)ta_realloc(e->in, (size_t)(e->n + 1) * sizeof *in))) return TA_ENOMEM;
+    e->in = in;
+    e->in[e->n++] = ref;
     return TA_OK;
 }
 

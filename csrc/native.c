@@ -48,6 +48,26 @@ static PyTypeObject *va_type = NULL;
 static PyObject *va_error_hook = NULL, *va_real_hook = NULL, *va_restore_hook = NULL;
 /* name(op) -> the int id of a custom node's name (tapead/custom.py) */
 static PyObject *va_name_hook = NULL;
+/* rule(node, key) -> 0, or -1 having stored the exception it caught:
+ * tapead.custom.ta_custom_rule, called directly rather than through cffi */
+static PyObject *va_rule_fn = NULL;
+
+static int va_rule(int64_t node, int64_t key)
+{
+    PyGILState_STATE g = PyGILState_Ensure();   /* held already unless called through cffi */
+    PyObject *a[2], *r;
+    int rc = -1;
+    a[0] = PyLong_FromLongLong((long long)node);
+    a[1] = PyLong_FromLongLong((long long)key);
+    if (a[0] && a[1] && (r = PyObject_Vectorcall(va_rule_fn, a, 2, NULL)) != NULL) {
+        rc = (int)PyLong_AsLong(r);
+        Py_DECREF(r);
+    }
+    Py_XDECREF(a[0]); Py_XDECREF(a[1]);
+    if (PyErr_Occurred()) { PyErr_Clear(); rc = -1; }   /* (out of memory making two ints) */
+    PyGILState_Release(g);
+    return rc;
+}
 
 /* ------------------------------------------------------------ errors */
 
@@ -530,10 +550,15 @@ static PyObject *va_make_type(PyObject *mod, PyObject *docs)
 
 static PyObject *va_set_hooks(PyObject *mod, PyObject *args)
 {
-    PyObject *e, *r, *s, *nm = NULL;
+    PyObject *e, *r, *s, *nm = NULL, *rule = NULL;
     (void)mod;
-    if (!PyArg_ParseTuple(args, "OOO|O:set_hooks", &e, &r, &s, &nm)) return NULL;
+    if (!PyArg_ParseTuple(args, "OOO|OO:set_hooks", &e, &r, &s, &nm, &rule)) return NULL;
     if (nm) { Py_INCREF(nm); Py_XSETREF(va_name_hook, nm); }
+    if (rule) {
+        if (!PyCallable_Check(rule)) { PyErr_SetString(PyExc_TypeError, "rule hook must be callable"); return NULL; }
+        Py_INCREF(rule); Py_XSETREF(va_rule_fn, rule);
+        ta_rule_hook = va_rule;
+    }
     Py_INCREF(e); Py_INCREF(r); Py_INCREF(s);
     Py_XSETREF(va_error_hook, e);
     Py_XSETREF(va_real_hook, r);
@@ -602,6 +627,141 @@ static PyObject *va_custom_info(PyObject *mod, PyObject *v)
     }
     r = Py_BuildValue("(LIN)", (long long)e->key, (unsigned int)e->name, ins);
     return r;
+}
+
+/* Does Value x (of rule entry e's node (s, o)) name that node or one of its
+ * inputs?  An earlier node that is neither is kept alive with e; a later
+ * one, another thread's or a no_grad value is not a holder (0).  -1 on
+ * failure (exception set). */
+static int va_rule_holds(ta_tape *T, ta_seg *s, uint32_t o, ta_cnode *e, PyObject *x)
+{
+    va_obj *v = (va_obj *)x;
+    ta_seg *xs;
+    uint32_t xo, ref, k;
+    int st;
+    if (!va_is(x) || !v->node) return 0;
+    xs = VA_SEG(v->node); xo = VA_OFF(v->node);
+    if (xs->tape != T) return 0;
+    if (xs == s && xo == o) return 1;
+    ref = TA_REF(xs, xo);
+    for (k = 0; k < e->n; k++) if (e->in[k] == ref) return 1;
+    if (xs->pos > s->pos || (xs == s && xo > o)) return 0;
+    if ((st = ta_cnode_keep(e, ref)) != TA_OK) { va_fail(st); return -1; }
+    return 1;
+}
+
+/* rule_holders(v, fn): None if v's node is not a custom node; else (key,
+ * cells, defaults): the closure cells and default-argument positions of fn
+ * (a plain function) holding a Value of the node or of its inputs (earlier
+ * Values they hold are kept alive with the node).  key 0: partials. */
+static PyObject *va_rule_holders(PyObject *mod, PyObject *args)
+{
+    ta_tape *T = va_tape();
+    PyObject *v, *fn, *cells = NULL, *defs = NULL, *r = NULL, *ct = NULL, *dt = NULL;
+    ta_seg *s;
+    uint32_t o;
+    ta_cnode *e;
+    (void)mod;
+    if (!T || !PyArg_ParseTuple(args, "OO:rule_holders", &v, &fn)) return NULL;
+    if (!va_is(v)) { PyErr_SetString(PyExc_TypeError, "rule_holders needs a Value"); return NULL; }
+    if (!(s = va_node(T, (va_obj *)v, &o))) return NULL;
+    if (s->tape != T || (s->op[o] & TA_OPMASK) != TA_CUSTOM) Py_RETURN_NONE;
+    e = ta_cnode_of(T, s, o);
+    if (e->d) return Py_BuildValue("(i()())", 0);
+    if (!PyCallable_Check(fn)) {
+        PyErr_Format(PyExc_TypeError, "_backward must be callable, not %s", Py_TYPE(fn)->tp_name);
+        return NULL;
+    }
+    if (!(cells = PyList_New(0)) || !(defs = PyList_New(0))) goto out;
+    if (PyFunction_Check(fn)) {
+        PyObject *cl = PyFunction_GET_CLOSURE(fn), *d = PyFunction_GET_DEFAULTS(fn);
+        Py_ssize_t k;
+        for (k = 0; cl && PyTuple_Check(cl) && k < PyTuple_GET_SIZE(cl); k++) {
+            PyObject *c = PyTuple_GET_ITEM(cl, k), *x;
+            int h;
+            if (!PyCell_Check(c) || !(x = PyCell_GET(c))) continue;
+            if ((h = va_rule_holds(T, s, o, e, x)) < 0) goto out;
+            if (h && PyList_Append(cells, c) < 0) goto out;
+        }
+        for (k = 0; d && PyTuple_Check(d) && k < PyTuple_GET_SIZE(d); k++) {
+            int h = va_rule_holds(T, s, o, e, PyTuple_GET_ITEM(d, k));
+            PyObject *i;
+            if (h < 0) goto out;
+            if (!h) continue;
+            if (!(i = PyLong_FromSsize_t(k))) goto out;
+            h = PyList_Append(defs, i);
+            Py_DECREF(i);
+            if (h < 0) goto out;
+        }
+    }
+    if ((ct = PyList_AsTuple(cells)) && (dt = PyList_AsTuple(defs)))
+        r = Py_BuildValue("(LOO)", (long long)e->key, ct, dt);
+out:
+    Py_XDECREF(cells); Py_XDECREF(defs); Py_XDECREF(ct); Py_XDECREF(dt);
+    return r;
+}
+
+/* stand(recs, pending, Stand): scan()'s common case in C (tapead/custom.py
+ * says why): for each pending rule, each closure cell that only its
+ * closure and its record hold, and that holds the only reference to a
+ * Value, gets Stand(node) instead, noted in the record's stood and ids.
+ * Returns the keys whose rules hold anything else (shared cells, default
+ * arguments), for the full trial deletion. */
+static PyObject *va_stand(PyObject *mod, PyObject *args)
+{
+    static PyObject *s_cells = NULL, *s_defs = NULL, *s_stood = NULL, *s_ids = NULL;
+    PyObject *recs, *pending, *stand, *slow;
+    Py_ssize_t j;
+    (void)mod;
+    if (!PyArg_ParseTuple(args, "O!O!O!:stand", &PyDict_Type, &recs, &PyList_Type, &pending,
+                          &PyType_Type, &stand))
+        return NULL;
+    if (!s_cells && (!(s_cells = PyUnicode_InternFromString("cells")) || !(s_defs = PyUnicode_InternFromString("defs")) ||
+                     !(s_stood = PyUnicode_InternFromString("stood")) || !(s_ids = PyUnicode_InternFromString("ids"))))
+        return NULL;
+    if (!(slow = PyList_New(0))) return NULL;
+    for (j = 0; j < PyList_GET_SIZE(pending); j++) {
+        PyObject *key = PyList_GET_ITEM(pending, j), *rec, *cells = NULL, *defs = NULL, *stood = NULL, *ids = NULL;
+        Py_ssize_t k;
+        int rest = 0, ok = 0;
+        if (!(rec = PyDict_GetItemWithError(recs, key))) { if (PyErr_Occurred()) goto fail; continue; }
+        Py_INCREF(rec);
+        if (!(cells = PyObject_GetAttr(rec, s_cells)) || !(defs = PyObject_GetAttr(rec, s_defs)) ||
+            !(stood = PyObject_GetAttr(rec, s_stood)) || !(ids = PyObject_GetAttr(rec, s_ids)))
+            goto next;
+        if (!PyTuple_Check(cells) || !PyTuple_Check(defs) || !PyList_Check(stood) || !PyList_Check(ids)) {
+            PyErr_SetString(PyExc_TypeError, "stand: malformed rule record"); goto next;
+        }
+        for (k = 0; k < PyTuple_GET_SIZE(cells); k++) {
+            PyObject *c = PyTuple_GET_ITEM(cells, k), *x, *node, *st, *t;
+            int has;
+            if (!PyCell_Check(c) || !(x = PyCell_GET(c)) || Py_TYPE(x) == (PyTypeObject *)stand) continue;
+            /* the cell: fn's closure and this record; the Value: the cell alone */
+            if (Py_REFCNT(c) != 2 || Py_REFCNT(x) != 1 || !va_is(x) || !((va_obj *)x)->node) { rest = 1; continue; }
+            if (!(node = PyLong_FromLongLong(va_id((va_obj *)x)))) goto next;
+            st = PyObject_CallOneArg(stand, node);
+            if (!st) { Py_DECREF(node); goto next; }
+            has = PySequence_Contains(ids, node);
+            if (has < 0 || (!has && PyList_Append(ids, node) < 0)) { Py_DECREF(node); Py_DECREF(st); goto next; }
+            Py_DECREF(node);
+            if (!(t = Py_BuildValue("(OiO)", c, -1, st))) { Py_DECREF(st); goto next; }
+            if (PyList_Append(stood, t) < 0) { Py_DECREF(t); Py_DECREF(st); goto next; }
+            Py_DECREF(t);
+            if (PyCell_Set(c, st) < 0) { Py_DECREF(st); goto next; }   /* x goes: its hold with it */
+            Py_DECREF(st);
+        }
+        if (PyTuple_GET_SIZE(defs)) rest = 1;
+        if (rest && PyList_Append(slow, key) < 0) goto next;
+        ok = 1;
+    next:
+        Py_XDECREF(cells); Py_XDECREF(defs); Py_XDECREF(stood); Py_XDECREF(ids);
+        Py_DECREF(rec);
+        if (!ok) goto fail;
+    }
+    return slow;
+fail:
+    Py_DECREF(slow);
+    return NULL;
 }
 
 /* held(ids): new Values for existing nodes of this thread, each holding
@@ -681,6 +841,8 @@ out:
 static PyMethodDef va_module_methods[] = {
     {"custom_info", va_custom_info, METH_O, "custom_info(v): (key, name, inputs) or None"},
     {"held", va_held, METH_O, "held(ids): Values for existing nodes, each holding its segment"},
+    {"stand", va_stand, METH_VARARGS, "stand(recs, pending, Stand): scan's common case; the other keys"},
+    {"rule_holders", va_rule_holders, METH_VARARGS, "rule_holders(v, fn): (key, cells, defaults) or None"},
     {"precomputed", va_precomputed, METH_VARARGS, "precomputed(value, inputs, partials, name)"},
     {"make_type", va_make_type, METH_O, "make_type(docs): the native Value type"},
     {"set_hooks", va_set_hooks, METH_VARARGS, "set_hooks(error, real, restore)"},

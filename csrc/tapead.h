@@ -194,6 +194,8 @@ struct ta_cnodes { ta_cnode *e; uint32_t n, cap, freehead, deadhead; int64_t nex
 static inline ta_cnode *ta_cnode_of(const ta_tape *T, const ta_seg *s, uint32_t i)
 { return &T->cn->e[s->x[i]]; }
 void ta_custom_release(ta_tape *T, ta_seg *s, uint32_t i);
+/* Keep node ref (which precedes e's node) alive with e, a Python rule's entry. */
+int  ta_cnode_keep(ta_cnode *e, uint32_t ref);
 void ta_custom_free_all(ta_tape *T);
 /* TA_EBUSY inside a Python rule; TA_ECUSTOM (T->err_node set) if a custom
  * node is behind the roots (and, with guards, behind the guards recorded
@@ -213,6 +215,9 @@ static inline void ta_adj_put(ta_tape *T, ta_seg *s, uint32_t o, double v)
 /* The Python hook the sweep calls at a node with a Python rule (cffi
  * extern "Python+C", defined in tapead/custom.py): 0, or -1 if it raised. */
 int ta_custom_rule(int64_t node, int64_t key);
+/* The native front's direct route to the same Python function (set by
+ * native.c; NULL: use ta_custom_rule, the cffi callback). */
+extern int (*ta_rule_hook)(int64_t node, int64_t key);
 
 /* replay.c: guards die with their nodes (called at the end of ta_gc) and
  * with the tape. */

@@ -102,12 +102,14 @@ class ReleasedError(TapeadError, AttributeError):
     """A custom node's rule used a Value it captured outside a run."""
 
 
-class _Stand:
-    """Stands for a Value in a rule's closure between runs (see scan)."""
-    __slots__ = ("node",)
+class _Stand(int):
+    """Stands for a Value in a rule's closure between runs (see scan): the
+    id of its node (an int, so the native front makes one in C)."""
+    __slots__ = ()
 
-    def __init__(self, node: int) -> None:
-        self.node = node
+    @property
+    def node(self) -> int:
+        return int(self)
 
     def __getattr__(self, name: str) -> Any:
         raise ReleasedError("a Value captured by a custom node's _backward is only there while "
@@ -120,13 +122,14 @@ class _Stand:
 class _State:
     """One thread's records (key -> _Rec), the keys awaiting a scan, and
     out-arguments for C calls (one set per thread: cffi releases the GIL)."""
-    __slots__ = ("recs", "pending", "next_scan", "buf")
+    __slots__ = ("recs", "pending", "next_scan", "buf", "dead")
 
     def __init__(self) -> None:
         self.recs: Dict[int, _Rec] = {}
         self.pending: List[int] = []
         self.next_scan = 64
         self.buf: Any = None
+        self.dead: Any = None
 
 
 def _state() -> _State:
@@ -162,8 +165,9 @@ def _held_ids(ids: List[int]) -> List[Any]:
 
 def bind_native(native: Any) -> None:
     """The native front's C versions of the hot helpers (engine._native_front)."""
-    global _raw_info, _held_ids, _native_pre
+    global _raw_info, _held_ids, _native_pre, _rule_holders, _stand_fast
     _raw_info, _held_ids, _native_pre = native.custom_info, native.held, native.precomputed
+    _rule_holders, _stand_fast = native.rule_holders, native.stand
 
 
 _native_pre: Optional[Callable[..., Any]] = None
@@ -238,15 +242,27 @@ def precomputed(value: SupportsFloat, inputs: Iterable[Any], partials: Iterable[
 
 
 # --------------------------------------------------------- the _backward
-def _holders_of(fn: Any) -> Tuple[List[Any], List[int], List[int], List[int]]:
-    """fn's closure cells and default positions that hold Values, and their node ids."""
+def _rule_holders(v: Any, fn: Any) -> Optional[Tuple[int, Tuple[Any, ...], Tuple[int, ...]]]:
+    """None if v's node is not a custom node; else (key, cells, defaults):
+    fn's closure cells and default positions that hold a Value of the node
+    or of its inputs.  Earlier Values it holds besides those are kept alive
+    with the node (ta_custom_keep), so a stand-in for them always names a
+    live node.  (The native front does this in C: _native.rule_holders.)"""
+    got = _raw_info(v)
+    if got is None:
+        return None
+    key, _, ins = got
+    if key == 0:
+        return 0, (), ()
+    if not callable(fn):
+        raise TypeError(f"_backward must be callable, not {type(fn).__name__}")
     V = _engine.Value
     cells: List[Any] = []
     cids: List[int] = []
     defs: List[int] = []
     dids: List[int] = []
     if _refcount is None:
-        return cells, cids, defs, dids
+        return key, (), ()
     for c in getattr(fn, "__closure__", None) or ():
         try:
             x = c.cell_contents
@@ -265,17 +281,24 @@ def _holders_of(fn: Any) -> Tuple[List[Any], List[int], List[int], List[int]]:
             if isinstance(x, V):
                 defs.append(k)
                 dids.append(x._i)
-    return cells, cids, defs, dids
+    vi = v._i
+    extra = [i for i in cids + dids if i != vi and i not in ins]
+    if extra:
+        extra = list(dict.fromkeys(extra))
+        ok = ffi.new("int8_t[]", len(extra))
+        st = lib.ta_custom_keep(vi, ffi.new("int64_t[]", extra), len(extra), ok)
+        if st < 0:
+            raise _core.error(st)
+        bad = {extra[k] for k in range(len(extra)) if not ok[k]}
+        if bad:   # later nodes, other threads', no_grad values: left alone
+            cells = [c for c, i in zip(cells, cids) if i not in bad]
+            defs = [k for k, i in zip(defs, dids) if i not in bad]
+    return key, tuple(cells), tuple(defs)
 
 
 def set_backward(v: Any, fn: Any) -> None:
-    """out._backward = fn: the rule of a custom node (micrograd's idiom).
-
-    The Values fn captures (closure variables, default arguments) are noted
-    for scan(); those that are neither this node nor its inputs but precede
-    it are kept alive with the node (ta_custom_keep), so a stand-in for them
-    always names a live node."""
-    got = _raw_info(v)
+    """out._backward = fn: the rule of a custom node (micrograd's idiom)."""
+    got = _rule_holders(v, fn)
     if got is None:
         op = _engine._node(v)[0]
         if not callable(fn):
@@ -285,30 +308,15 @@ def set_backward(v: Any, fn: Any) -> None:
         raise AttributeError(f"the _backward of a built-in op ({_core.OP_NAMES[op]!r}) is tapead's "
                              f"own (C) rule and cannot be replaced; to define a new op, make its "
                              f"node with Value(data, _children, _op) and set that node's _backward")
-    key, _, ins = got
+    key, cells, defs = got
     if key == 0:
         raise AttributeError("a node made by tapead.precomputed differentiates by its partials; "
                              "its _backward cannot be replaced")
-    if not callable(fn):
-        raise TypeError(f"_backward must be callable, not {type(fn).__name__}")
     try:
         S = _tl.custom
     except AttributeError:
         S = _state()
-    cells, cids, defs, dids = _holders_of(fn)
-    if cells or defs:
-        vi = v._i
-        extra = [i for i in dict.fromkeys(cids + dids) if i != vi and i not in ins]
-        if extra:
-            ok = ffi.new("int8_t[]", len(extra))
-            st = lib.ta_custom_keep(vi, ffi.new("int64_t[]", extra), len(extra), ok)
-            if st < 0:
-                raise _core.error(st)
-            bad = {extra[k] for k in range(len(extra)) if not ok[k]}
-            if bad:   # later nodes, other threads', no_grad values: left alone
-                cells = [c for c, i in zip(cells, cids) if i not in bad]
-                defs = [k for k, i in zip(defs, dids) if i not in bad]
-    S.recs[key] = _Rec(fn, tuple(cells), tuple(defs))
+    S.recs[key] = _Rec(fn, cells, defs)
     if cells or defs:
         S.pending.append(key)
         if len(S.pending) >= S.next_scan:
@@ -340,14 +348,30 @@ def _run(key: int, node: int) -> None:
     if not stood:
         rec.fn()
         return
-    vals = dict(zip(rec.ids, _held_ids(rec.ids)))
-    for h, k, x in stood:
-        _put(h, k, vals[x.node])
+    ids = rec.ids
+    hv = _held_ids(ids)
+    if len(ids) == 1:
+        v0 = hv[0]
+        for h, k, x in stood:
+            if k < 0:
+                h.cell_contents = v0
+            else:
+                _put(h, k, v0)
+    else:
+        vals = dict(zip(ids, hv))
+        for h, k, x in stood:
+            if k < 0:
+                h.cell_contents = vals[x.node]
+            else:
+                _put(h, k, vals[x.node])
     try:
         rec.fn()
     finally:
         for h, k, x in stood:
-            _put(h, k, x)
+            if k < 0:
+                h.cell_contents = x
+            else:
+                _put(h, k, x)
 
 
 @ffi.def_extern()
@@ -380,6 +404,27 @@ def scan(S: Optional[_State] = None) -> None:
         drain(S)
         return
     recs = S.recs
+    if _stand_fast is not None:
+        slow = _stand_fast(recs, S.pending, _Stand)
+    else:
+        slow = _stand_py(S)
+    _scan_shared(S, slow)
+    keep = [k for k in S.pending
+            if k in recs and len(recs[k].stood) < len(recs[k].cells) + len(recs[k].defs)]
+    S.pending = keep
+    S.next_scan = 2 * len(keep) + 64
+    drain(S)
+
+
+_stand_fast: Optional[Callable[..., List[int]]] = None
+
+
+def _stand_py(S: _State) -> List[int]:
+    """scan()'s common case (_native.stand on the native front); returns the
+    keys of rules holding anything else."""
+    rc = _refcount
+    assert rc is not None
+    recs = S.recs
     slow = []
     x: Any = None
     for key in S.pending:
@@ -411,12 +456,7 @@ def scan(S: Optional[_State] = None) -> None:
         if rest:
             slow.append(key)
     c = None
-    _scan_shared(S, slow)
-    keep = [k for k in S.pending
-            if k in recs and len(recs[k].stood) < len(recs[k].cells) + len(recs[k].defs)]
-    S.pending = keep
-    S.next_scan = 2 * len(keep) + 64
-    drain(S)
+    return slow
 
 
 def _scan_shared(S: _State, pending: List[int]) -> None:
@@ -476,7 +516,9 @@ def _scan_shared(S: _State, pending: List[int]) -> None:
 def drain(S: Optional[_State] = None) -> int:
     """Drop the rules of custom nodes the tape has reclaimed; returns how many."""
     S = S or _state()
-    buf = ffi.new("int64_t[256]")
+    if S.dead is None:
+        S.dead = ffi.new("int64_t[256]")
+    buf = S.dead
     total = 0
     while True:
         n = lib.ta_custom_dead(buf, 256)

@@ -657,7 +657,7 @@ def _native_front() -> Any:
     t = _native.make_type(docs)
     for k in _SHARED:
         setattr(t, k, PyValue.__dict__[k])
-    _native.set_hooks(error, _real, _restore, _custom.name_id)
+    _native.set_hooks(error, _real, _restore, _custom.name_id, _custom.ta_custom_rule)
     _custom.bind_native(_native)
     return t
 
