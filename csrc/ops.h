@@ -222,6 +222,9 @@ static inline void ta_partials(int op, double x, double y, double r, double *dx,
 #define TA_YV_BIN  TA_SEGOF(T, s->aux[i].y)->val[TA_OFF(s->aux[i].y)]
 #define TA_YV_CST  s->aux[i].c
 #define TA_YV_NARY 0.0
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((always_inline))     /* the sweep's hot loop needs it inline (it has two callers now) */
+#endif
 static inline void ta_partials_at(const ta_tape *T, const ta_seg *s, uint32_t i, int op,
                                   double *dx, double *dy)
 {

@@ -35,30 +35,36 @@ static inline void ta_accum(ta_seg *s, uint32_t o, double v, uint64_t *pending)
     s->adj[o] = 0.0 + v;  /* 0.0 + v: -0.0 becomes 0.0, as micrograd's 0 + v */
 }
 
+#if defined(__GNUC__) || defined(__clang__)
+#  define TA_HOT_GIVE static inline __attribute__((always_inline))
+#else
+#  define TA_HOT_GIVE static inline
+#endif
 /* Add v to the adjoint of node ref: as the sweep does (pending non-NULL)
  * or plainly (ta_step). */
-static inline void ta_give(ta_tape *T, uint32_t ref, double v, uint64_t *pending)
+TA_HOT_GIVE void ta_give(ta_tape *T, uint32_t ref, double v, uint64_t *pending)
 {
     ta_seg *s = TA_SEGOF(T, ref);
     if (pending) ta_accum(s, TA_OFF(ref), v, pending);
     else s->adj[TA_OFF(ref)] += v;
 }
 
-/* The local step of node i of segment s (not a leaf, not a Python rule):
+#if defined(__GNUC__) || defined(__clang__)
+#  define TA_HOT static inline __attribute__((always_inline))
+#  define TA_COLD static __attribute__((noinline))
+#else
+#  define TA_HOT static inline
+#  define TA_COLD static
+#endif
+
+/* The local step of built-in node i of segment s (kind UN, BIN or CST):
  * each input's adjoint gets its partial times g.  Inside detect_anomaly()
- * (sweep only) a nan contribution stops it first with TA_EANOMALY. */
-static inline int ta_node_step(ta_tape *T, ta_seg *s, uint32_t i, int op, int kind, double g,
-                               uint64_t *pending)
+ * (sweep only) a nan contribution stops it first with TA_EANOMALY.  The
+ * partials are ops.h's, the same the other sweeps use. */
+TA_HOT int ta_node_step(ta_tape *T, ta_seg *s, uint32_t i, int op, int kind, double g,
+                        uint64_t *pending)
 {
     double dx, dy;
-    if (kind == TA_K_NARY) {
-        const ta_cnode *e = ta_cnode_of(T, s, i);
-        uint32_t k;
-        if (pending && T->anomaly)
-            for (k = 0; k < e->n; k++) if (isnan(e->d[k] * g)) return TA_EANOMALY;
-        for (k = 0; k < e->n; k++) ta_give(T, e->in[k], e->d[k] * g, pending);
-        return TA_OK;
-    }
     ta_partials_at(T, s, i, op, &dx, &dy);
     if (pending && T->anomaly && (isnan(dx * g) || (kind == TA_K_BIN && isnan(dy * g))))
         return TA_EANOMALY;
@@ -67,8 +73,18 @@ static inline int ta_node_step(ta_tape *T, ta_seg *s, uint32_t i, int op, int ki
     return TA_OK;
 }
 
+/* The same for a custom node with partials (custom.c): input k gets d_k g. */
+TA_COLD int ta_cnode_step(ta_tape *T, const ta_cnode *e, double g, uint64_t *pending)
+{
+    uint32_t k;
+    if (pending && T->anomaly)
+        for (k = 0; k < e->n; k++) if (isnan(e->d[k] * g)) return TA_EANOMALY;
+    for (k = 0; k < e->n; k++) ta_give(T, e->in[k], e->d[k] * g, pending);
+    return TA_OK;
+}
+
 /* A node with a Python rule, inside the sweep: Python runs it. */
-static int ta_run_rule(ta_tape *T, ta_seg *s, uint32_t i, uint64_t *pending)
+TA_COLD int ta_run_rule(ta_tape *T, ta_seg *s, uint32_t i, uint64_t *pending)
 {
     struct ta_sweep sw;
     int rc;
@@ -111,6 +127,7 @@ int ta_backward(int64_t root)
             s->marked = 0;
             continue;
         }
+    resume:
         while (pending && i-- > 0) {
             uint8_t b = s->op[i];
             int op, kind;
@@ -120,10 +137,7 @@ int ta_backward(int64_t root)
             op = b & TA_OPMASK;
             kind = ta_kinds[op];
             if (kind == TA_K_LEAF) continue;
-            if (kind == TA_K_NARY && !ta_cnode_of(T, s, i)->d) {
-                if ((st = ta_run_rule(T, s, i, &pending)) != TA_OK) break;
-                continue;
-            }
+            if (kind == TA_K_NARY) goto custom;   /* rare: handled out of this loop */
             if ((st = ta_node_step(T, s, i, op, kind, s->adj[i], &pending)) != TA_OK) {
                 ta_local L;                    /* cold: the values, for the message */
                 ta_local_at(T, s, i, &L);
@@ -133,6 +147,18 @@ int ta_backward(int64_t root)
         }
         if (st == TA_OK) s->marked = 0;
         else p++;                          /* revisit this segment to clear its marks */
+        continue;
+    custom:                                /* node i of s is a custom node */
+        {
+            uint64_t left = pending;       /* a copy: pending's address must not escape, so
+                                              that it stays in a register in the loop */
+            const ta_cnode *e = ta_cnode_of(T, s, i);
+            st = e->d ? ta_cnode_step(T, e, s->adj[i], &left) : ta_run_rule(T, s, i, &left);
+            pending = left;
+            if (st == TA_OK) goto resume;
+            if (st == TA_EANOMALY) { T->err_op = TA_CUSTOM; T->err_x = T->err_y = 0.0; }
+            p++;                           /* revisit this segment to clear its marks */
+        }
     }
     return st;
 }
@@ -148,6 +174,9 @@ int ta_step(int64_t id)
     op = s->op[o] & TA_OPMASK;
     kind = ta_kinds[op];
     if (kind == TA_K_LEAF) return TA_OK;
-    if (kind == TA_K_NARY && !ta_cnode_of(T, s, o)->d) return TA_EBADOP;
+    if (kind == TA_K_NARY) {
+        const ta_cnode *e = ta_cnode_of(T, s, o);
+        return e->d ? ta_cnode_step(T, e, s->adj[o], NULL) : TA_EBADOP;
+    }
     return ta_node_step(T, s, o, op, kind, s->adj[o], NULL);
 }

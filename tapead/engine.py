@@ -432,7 +432,11 @@ class Value:
         It reads this node's .grad and adds each input's share to that input's
         .grad; run on every node in reverse topological order it gives what
         backward() gives.  On a node made with Value(data, _children, _op) it
-        is the callable assigned to it (micrograd's idiom for a new op).
+        is the callable assigned to it (micrograd's idiom for a new op; see
+        tapead.custom): backward() calls it at that node, and an exception it
+        raises propagates out of backward(), leaving the tape and every
+        Value's data as they were and the adjoints with the aborted pass's
+        partial sums.
 
         >>> a, b = Value(2.0), Value(-3.0); e = a * b; L = e + 1
         >>> L.grad = 1.0; L._backward(); e._backward(); (a.grad, b.grad)

@@ -380,6 +380,13 @@ def test_custom_node_prev_op_and_repr():
     assert c.label == 'c'
 
 
+def test_to_dot_draws_a_graph_with_custom_nodes():
+    a = Value(1.0, label='a')
+    c = Value(3.0, (a, a * 2), 'fma', label='c')
+    src = tapead.to_dot(c * 2)
+    assert "fma" in src and "| data 3.0000 |" in src and src.count("->") == 7
+
+
 def test_precomputed_gives_closed_form_grads_and_a_c_only_sweep():
     x, y = Value(3.0), Value(4.0)
     r = math.hypot(3.0, 4.0)
