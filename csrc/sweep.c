@@ -136,8 +136,10 @@ int ta_backward(int64_t root)
             pending--;
             op = b & TA_OPMASK;
             kind = ta_kinds[op];
-            if (kind == TA_K_LEAF) continue;
-            if (kind == TA_K_NARY) goto custom;   /* rare: handled out of this loop */
+            if ((unsigned)kind - 1u >= 3u) {   /* LEAF or NARY: one test on the hot path */
+                if (kind == TA_K_LEAF) continue;
+                goto custom;                   /* rare: handled out of this loop */
+            }
             if ((st = ta_node_step(T, s, i, op, kind, s->adj[i], &pending)) != TA_OK) {
                 ta_local L;                    /* cold: the values, for the message */
                 ta_local_at(T, s, i, &L);

@@ -28,7 +28,7 @@
 #define TA_MARK   0x80u          /* set on nodes reached by a reverse sweep */
 #define TA_MAXSLOTS (1u << (32 - TA_SHIFT))
 
-enum ta_kind { TA_K_LEAF, TA_K_UN, TA_K_BIN, TA_K_CST, TA_K_NARY };
+enum ta_kind { TA_K_LEAF, TA_K_UN, TA_K_BIN, TA_K_CST, TA_K_NARY };   /* (sweep.c relies on this order) */
 
 enum ta_op {
 #define TA_OP(NAME, KIND, SYM) TA_##NAME,

@@ -18,18 +18,22 @@ partials no longer hold; they refuse such a graph, naming the node.
 
 Lifetime.  A node's Python rule lives in this thread's record table until
 the node dies on the tape (C puts its key on a dead list; drain() drops the
-record).  micrograd's closure captures ``out`` itself, and ``out`` holds its
-node's segment: a cycle through C that no collector sees.  So once ``out``
-is referenced only by the closure's cells (CPython's reference counts say
-so), scan() replaces it there with a marker; when the rule runs, a fresh
-Value for the node stands in those cells for the call.  The rule therefore
-holds the node only while user code does.  (PyPy has no reference counts:
-there a rule that captures its own output keeps that node's segment.)
+record).  micrograd's closure captures ``out``, ``self`` and ``other``, and a
+Value holds its tape segment, which holds the node itself: a cycle through C
+that no collector sees.  So scan() finds the Values that nothing but rules'
+closure cells and default arguments refer to (CPython's reference counts
+tell: trial deletion over the rules, as a cycle collector does) and puts a
+stand-in naming the node there; when the rule runs, a live Value for the node
+stands in for the call.  A rule therefore holds its node only while user
+code does.  Only Values of the node, of its inputs, or of earlier nodes it
+then keeps alive as extra inputs (set_backward) are released so: a stand-in
+always names a live node.  (PyPy has no reference counts: there a rule that
+captures its own output keeps that node's segment.)
 """
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable, Dict, Iterable, List, Optional, Set, SupportsFloat, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, SupportsFloat, Tuple
 
 from . import _core, engine as _engine   # (engine is still loading: used at call time only)
 from ._core import OP, TapeadError, ffi, lib
@@ -138,7 +142,6 @@ def _state() -> _State:
     except AttributeError:
         st = _tl.custom = _State()
         return st
-
 
 
 def _raw_info(v: Any) -> Optional[Tuple[int, int, Tuple[int, ...]]]:
