@@ -140,7 +140,10 @@ int ta_cur_hold(int arena, ta_seg **seg, int64_t *key)
         if (!T->ng && !(T->ng = ta_tape_new(T))) return TA_ENOMEM;
         T = T->ng;
     }
-    if ((!T->cur || T->cur->n == TA_SEG) && (st = ta_new_seg(T)) != TA_OK) return st;
+    /* room for the largest single record (an op and two promoted no_grad
+     * inputs: ta_record_at), else a caller that asked because its node did
+     * not fit would be handed the same segment again, forever */
+    if ((!T->cur || T->cur->n > TA_SEG - 3u) && (st = ta_new_seg(T)) != TA_OK) return st;
     ta_hold(T->cur);
     *seg = T->cur;
     *key = TA_KEY(T, T->cur);

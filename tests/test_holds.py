@@ -461,3 +461,20 @@ def test_values_travel_through_a_process_pool():
     x = Value(3.0)
     with cf.ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as ex:
         assert ex.submit(_double_data, x).result(timeout=120) == 6.0   # pickled in a helper thread
+
+
+def test_an_op_that_promotes_no_grad_inputs_at_a_segment_end_records():
+    """An op with no_grad inputs records up to three nodes (the inputs enter
+    as leaves); one short of a segment's end it must open the next segment
+    (the cffi front used to ask for the same segment again, forever)."""
+    def run():
+        with tapead.no_grad():
+            ng = Value(2.0) * 1.0
+        out = []
+        for room in (1, 2, 3):
+            a = Value(1.0)
+            while tapead.tape_stats()["nodes"] % SEG != SEG - room:
+                a = a + 1.0
+            out.append((a * ng).data == 2 * a.data and (ng + ng).data == 4.0)
+        return out
+    assert on_fresh_tape(run) == [True, True, True]
