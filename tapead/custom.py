@@ -166,14 +166,17 @@ def _held_ids(ids: List[int]) -> List[Any]:
     return _engine.held(ids)
 
 
+# the native front's C helpers (None on the cffi front)
+_native_pre: Optional[Callable[..., Any]] = None
+_stand_fast: Optional[Callable[..., List[int]]] = None
+
+
 def bind_native(native: Any) -> None:
     """The native front's C versions of the hot helpers (engine._native_front)."""
     global _raw_info, _held_ids, _native_pre, _rule_holders, _stand_fast
     _raw_info, _held_ids, _native_pre = native.custom_info, native.held, native.precomputed
     _rule_holders, _stand_fast = native.rule_holders, native.stand
 
-
-_native_pre: Optional[Callable[..., Any]] = None
 
 
 def info(v: Any) -> Optional[Tuple[Tuple[int, ...], str, int]]:
@@ -418,8 +421,6 @@ def scan(S: Optional[_State] = None) -> None:
     S.next_scan = 2 * len(keep) + 64
     drain(S)
 
-
-_stand_fast: Optional[Callable[..., List[int]]] = None
 
 
 def _stand_py(S: _State) -> List[int]:
