@@ -334,8 +334,8 @@ def backward_of(v: Any) -> Callable[[], None]:
     got = _raw_info(v)
     if got is None or got[0] == 0:
         return lambda: _step(v)
-    key, node = got[0], v._i
-    return lambda: _run(key, node)
+    key = got[0]
+    return lambda: _run(key, v._i)   # (holds v: the node and its inputs stay alive for it)
 
 
 def _step(v: Any) -> None:
