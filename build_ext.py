@@ -34,6 +34,10 @@ if platform.python_implementation() != "CPython":
 with open(os.path.join(HERE, CSRC, "cdef.h")) as f:
     CDEF = f.read()
 
+# The reverse sweep calls back into Python at a custom node with a Python
+# rule (csrc/custom.c); "Python+C" lets sweep.c call it by name.
+CDEF += '\nextern "Python+C" int ta_custom_rule(int64_t node, int64_t key);\n'
+
 ffibuilder = FFI()
 ffibuilder.cdef(CDEF)
 ffibuilder.set_source(

@@ -95,6 +95,7 @@ int ta_uniform_forward(const ta_prog *P, double *U, const double *params, ta_fai
 /* One op over rows [off, off + cb) of the chunk; kinds expand differently.
  * `bad` collects error statuses without a branch, so the loops vectorise. */
 #define FW_LEAF(N)
+#define FW_NARY(N)             /* never in a Program: ta_plain refuses it */
 #define FW_UN(N)  for (s = 0; s < cb; s++) bad |= fwd_##N(xv[s], 0.0, &rv[s]);
 #define FW_BIN(N) for (s = 0; s < cb; s++) bad |= fwd_##N(xv[s], yv[s], &rv[s]);
 #define FW_CST(N) for (s = 0; s < cb; s++) bad |= fwd_##N(xv[s], c, &rv[s]);
@@ -239,6 +240,7 @@ static void ta_settle(const ta_code *C, ta_ws *W, uint32_t k, int per_sample, co
 
 /* x and y may be the same node (x * x): two loops, each adding one side */
 #define RV_LEAF(N)
+#define RV_NARY(N)
 #define RV_UN(N)  if (ax) for (s = 0; s < cb; s++) { double dx, dy; d_##N(xv[s], 0.0, rv[s], &dx, &dy); ax[s] += dx * g[s]; }
 #define RV_CST(N) if (ax) for (s = 0; s < cb; s++) { double dx, dy; d_##N(xv[s], c, rv[s], &dx, &dy); ax[s] += dx * g[s]; }
 #define RV_BIN(N) \

@@ -38,6 +38,9 @@ typedef struct {
 #define TA_ECORRUPT -11   /* ta_validate found a broken invariant        */
 #define TA_EGUARD   -12   /* replay: a recorded comparison flips         */
 #define TA_EARG     -13   /* bad argument (not a leaf, a duplicate input) */
+#define TA_ECUSTOM  -14   /* a custom node is behind: no replay / higher order */
+#define TA_EPYTHON  -15   /* a custom node's Python _backward raised       */
+#define TA_EBUSY    -18   /* called inside a custom node's Python _backward */
 #define TA_NEEDSEG  -16   /* take a hold on the current segment, then retry */
 #define TA_NEEDNG   -17   /* the same for the no_grad arena             */
 #define TA_SHIFT    11
@@ -65,6 +68,32 @@ int     ta_node(int64_t id, int *op, int64_t *x, int64_t *y, double *c);
 int64_t ta_node_stamp(int64_t id);
 
 int     ta_backward(int64_t root);     /* seed root with 1, one reverse sweep       */
+/* v._backward(): node id's own local step once, plain accumulation into
+ * its inputs' adjoints (TA_EBADOP for a node with a Python rule: Python
+ * runs that itself). */
+int     ta_step(int64_t id);
+
+/* ---- custom nodes (custom.c) ---- */
+/* A node of value `value` whose inputs are the n nodes ins (no_grad values
+ * among them are constants and dropped).  partials: its n local partials
+ * (backward adds p_k * g to input k); or NULL and key non-NULL: a node
+ * with a Python rule, *key set to the key backward() passes to
+ * ta_custom_rule.  name: Python's id of its name.  Returns its id, also
+ * written, held, into the held list h (Holds, below), or a negative status. */
+int64_t ta_custom(const int64_t *ins, uint32_t n, double value, const double *partials,
+                  uint32_t name, int64_t *key, int64_t *h);
+/* A custom node's inputs (ins[0..min(n, cap)), ids), name id and key;
+ * *n gets the count.  TA_EBADOP if id is not a custom node. */
+int     ta_custom_info(int64_t id, uint32_t *n, int64_t *ins, uint32_t cap, uint32_t *name,
+                       int64_t *key);
+/* Keep alive, with custom node id (a Python rule), those of the n nodes
+ * ids that precede it (values its rule captured; ok[k] = 1 for those, if
+ * ok is not NULL); returns how many. */
+int     ta_custom_keep(int64_t id, const int64_t *ids, uint32_t n, int8_t *ok);
+/* Pop up to cap keys of dead custom nodes with Python rules; returns how many. */
+int     ta_custom_dead(int64_t *keys, uint32_t cap);
+int64_t ta_custom_failed(void);        /* the custom node of the last TA_ECUSTOM */
+int     ta_custom_plain(const int64_t *roots, size_t n);   /* ta_plain, for Python */
 
 /* Holds (see tapead.h).  Python's share of a hold always sits in memory
  * that an ffi.gc object owns before the hold is taken, and it moves only

@@ -346,6 +346,7 @@ int ta_grad(const int64_t *outs, const double *w, int nout,
     uint32_t hp = 0, ho = 0;
     int st;
     if (!T) return TA_ENOMEM;
+    if ((st = ta_plain(T, outs, (size_t)(nout > 0 ? nout : 0), 0)) != TA_OK) return st;
     if ((st = hi_check(T, outs, nout, &hp, &ho)) != TA_OK) return st;
     if ((st = hi_check(T, ins, nin, NULL, NULL)) != TA_OK) return st;
     memset(&S, 0, sizeof S); S.T = T;
@@ -368,6 +369,7 @@ int ta_grad_graph(const int64_t *outs, const double *w, int nout,
     int st, k;
     if (nin < 0 || !ta_held_fits(h, (size_t)nin)) return TA_EARG;
     if (!T) return TA_ENOMEM;
+    if ((st = ta_plain(T, outs, (size_t)(nout > 0 ? nout : 0), 0)) != TA_OK) return st;
     if ((st = hi_check(T, outs, nout, &hp, &ho)) != TA_OK) return st;
     if ((st = hi_check(T, ins, nin, NULL, NULL)) != TA_OK) return st;
     gids = TA_HELD_IDS(h);
@@ -492,6 +494,7 @@ int ta_hvp(int64_t out, const int64_t *ins, int nin, const double *v, double *hv
     uint32_t lp = 0, hp = 0, ho = 0;
     int st;
     if (!T) return TA_ENOMEM;
+    if ((st = ta_plain(T, &out, 1, 0)) != TA_OK) return st;
     if ((st = hi_check(T, &out, 1, &hp, &ho)) != TA_OK) return st;
     if ((st = hi_check(T, ins, nin, NULL, NULL)) != TA_OK) return st;
     memset(&S, 0, sizeof S); S.T = T;
@@ -512,6 +515,7 @@ int ta_hessian(int64_t out, const int64_t *ins, int nin, double *H)
     double *e;
     int st, k;
     if (!T) return TA_ENOMEM;
+    if ((st = ta_plain(T, &out, 1, 0)) != TA_OK) return st;
     if ((st = hi_check(T, &out, 1, &hp, &ho)) != TA_OK) return st;
     if ((st = hi_check(T, ins, nin, NULL, NULL)) != TA_OK) return st;
     if (nin <= 0) return TA_OK;
@@ -542,6 +546,7 @@ int ta_jacobian(const int64_t *outs, int nout, const int64_t *ins, int nin, doub
     uint32_t hp = 0, ho = 0;
     int st = TA_OK, k;
     if (!T) return TA_ENOMEM;
+    if ((st = ta_plain(T, outs, (size_t)(nout > 0 ? nout : 0), 0)) != TA_OK) return st;
     if ((st = hi_check(T, outs, nout, &hp, &ho)) != TA_OK) return st;
     if ((st = hi_check(T, ins, nin, NULL, NULL)) != TA_OK) return st;
     memset(&S, 0, sizeof S); S.T = T;

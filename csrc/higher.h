@@ -90,6 +90,7 @@ static inline hi_t hi_add(hi_em *E, hi_t a, hi_t b)
 
 E_(LEAF) { UNUSED(E); UNUSED(a); }
 E_(DEAD) { UNUSED(E); UNUSED(a); }
+E_(CUSTOM) { UNUSED(E); UNUSED(a); }   /* never reached: ta_plain refuses first */
 E_(ADD)  { UNUSED(E); a->dx = a->g; a->dy = a->g; }
 E_(SUB)  { a->dx = a->g; a->dy = hi_mulc(E, a->g, -1.0); }
 E_(MUL)  { a->dx = hi_scale(E, a->g, a->y); a->dy = hi_scale(E, a->g, a->x); }
@@ -157,7 +158,7 @@ E_(MIN)
  * falls back to a constant partial, the second partial here is 0. */
 #define D2_(NAME) static inline void d2_##NAME(double x, double y, double r, double *xx, double *xy, double *yy)
 #define D2_NONE(NAME) D2_(NAME) { UNUSED(x); UNUSED(y); UNUSED(r); *xx = *xy = *yy = 0.0; }
-D2_NONE(LEAF) D2_NONE(DEAD) D2_NONE(ADD) D2_NONE(SUB)
+D2_NONE(LEAF) D2_NONE(DEAD) D2_NONE(CUSTOM) D2_NONE(ADD) D2_NONE(SUB)
 D2_NONE(ADDC) D2_NONE(RSUBC) D2_NONE(MULC) D2_NONE(DIVC) D2_NONE(RELU) D2_NONE(ABS) D2_NONE(MAX) D2_NONE(MIN)
 D2_(MUL)  { UNUSED(x); UNUSED(y); UNUSED(r); *xx = 0.0; *xy = 1.0; *yy = 0.0; }
 /* x/y: xy = -1/y^2, yy = 2r/y^2 */

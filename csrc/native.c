@@ -49,6 +49,28 @@ static PyTypeObject *va_type = NULL;
  * x) -> a user attribute, kept with the node (x NULL: delete it). */
 static PyObject *va_error_hook = NULL, *va_real_hook = NULL, *va_restore_hook = NULL;
 static PyObject *va_other_hook = NULL, *va_setattr_hook = NULL;
+/* name(op) -> the int id of a custom node's name (tapead/custom.py) */
+static PyObject *va_name_hook = NULL;
+/* rule(node, key) -> 0, or -1 having stored the exception it caught:
+ * tapead.custom.ta_custom_rule, called directly rather than through cffi */
+static PyObject *va_rule_fn = NULL;
+
+static int va_rule(int64_t node, int64_t key)
+{
+    PyGILState_STATE g = PyGILState_Ensure();   /* held already unless called through cffi */
+    PyObject *a[2], *r;
+    int rc = -1;
+    a[0] = PyLong_FromLongLong((long long)node);
+    a[1] = PyLong_FromLongLong((long long)key);
+    if (a[0] && a[1] && (r = PyObject_Vectorcall(va_rule_fn, a, 2, NULL)) != NULL) {
+        rc = (int)PyLong_AsLong(r);
+        Py_DECREF(r);
+    }
+    Py_XDECREF(a[0]); Py_XDECREF(a[1]);
+    if (PyErr_Occurred()) { PyErr_Clear(); rc = -1; }   /* (out of memory making two ints) */
+    PyGILState_Release(g);
+    return rc;
+}
 
 /* ------------------------------------------------------------ errors */
 
@@ -246,11 +268,58 @@ static PyObject *va_minimum(PyObject *a, PyObject *b) { return va_minmax(a, b, T
 #define VA_UN_LEAF(NAME)
 #define VA_UN_BIN(NAME)
 #define VA_UN_CST(NAME)
+#define VA_UN_NARY(NAME)
 #define TA_OP(NAME, KIND, SYM) VA_UN_##KIND(NAME)
 #include "ops.def"
 #undef TA_OP
 
 /* ------------------------------------------------------ type slots */
+
+/* Value(data, _children, _op) with Values as children: a custom node
+ * whose inputs are the children (micrograd's idiom for a new op; its rule
+ * is the _backward assigned later, run by Python: tapead/custom.py).
+ * Returns its id (its segment in *where, not held) or -1 with an
+ * exception set. */
+static int64_t va_custom(ta_tape *T, PyObject *children, PyObject *opname, double x, ta_seg **where)
+{
+    PyObject *fast, *nm;
+    Py_ssize_t n, k;
+    uint32_t *in, m = 0, name;
+    int64_t id, key = 0;
+    if (!va_name_hook) { PyErr_SetString(PyExc_RuntimeError, "tapead: custom nodes are not set up"); return -1; }
+    if (!(nm = PyObject_CallOneArg(va_name_hook, opname ? opname : Py_None))) return -1;
+    name = (uint32_t)PyLong_AsUnsignedLong(nm);
+    Py_DECREF(nm);
+    if (PyErr_Occurred()) return -1;
+    if (!(fast = PySequence_Fast(children, "Value(data, _children, _op): _children must be an iterable of Values")))
+        return -1;
+    n = PySequence_Fast_GET_SIZE(fast);
+    if (n > (Py_ssize_t)(UINT32_MAX >> 3) || !(in = (uint32_t *)PyMem_Malloc((size_t)(n ? n : 1) * sizeof *in))) {
+        Py_DECREF(fast); PyErr_NoMemory(); return -1;
+    }
+    for (k = 0; k < n; k++) {
+        PyObject *c = PySequence_Fast_GET_ITEM(fast, k);
+        ta_seg *cs;
+        uint32_t co;
+        if (!va_is(c)) {
+            PyErr_Format(PyExc_TypeError, "Value(data, _children, _op): each child must be a Value, not %s",
+                         Py_TYPE(c)->tp_name);
+            goto fail;
+        }
+        if (!(cs = va_node(T, (va_obj *)c, &co))) goto fail;
+        if (cs->tape != T) continue;               /* a no_grad value: a constant here */
+        in[m++] = TA_REF(cs, co);
+    }
+    id = ta_custom_at(T, in, m, x, NULL, name, &key, where);
+    PyMem_Free(in);
+    Py_DECREF(fast);
+    if (id < 0) { va_fail((int)id); return -1; }
+    return id;
+fail:
+    PyMem_Free(in);
+    Py_DECREF(fast);
+    return -1;
+}
 
 static int va_init(PyObject *self, PyObject *args, PyObject *kw)
 {
@@ -263,10 +332,10 @@ static int va_init(PyObject *self, PyObject *args, PyObject *kw)
     int64_t id;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OOO:Value", kwlist, &data, &children, &opname, &label))
         return -1;
-    if (children && PyObject_IsTrue(children)) {
-        PyErr_SetString(PyExc_TypeError, "tapead records the graph itself: build Values with "
-                                         "operators, not with _children");
-        return -1;
+    if (children) {
+        int t = PyObject_IsTrue(children);
+        if (t < 0) return -1;
+        if (!t) children = NULL;
     }
     if (PyFloat_CheckExact(data)) x = PyFloat_AS_DOUBLE(data);
     else {
@@ -277,8 +346,12 @@ static int va_init(PyObject *self, PyObject *args, PyObject *kw)
         if (x == -1.0 && PyErr_Occurred()) return -1;
     }
     if (!(T = va_tape())) return -1;
-    id = ta_leaf_at(T, x, TA_NOKEY, &where);
-    if (id < 0) { va_fail((int)id); return -1; }
+    if (children) {
+        if ((id = va_custom(T, children, opname, x, &where)) < 0) return -1;
+    } else {
+        id = ta_leaf_at(T, x, TA_NOKEY, &where);
+        if (id < 0) { va_fail((int)id); return -1; }
+    }
     if (v->node) ta_unhold_seg(VA_SEG(v->node));      /* __init__ called again */
     v->node = (uintptr_t)where | TA_OFF((uint32_t)id);
     ta_hold(where);
@@ -349,9 +422,10 @@ static void va_dealloc(PyObject *self)
 static int va_setattro(PyObject *self, PyObject *name, PyObject *x)
 {
     PyObject *r;
-    int st = PyObject_GenericSetAttr(self, name, x);
-    if (st == 0 || !va_setattr_hook || !PyErr_ExceptionMatches(PyExc_AttributeError)) return st;
-    PyErr_Clear();
+    /* a name the type has (a getset, a property such as _backward) is the
+     * type's to set, with its own errors; only other names are user data */
+    if (!va_setattr_hook || !PyUnicode_Check(name) || _PyType_Lookup(Py_TYPE(self), name))
+        return PyObject_GenericSetAttr(self, name, x);
     r = PyObject_CallFunction(va_setattr_hook, "OOOi", self, name, x ? x : Py_None, x == NULL);
     if (!r) return -1;
     Py_DECREF(r);
@@ -366,7 +440,7 @@ static PyObject *va_get(PyObject *self, void *what)
     ta_seg *s;
     uint32_t o;
     if (!T || !(s = va_node(T, (va_obj *)self, &o))) return NULL;
-    return PyFloat_FromDouble(what ? s->adj[o] : s->val[o]);
+    return PyFloat_FromDouble(what ? ta_adj_get(T, s, o) : s->val[o]);
 }
 
 static int va_set(PyObject *self, PyObject *x, void *what)
@@ -379,7 +453,7 @@ static int va_set(PyObject *self, PyObject *x, void *what)
     if (!T || !(s = va_node(T, (va_obj *)self, &o))) return -1;
     d = PyFloat_AsDouble(x);
     if (d == -1.0 && PyErr_Occurred()) return -1;
-    if (what) s->adj[o] = d; else s->val[o] = d;
+    if (what) ta_adj_put(T, s, o, d); else s->val[o] = d;
     return 0;
 }
 
@@ -426,6 +500,7 @@ static PyObject *va_reduce(PyObject *self, PyObject *u)
 #define VA_MD_LEAF(NAME)
 #define VA_MD_BIN(NAME)
 #define VA_MD_CST(NAME)
+#define VA_MD_NARY(NAME)
 static PyMethodDef va_methods[] = {
 #define TA_OP(NAME, KIND, SYM) VA_MD_##KIND(NAME)
 #include "ops.def"
@@ -441,6 +516,7 @@ static const char *const va_un_idents[] = {
 #define VA_ID_LEAF(NAME)
 #define VA_ID_BIN(NAME)
 #define VA_ID_CST(NAME)
+#define VA_ID_NARY(NAME)
 #define TA_OP(NAME, KIND, SYM) VA_ID_##KIND(NAME)
 #include "ops.def"
 #undef TA_OP
@@ -512,10 +588,14 @@ static PyObject *va_make_type(PyObject *mod, PyObject *docs)
 
 static PyObject *va_set_hooks(PyObject *mod, PyObject *args)
 {
-    PyObject *e, *r, *s, *o, *a;
+    PyObject *e, *r, *s, *o, *a, *nm, *rule;
     (void)mod;
-    if (!PyArg_ParseTuple(args, "OOOOO:set_hooks", &e, &r, &s, &o, &a)) return NULL;
-    Py_INCREF(e); Py_INCREF(r); Py_INCREF(s); Py_INCREF(o); Py_INCREF(a);
+    if (!PyArg_ParseTuple(args, "OOOOOOO:set_hooks", &e, &r, &s, &o, &a, &nm, &rule)) return NULL;
+    if (!PyCallable_Check(rule)) { PyErr_SetString(PyExc_TypeError, "rule hook must be callable"); return NULL; }
+    Py_INCREF(e); Py_INCREF(r); Py_INCREF(s); Py_INCREF(o); Py_INCREF(a); Py_INCREF(nm); Py_INCREF(rule);
+    Py_XSETREF(va_name_hook, nm);
+    Py_XSETREF(va_rule_fn, rule);
+    ta_rule_hook = va_rule;
     Py_XSETREF(va_error_hook, e);
     Py_XSETREF(va_real_hook, r);
     Py_XSETREF(va_restore_hook, s);
@@ -565,9 +645,250 @@ done:
     return out;
 }
 
+/* ---------------------------------------------- custom nodes (custom.c) */
+
+/* custom_info(v): (key, name id, (input ids...)) of v's custom node, or
+ * None if v's node is not one (tapead/custom.py: the cffi front's info()). */
+static PyObject *va_custom_info(PyObject *mod, PyObject *v)
+{
+    ta_tape *T = va_tape();
+    ta_seg *s;
+    uint32_t o, k;
+    const ta_cnode *e;
+    PyObject *ins, *r;
+    (void)mod;
+    if (!T) return NULL;
+    if (!va_is(v)) { PyErr_SetString(PyExc_TypeError, "custom_info needs a Value"); return NULL; }
+    if (!(s = va_node(T, (va_obj *)v, &o))) return NULL;
+    if (s->tape != T || (s->op[o] & TA_OPMASK) != TA_CUSTOM) Py_RETURN_NONE;
+    e = ta_cnode_of(T, s, o);
+    if (!(ins = PyTuple_New(e->nuser))) return NULL;
+    for (k = 0; k < e->nuser; k++) {
+        PyObject *i = PyLong_FromLongLong((long long)((T->tag << 32) | e->in[k]));
+        if (!i) { Py_DECREF(ins); return NULL; }
+        PyTuple_SET_ITEM(ins, k, i);
+    }
+    r = Py_BuildValue("(LIN)", (long long)e->key, (unsigned int)e->name, ins);
+    return r;
+}
+
+/* Does Value x (of rule entry e's node (s, o)) name that node or one of its
+ * inputs?  An earlier node that is neither is kept alive with e; a later
+ * one, another thread's or a no_grad value is not a holder (0).  -1 on
+ * failure (exception set). */
+static int va_rule_holds(ta_tape *T, ta_seg *s, uint32_t o, ta_cnode *e, PyObject *x)
+{
+    va_obj *v = (va_obj *)x;
+    ta_seg *xs;
+    uint32_t xo, ref, k;
+    int st;
+    if (!va_is(x) || !v->node) return 0;
+    xs = VA_SEG(v->node); xo = VA_OFF(v->node);
+    if (xs->tape != T) return 0;
+    if (xs == s && xo == o) return 1;
+    ref = TA_REF(xs, xo);
+    for (k = 0; k < e->n; k++) if (e->in[k] == ref) return 1;
+    if (xs->pos > s->pos || (xs == s && xo > o)) return 0;
+    if ((st = ta_cnode_keep(e, ref)) != TA_OK) { va_fail(st); return -1; }
+    return 1;
+}
+
+/* rule_holders(v, fn): None if v's node is not a custom node; else (key,
+ * cells, defaults): the closure cells and default-argument positions of fn
+ * (a plain function) holding a Value of the node or of its inputs (earlier
+ * Values they hold are kept alive with the node).  key 0: partials. */
+static PyObject *va_rule_holders(PyObject *mod, PyObject *args)
+{
+    ta_tape *T = va_tape();
+    PyObject *v, *fn, *cells = NULL, *defs = NULL, *r = NULL, *ct = NULL, *dt = NULL;
+    ta_seg *s;
+    uint32_t o;
+    ta_cnode *e;
+    (void)mod;
+    if (!T || !PyArg_ParseTuple(args, "OO:rule_holders", &v, &fn)) return NULL;
+    if (!va_is(v)) { PyErr_SetString(PyExc_TypeError, "rule_holders needs a Value"); return NULL; }
+    if (!(s = va_node(T, (va_obj *)v, &o))) return NULL;
+    if (s->tape != T || (s->op[o] & TA_OPMASK) != TA_CUSTOM) Py_RETURN_NONE;
+    e = ta_cnode_of(T, s, o);
+    if (e->d) return Py_BuildValue("(i()())", 0);
+    if (!PyCallable_Check(fn)) {
+        PyErr_Format(PyExc_TypeError, "_backward must be callable, not %s", Py_TYPE(fn)->tp_name);
+        return NULL;
+    }
+    if (!(cells = PyList_New(0)) || !(defs = PyList_New(0))) goto out;
+    if (PyFunction_Check(fn)) {
+        PyObject *cl = PyFunction_GET_CLOSURE(fn), *d = PyFunction_GET_DEFAULTS(fn);
+        Py_ssize_t k;
+        for (k = 0; cl && PyTuple_Check(cl) && k < PyTuple_GET_SIZE(cl); k++) {
+            PyObject *c = PyTuple_GET_ITEM(cl, k), *x;
+            int h;
+            if (!PyCell_Check(c) || !(x = PyCell_GET(c))) continue;
+            if ((h = va_rule_holds(T, s, o, e, x)) < 0) goto out;
+            if (h && PyList_Append(cells, c) < 0) goto out;
+        }
+        for (k = 0; d && PyTuple_Check(d) && k < PyTuple_GET_SIZE(d); k++) {
+            int h = va_rule_holds(T, s, o, e, PyTuple_GET_ITEM(d, k));
+            PyObject *i;
+            if (h < 0) goto out;
+            if (!h) continue;
+            if (!(i = PyLong_FromSsize_t(k))) goto out;
+            h = PyList_Append(defs, i);
+            Py_DECREF(i);
+            if (h < 0) goto out;
+        }
+    }
+    if ((ct = PyList_AsTuple(cells)) && (dt = PyList_AsTuple(defs)))
+        r = Py_BuildValue("(LOO)", (long long)e->key, ct, dt);
+out:
+    Py_XDECREF(cells); Py_XDECREF(defs); Py_XDECREF(ct); Py_XDECREF(dt);
+    return r;
+}
+
+/* stand(recs, pending, Stand): scan()'s common case in C (tapead/custom.py
+ * says why): for each pending rule, each closure cell that only its
+ * closure and its record hold, and that holds the only reference to a
+ * Value, gets Stand(node) instead, noted in the record's stood and ids.
+ * Returns the keys whose rules hold anything else (shared cells, default
+ * arguments), for the full trial deletion. */
+static PyObject *va_stand(PyObject *mod, PyObject *args)
+{
+    static PyObject *s_cells = NULL, *s_defs = NULL, *s_stood = NULL, *s_ids = NULL;
+    PyObject *recs, *pending, *stand, *slow;
+    Py_ssize_t j;
+    (void)mod;
+    if (!PyArg_ParseTuple(args, "O!O!O!:stand", &PyDict_Type, &recs, &PyList_Type, &pending,
+                          &PyType_Type, &stand))
+        return NULL;
+    if (!s_cells && (!(s_cells = PyUnicode_InternFromString("cells")) || !(s_defs = PyUnicode_InternFromString("defs")) ||
+                     !(s_stood = PyUnicode_InternFromString("stood")) || !(s_ids = PyUnicode_InternFromString("ids"))))
+        return NULL;
+    if (!(slow = PyList_New(0))) return NULL;
+    for (j = 0; j < PyList_GET_SIZE(pending); j++) {
+        PyObject *key = PyList_GET_ITEM(pending, j), *rec, *cells = NULL, *defs = NULL, *stood = NULL, *ids = NULL;
+        Py_ssize_t k;
+        int rest = 0, ok = 0;
+        if (!(rec = PyDict_GetItemWithError(recs, key))) { if (PyErr_Occurred()) goto fail; continue; }
+        Py_INCREF(rec);
+        if (!(cells = PyObject_GetAttr(rec, s_cells)) || !(defs = PyObject_GetAttr(rec, s_defs)) ||
+            !(stood = PyObject_GetAttr(rec, s_stood)) || !(ids = PyObject_GetAttr(rec, s_ids)))
+            goto next;
+        if (!PyTuple_Check(cells) || !PyTuple_Check(defs) || !PyList_Check(stood) || !PyList_Check(ids)) {
+            PyErr_SetString(PyExc_TypeError, "stand: malformed rule record"); goto next;
+        }
+        for (k = 0; k < PyTuple_GET_SIZE(cells); k++) {
+            PyObject *c = PyTuple_GET_ITEM(cells, k), *x, *node, *st, *t;
+            int has;
+            if (!PyCell_Check(c) || !(x = PyCell_GET(c)) || Py_TYPE(x) == (PyTypeObject *)stand) continue;
+            /* the cell: fn's closure and this record; the Value: the cell alone */
+            if (Py_REFCNT(c) != 2 || Py_REFCNT(x) != 1 || !va_is(x) || !((va_obj *)x)->node) { rest = 1; continue; }
+            if (!(node = PyLong_FromLongLong(va_id((va_obj *)x)))) goto next;
+            st = PyObject_CallOneArg(stand, node);
+            if (!st) { Py_DECREF(node); goto next; }
+            has = PySequence_Contains(ids, node);
+            if (has < 0 || (!has && PyList_Append(ids, node) < 0)) { Py_DECREF(node); Py_DECREF(st); goto next; }
+            Py_DECREF(node);
+            if (!(t = Py_BuildValue("(OiO)", c, -1, st))) { Py_DECREF(st); goto next; }
+            if (PyList_Append(stood, t) < 0) { Py_DECREF(t); Py_DECREF(st); goto next; }
+            Py_DECREF(t);
+            if (PyCell_Set(c, st) < 0) { Py_DECREF(st); goto next; }   /* x goes: its hold with it */
+            Py_DECREF(st);
+        }
+        if (PyTuple_GET_SIZE(defs)) rest = 1;
+        if (rest && PyList_Append(slow, key) < 0) goto next;
+        ok = 1;
+    next:
+        Py_XDECREF(cells); Py_XDECREF(defs); Py_XDECREF(stood); Py_XDECREF(ids);
+        Py_DECREF(rec);
+        if (!ok) goto fail;
+    }
+    return slow;
+fail:
+    Py_DECREF(slow);
+    return NULL;
+}
+
+/* held(ids): new Values for existing nodes of this thread, each holding
+ * its segment (what a Python rule's stand-ins become for a run). */
+static PyObject *va_held(PyObject *mod, PyObject *seq)
+{
+    ta_tape *T = va_tape();
+    PyObject *fast, *out;
+    Py_ssize_t n, k;
+    (void)mod;
+    if (!T) return NULL;
+    if (!(fast = PySequence_Fast(seq, "held needs a sequence of node ids"))) return NULL;
+    n = PySequence_Fast_GET_SIZE(fast);
+    if (!(out = PyList_New(n))) { Py_DECREF(fast); return NULL; }
+    for (k = 0; k < n; k++) {
+        int64_t id = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fast, k));
+        ta_seg *s;
+        uint32_t o;
+        int ng, st;
+        PyObject *v;
+        if (id == -1 && PyErr_Occurred()) goto fail;
+        if ((st = ta_resolve_any(T, id, &s, &o, &ng)) != TA_OK) { va_fail(st); goto fail; }
+        if (!(v = va_wrap(s, o))) goto fail;
+        PyList_SET_ITEM(out, k, v);
+    }
+    Py_DECREF(fast);
+    return out;
+fail:
+    Py_DECREF(fast); Py_DECREF(out);
+    return NULL;
+}
+
+/* precomputed(value, inputs, partials, name id): tapead.precomputed on the
+ * native front, arguments already checked by Python (floats, Values, equal
+ * lengths), so only their types are verified here. */
+static PyObject *va_precomputed(PyObject *mod, PyObject *args)
+{
+    ta_tape *T = va_tape();
+    PyObject *ins, *ps, *r = NULL;
+    double x, *d = NULL;
+    unsigned int name;
+    uint32_t *in = NULL, m = 0;
+    Py_ssize_t n, k;
+    ta_seg *where = NULL;
+    int64_t id;
+    (void)mod;
+    if (!T) return NULL;
+    if (!PyArg_ParseTuple(args, "dO!O!I:precomputed", &x, &PyList_Type, &ins, &PyList_Type, &ps, &name))
+        return NULL;
+    n = PyList_GET_SIZE(ins);
+    if (PyList_GET_SIZE(ps) != n || n > (Py_ssize_t)(UINT32_MAX >> 4)) {
+        PyErr_SetString(PyExc_ValueError, "precomputed needs one partial per input"); return NULL;
+    }
+    in = (uint32_t *)PyMem_Malloc((size_t)(n ? n : 1) * sizeof *in);
+    d = (double *)PyMem_Malloc((size_t)(n ? n : 1) * sizeof *d);
+    if (!in || !d) { PyErr_NoMemory(); goto out; }
+    for (k = 0; k < n; k++) {
+        PyObject *c = PyList_GET_ITEM(ins, k), *p = PyList_GET_ITEM(ps, k);
+        ta_seg *cs;
+        uint32_t co;
+        if (!va_is(c) || !PyFloat_Check(p)) {
+            PyErr_SetString(PyExc_TypeError, "precomputed: inputs must be Values and partials floats");
+            goto out;
+        }
+        if (!(cs = va_node(T, (va_obj *)c, &co))) goto out;
+        if (cs->tape != T) continue;               /* a no_grad value: a constant here */
+        d[m] = PyFloat_AS_DOUBLE(p);
+        in[m++] = TA_REF(cs, co);
+    }
+    id = ta_custom_at(T, in, m, x, d, (uint32_t)name, NULL, &where);
+    r = va_result(T, id, where);
+out:
+    PyMem_Free(in); PyMem_Free(d);
+    return r;
+}
+
 static PyMethodDef va_module_methods[] = {
+    {"custom_info", va_custom_info, METH_O, "custom_info(v): (key, name, inputs) or None"},
+    {"held", va_held, METH_O, "held(ids): Values for existing nodes, each holding its segment"},
+    {"stand", va_stand, METH_VARARGS, "stand(recs, pending, Stand): scan's common case; the other keys"},
+    {"rule_holders", va_rule_holders, METH_VARARGS, "rule_holders(v, fn): (key, cells, defaults) or None"},
+    {"precomputed", va_precomputed, METH_VARARGS, "precomputed(value, inputs, partials, name)"},
     {"make_type", va_make_type, METH_O, "make_type(docs): the native Value type"},
-    {"set_hooks", va_set_hooks, METH_VARARGS, "set_hooks(error, real, restore, other, setattr)"},
+    {"set_hooks", va_set_hooks, METH_VARARGS, "set_hooks(error, real, restore, other, setattr, name, rule)"},
     {"adopt", va_adopt, METH_VARARGS, "adopt(h, n): Values taking over the holds of a held list"},
     {NULL, NULL, 0, NULL}
 };

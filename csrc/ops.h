@@ -182,6 +182,11 @@ static inline int fwd_MIN(double x, double y, double *r)
 static inline void d_MIN(double x, double y, double r, double *dx, double *dy)
 { UNUSED(r); if (x == y) { *dx = *dy = 0.5; } else if (y < x) { *dx = 0; *dy = 1.0; } else { *dx = 1.0; *dy = 0; } }
 
+/* A custom node's value comes from outside: replay cannot recompute it
+ * (ta_plain refuses such graphs first); its partials live in custom.c. */
+static inline int fwd_CUSTOM(double x, double y, double *r) { UNUSED(x); UNUSED(y); UNUSED(r); return TA_ECUSTOM; }
+#define d_CUSTOM d_LEAF
+
 static inline int ta_forward(int op, double x, double y, double *r)
 {
     switch (op) {
@@ -211,10 +216,15 @@ static inline void ta_partials(int op, double x, double y, double r, double *dx,
 #define TA_XV_UN   TA_SEGOF(T, s->x[i])->val[TA_OFF(s->x[i])]
 #define TA_XV_BIN  TA_XV_UN
 #define TA_XV_CST  TA_XV_UN
+#define TA_XV_NARY 0.0
 #define TA_YV_LEAF 0.0
 #define TA_YV_UN   0.0
 #define TA_YV_BIN  TA_SEGOF(T, s->aux[i].y)->val[TA_OFF(s->aux[i].y)]
 #define TA_YV_CST  s->aux[i].c
+#define TA_YV_NARY 0.0
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((always_inline))     /* the sweep's hot loop needs it inline (it has two callers now) */
+#endif
 static inline void ta_partials_at(const ta_tape *T, const ta_seg *s, uint32_t i, int op,
                                   double *dx, double *dy)
 {
@@ -230,10 +240,12 @@ static inline void ta_partials_at(const ta_tape *T, const ta_seg *s, uint32_t i,
 #undef TA_XV_UN
 #undef TA_XV_BIN
 #undef TA_XV_CST
+#undef TA_XV_NARY
 #undef TA_YV_LEAF
 #undef TA_YV_UN
 #undef TA_YV_BIN
 #undef TA_YV_CST
+#undef TA_YV_NARY
 
 /* Everything a sweep needs about node i of segment s: its op and kind, its
  * inputs (refs and values; yv is the constant of a CST op, 0 otherwise) and
@@ -247,7 +259,7 @@ static inline void ta_local_at(const ta_tape *T, const ta_seg *s, uint32_t i, ta
     L->kind = ta_kinds[L->op];
     L->xr = L->yr = 0;
     L->xv = L->yv = L->dx = L->dy = 0.0;
-    if (L->kind == TA_K_LEAF) return;
+    if (L->kind == TA_K_LEAF || L->kind == TA_K_NARY) return;   /* NARY: ta_plain keeps it out */
     L->xr = s->x[i];
     L->xv = TA_SEGOF(T, L->xr)->val[TA_OFF(L->xr)];
     if (L->kind == TA_K_BIN) {

@@ -147,6 +147,7 @@ int ta_prog_new(const int64_t *outs, uint32_t nout, const int64_t *ins, uint32_t
     if (nout == 0 || !outs || (nin && !ins) || (nwrt && !wrt)) return TA_EARG;
     for (j = 0; j < nin; j++) if ((st = ta_leaf_ref(T, ins[j])) != TA_OK) return st;
     for (j = 0; j < nwrt; j++) if ((st = ta_leaf_ref(T, wrt[j])) != TA_OK) return st;
+    if ((st = ta_plain(T, outs, nout, 1)) != TA_OK) return st;
     for (j = 0; j < nout; j++) {
         ta_seg *s; uint32_t o; uint64_t w;
         if ((st = ta_resolve(T, outs[j], &s, &o)) != TA_OK) return st;
@@ -285,7 +286,7 @@ static int ta_flat_check(const ta_flat_t *f, uint8_t *role)
     uint32_t k, j;
     for (k = 0; k < f->n; k++) {
         int op = f->op[k], kind;
-        if (op >= TA_NOPS || op == TA_DEAD) return TA_EARG;
+        if (op >= TA_NOPS || op == TA_DEAD || op == TA_CUSTOM) return TA_EARG;
         kind = ta_kinds[op];
         if (kind != TA_K_LEAF && f->a[k] >= k) return TA_EARG;
         if (kind == TA_K_BIN && f->b[k] >= k) return TA_EARG;

@@ -132,6 +132,7 @@ int ta_recompute(int64_t root)
     double *v;
     int st;
     if (!T) return TA_ENOMEM;
+    if ((st = ta_plain(T, &root, 1, 1)) != TA_OK) return st;
     if ((st = ta_resolve(T, root, &rs, &ro)) != TA_OK) return st;
     if (!(G = ta_guards_of(T))) return TA_ENOMEM;
     if (!(L = ta_plan_find(G, root))) {

@@ -9,7 +9,15 @@
  * reached-but-unvisited nodes, so segments the pass never reached (an
  * earlier step's graph awaiting reclamation) cost one test each.  Inside detect_anomaly() the first
  * nan adjoint contribution stops the sweep with TA_EANOMALY (adjoints then
- * hold the partial sums of the aborted pass). */
+ * hold the partial sums of the aborted pass).
+ *
+ * Each node's local chain-rule step is one function, ta_node_step, used by
+ * the sweep (accumulating with marks, as above) and by ta_step (v._backward():
+ * one node's step with plain accumulation, the lecture's manual backprop).
+ * A custom node (custom.c) with partials is stepped in C; one with a Python
+ * rule makes the sweep call ta_custom_rule, with T->sw saying where the
+ * sweep is, so that .grad inside the rule reads and writes this pass's
+ * adjoints; if the rule raises, the sweep aborts as an anomaly does. */
 #include <math.h>
 #include "tapead.h"
 #include "ops.h"
@@ -27,6 +35,68 @@ static inline void ta_accum(ta_seg *s, uint32_t o, double v, uint64_t *pending)
     s->adj[o] = 0.0 + v;  /* 0.0 + v: -0.0 becomes 0.0, as micrograd's 0 + v */
 }
 
+#if defined(__GNUC__) || defined(__clang__)
+#  define TA_HOT_GIVE static inline __attribute__((always_inline))
+#else
+#  define TA_HOT_GIVE static inline
+#endif
+/* Add v to the adjoint of node ref: as the sweep does (pending non-NULL)
+ * or plainly (ta_step). */
+TA_HOT_GIVE void ta_give(ta_tape *T, uint32_t ref, double v, uint64_t *pending)
+{
+    ta_seg *s = TA_SEGOF(T, ref);
+    if (pending) ta_accum(s, TA_OFF(ref), v, pending);
+    else s->adj[TA_OFF(ref)] += v;
+}
+
+#if defined(__GNUC__) || defined(__clang__)
+#  define TA_HOT static inline __attribute__((always_inline))
+#  define TA_COLD static __attribute__((noinline))
+#else
+#  define TA_HOT static inline
+#  define TA_COLD static
+#endif
+
+/* The local step of built-in node i of segment s (kind UN, BIN or CST):
+ * each input's adjoint gets its partial times g.  Inside detect_anomaly()
+ * (sweep only) a nan contribution stops it first with TA_EANOMALY.  The
+ * partials are ops.h's, the same the other sweeps use. */
+TA_HOT int ta_node_step(ta_tape *T, ta_seg *s, uint32_t i, int op, int kind, double g,
+                        uint64_t *pending)
+{
+    double dx, dy;
+    ta_partials_at(T, s, i, op, &dx, &dy);
+    if (pending && T->anomaly && (isnan(dx * g) || (kind == TA_K_BIN && isnan(dy * g))))
+        return TA_EANOMALY;
+    ta_give(T, s->x[i], dx * g, pending);
+    if (kind == TA_K_BIN) ta_give(T, s->aux[i].y, dy * g, pending);
+    return TA_OK;
+}
+
+/* The same for a custom node with partials (custom.c): input k gets d_k g. */
+TA_COLD int ta_cnode_step(ta_tape *T, const ta_cnode *e, double g, uint64_t *pending)
+{
+    uint32_t k;
+    if (pending && T->anomaly)
+        for (k = 0; k < e->n; k++) if (isnan(e->d[k] * g)) return TA_EANOMALY;
+    for (k = 0; k < e->n; k++) ta_give(T, e->in[k], e->d[k] * g, pending);
+    return TA_OK;
+}
+
+/* A node with a Python rule, inside the sweep: Python runs it. */
+TA_COLD int ta_run_rule(ta_tape *T, ta_seg *s, uint32_t i, uint64_t *pending)
+{
+    struct ta_sweep sw;
+    int rc;
+    sw.at = ((uint64_t)s->pos << 32) | i;
+    sw.pending = pending;
+    T->sw = &sw;
+    rc = (ta_rule_hook ? ta_rule_hook : ta_custom_rule)((int64_t)((T->tag << 32) | TA_REF(s, i)),
+                                                       ta_cnode_of(T, s, i)->key);
+    T->sw = NULL;
+    return rc == 0 ? TA_OK : TA_EPYTHON;
+}
+
 int ta_backward(int64_t root)
 {
     ta_tape *T = ta_self();
@@ -35,6 +105,7 @@ int ta_backward(int64_t root)
     uint64_t pending = 1;               /* marked nodes not yet visited, all segments */
     int st;
     if (!T) return TA_ENOMEM;
+    if (T->sw) return TA_EBUSY;         /* backward() inside a Python rule */
     if ((st = ta_resolve(T, root, &rs, &ro)) != TA_OK) return st;
 
     rs->op[ro] |= TA_MARK;
@@ -56,35 +127,58 @@ int ta_backward(int64_t root)
             s->marked = 0;
             continue;
         }
+    resume:
         while (pending && i-- > 0) {
             uint8_t b = s->op[i];
             int op, kind;
-            uint32_t xr;
-            double g, dx, dy;
             if (!(b & TA_MARK)) continue;
             s->op[i] = (uint8_t)(b & ~TA_MARK);
             pending--;
             op = b & TA_OPMASK;
             kind = ta_kinds[op];
-            if (kind == TA_K_LEAF) continue;
-            g = s->adj[i];
-            ta_partials_at(T, s, i, op, &dx, &dy);
-            if (T->anomaly && (isnan(dx * g) || (kind == TA_K_BIN && isnan(dy * g)))) {
+            if ((unsigned)kind - 1u >= 3u) {   /* LEAF or NARY: one test on the hot path */
+                if (kind == TA_K_LEAF) continue;
+                goto custom;                   /* rare: handled out of this loop */
+            }
+            if ((st = ta_node_step(T, s, i, op, kind, s->adj[i], &pending)) != TA_OK) {
                 ta_local L;                    /* cold: the values, for the message */
                 ta_local_at(T, s, i, &L);
                 T->err_op = L.op; T->err_x = L.xv; T->err_y = L.yv;
-                st = TA_EANOMALY;
                 break;
-            }
-            xr = s->x[i];
-            ta_accum(TA_SEGOF(T, xr), TA_OFF(xr), dx * g, &pending);
-            if (kind == TA_K_BIN) {
-                uint32_t yr = s->aux[i].y;
-                ta_accum(TA_SEGOF(T, yr), TA_OFF(yr), dy * g, &pending);
             }
         }
         if (st == TA_OK) s->marked = 0;
         else p++;                          /* revisit this segment to clear its marks */
+        continue;
+    custom:                                /* node i of s is a custom node */
+        {
+            uint64_t left = pending;       /* a copy: pending's address must not escape, so
+                                              that it stays in a register in the loop */
+            const ta_cnode *e = ta_cnode_of(T, s, i);
+            st = e->d ? ta_cnode_step(T, e, s->adj[i], &left) : ta_run_rule(T, s, i, &left);
+            pending = left;
+            if (st == TA_OK) goto resume;
+            if (st == TA_EANOMALY) { T->err_op = TA_CUSTOM; T->err_x = T->err_y = 0.0; }
+            p++;                           /* revisit this segment to clear its marks */
+        }
     }
     return st;
+}
+
+int ta_step(int64_t id)
+{
+    ta_tape *T = ta_self();
+    ta_seg *s;
+    uint32_t o;
+    int op, kind, st;
+    if (!T) return TA_ENOMEM;
+    if ((st = ta_resolve(T, id, &s, &o)) != TA_OK) return st;
+    op = s->op[o] & TA_OPMASK;
+    kind = ta_kinds[op];
+    if (kind == TA_K_LEAF) return TA_OK;
+    if (kind == TA_K_NARY) {
+        const ta_cnode *e = ta_cnode_of(T, s, o);
+        return e->d ? ta_cnode_step(T, e, s->adj[o], NULL) : TA_EBADOP;
+    }
+    return ta_node_step(T, s, o, op, kind, s->adj[o], NULL);
 }

@@ -87,6 +87,7 @@ static int ta_sub_open(ta_sub *S, int64_t root)
     int st;
     S->rowof = NULL; S->n = 0; S->span = 0;
     if (!(S->T = ta_self())) return TA_ENOMEM;
+    if ((st = ta_plain(S->T, &root, 1, 0)) != TA_OK) return st;
     if ((st = ta_resolve(S->T, root, &S->rs, &S->ro)) != TA_OK) return st;
     ta_sub_mark(S);
     S->span = S->rs->pos - S->lowpos + 1;

@@ -107,6 +107,7 @@ static void ta_tape_free(ta_tape *T)
     free(T->segs); free(T->freeslots); free(T->order);
     if (T->ng) ta_tape_free(T->ng);
     ta_guards_free(T);
+    ta_custom_free_all(T);
     free(T);
     TA_ALIVE(-1);
 }
@@ -237,6 +238,7 @@ static void ta_free_seg(ta_tape *T, ta_seg *s)
 int ta_gc(ta_tape *T)
 {
     uint32_t p, w = 0, freed = 0;
+    if (T->sw) return 0;          /* a Python rule is running inside backward() */
     for (p = T->norder; p-- > 0;) {
         ta_seg *s = T->segs[T->order[p]];
         uint32_t i, live = 0;
@@ -247,10 +249,15 @@ int ta_gc(ta_tape *T)
             if (held || (b & TA_LIVE)) {
                 uint8_t k = ta_kinds[op];
                 live++;
-                if (k != TA_K_LEAF) ta_mark_live(T, s->x[i]);
+                if (k == TA_K_NARY) {          /* a custom node keeps its inputs, too */
+                    const ta_cnode *e = ta_cnode_of(T, s, i);
+                    uint32_t a;
+                    for (a = 0; a < e->n; a++) ta_mark_live(T, e->in[a]);
+                } else if (k != TA_K_LEAF) ta_mark_live(T, s->x[i]);
                 if (k == TA_K_BIN) ta_mark_live(T, s->aux[i].y);
                 s->op[i] = op;
             } else {
+                if (op == TA_CUSTOM) ta_custom_release(T, s, i);   /* its entry dies with it */
                 s->op[i] = TA_DEAD;
             }
         }
@@ -451,6 +458,19 @@ int64_t ta_record_at(ta_tape *T, int op, ta_seg *sx, uint32_t ox, ta_seg *sy, ui
     return id;
 }
 
+int64_t ta_ng_leaf(ta_tape *T, double x, int64_t key, ta_seg **where)
+{
+    ta_aux aux;
+    int64_t id;
+    int st;
+    if ((st = ta_no_grad_arena(T)) != TA_OK) return st;
+    if (!ta_dest_ok(T->ng, key, 1)) return TA_NEEDNG;
+    aux.c = 0.0;
+    id = ta_append(T->ng, TA_LEAF, 0, aux, x);
+    if (id >= 0) *where = T->ng->cur;
+    return id;
+}
+
 int64_t ta_leaf_at(ta_tape *T, double x, int64_t key, ta_seg **where)
 {
     ta_aux aux;
@@ -514,8 +534,21 @@ void ta_tell(const ta_tape *T, ta_pos *p)
     p->nodes = T->nodes;
 }
 
+/* Custom nodes among the nodes a rollback drops release their entries. */
+static void ta_rollback_custom(ta_tape *T, ta_seg *s, uint32_t from)
+{
+    uint32_t i;
+    if (!T->cn) return;
+    for (i = from; i < s->n; i++)
+        if ((s->op[i] & TA_OPMASK) == TA_CUSTOM) { ta_custom_release(T, s, i); s->op[i] = TA_DEAD; }
+}
+
 void ta_rollback(ta_tape *T, const ta_pos *p)
 {
+    uint32_t k;
+    for (k = p->norder; k < T->norder; k++) ta_rollback_custom(T, T->segs[T->order[k]], 0);
+    if (p->norder && p->norder <= T->norder)
+        ta_rollback_custom(T, T->segs[T->order[p->norder - 1]], p->cur_n);
     while (T->norder > p->norder)           /* segments opened since: no token holds them */
         ta_free_seg(T, T->segs[T->order[--T->norder]]);
     T->cur = T->norder ? T->segs[T->order[T->norder - 1]] : NULL;
@@ -568,7 +601,7 @@ double ta_val(int64_t id)
 double ta_adj(int64_t id)
 {
     ta_tape *T = ta_self(); ta_seg *s; uint32_t o; int ng;
-    return (T && ta_resolve_any(T, id, &s, &o, &ng) == TA_OK) ? s->adj[o] : NAN;
+    return (T && ta_resolve_any(T, id, &s, &o, &ng) == TA_OK) ? ta_adj_get(T, s, o) : NAN;
 }
 
 int ta_set_val(int64_t id, double x)
@@ -583,7 +616,7 @@ int ta_set_adj(int64_t id, double x)
 {
     ta_tape *T = ta_self(); ta_seg *s; uint32_t o; int st, ng;
     if (!T) return TA_ENOMEM;
-    if ((st = ta_resolve_any(T, id, &s, &o, &ng)) == TA_OK) s->adj[o] = x;
+    if ((st = ta_resolve_any(T, id, &s, &o, &ng)) == TA_OK) ta_adj_put(T, s, o, x);
     return st;
 }
 
@@ -593,7 +626,7 @@ int ta_node(int64_t id, int *op, int64_t *x, int64_t *y, double *c)
     if (!T) return TA_ENOMEM;
     if ((st = ta_resolve(T, id, &s, &o)) != TA_OK) return st;
     *op = s->op[o] & TA_OPMASK; k = ta_kinds[*op];
-    *x = k == TA_K_LEAF ? -1 : (int64_t)((T->tag << 32) | s->x[o]);
+    *x = (k == TA_K_LEAF || k == TA_K_NARY) ? -1 : (int64_t)((T->tag << 32) | s->x[o]);
     *y = k == TA_K_BIN ? (int64_t)((T->tag << 32) | s->aux[o].y) : -1;
     *c = k == TA_K_CST ? s->aux[o].c : 0.0;
     return TA_OK;
@@ -694,6 +727,17 @@ int ta_validate(void)
             uint32_t refs[2];
             if (op >= TA_NOPS || (s->op[i] & (TA_MARK | TA_LIVE))) return TA_ECORRUPT;
             kind = ta_kinds[op];
+            if (kind == TA_K_NARY) {
+                const ta_cnode *e;
+                if (!T->cn || s->x[i] >= T->cn->n || (e = ta_cnode_of(T, s, i))->state != 1) return TA_ECORRUPT;
+                for (a = 0; a < (int)e->n; a++) {
+                    uint32_t r = e->in[a], rk = r >> TA_SHIFT;
+                    ta_seg *rs;
+                    if (rk >= T->nslots || !(rs = T->segs[rk]) || TA_OFF(r) >= rs->n) return TA_ECORRUPT;
+                    if (rs->pos > p || (rs == s && TA_OFF(r) >= i)) return TA_ECORRUPT;
+                }
+                continue;
+            }
             refs[0] = s->x[i]; refs[1] = s->aux[i].y;
             for (a = 0; a < (kind == TA_K_BIN ? 2 : kind == TA_K_LEAF ? 0 : 1); a++) {
                 uint32_t r = refs[a], rk = r >> TA_SHIFT;

@@ -33,7 +33,7 @@
 #define TA_MARK   0x80u          /* set on nodes reached by a reverse sweep */
 #define TA_MAXSLOTS (1u << (32 - TA_SHIFT))
 
-enum ta_kind { TA_K_LEAF, TA_K_UN, TA_K_BIN, TA_K_CST };
+enum ta_kind { TA_K_LEAF, TA_K_UN, TA_K_BIN, TA_K_CST, TA_K_NARY };   /* (sweep.c relies on this order) */
 
 enum ta_op {
 #define TA_OP(NAME, KIND, SYM) TA_##NAME,
@@ -85,7 +85,17 @@ typedef struct ta_tape {
     int       anomaly;           /* > 0 inside tapead.detect_anomaly()      */
     struct ta_tape *ng;          /* leaf-only arena for no_grad results     */
     struct ta_guards *guards;  /* replay.c: comparisons recorded as guards */
+    struct ta_cnodes *cn;        /* custom.c: the custom nodes' side table  */
+    struct ta_sweep  *sw;        /* set while backward() runs a Python rule */
+    int64_t   err_node;          /* the custom node behind the last TA_ECUSTOM */
 } ta_tape;
+
+/* While backward() runs a custom node's Python rule: the node being
+ * visited (tape order, as ta_where) and the sweep's count of reached,
+ * unvisited nodes.  .grad of an earlier node then reads and writes the
+ * sweep's live adjoint (ta_adj_get / ta_adj_put); the collector and every
+ * other sweep stay off. */
+struct ta_sweep { uint64_t at; uint64_t *pending; };
 
 extern const uint8_t ta_kinds[TA_NOPS];
 
@@ -160,6 +170,8 @@ int64_t ta_record_at(ta_tape *T, int op, ta_seg *sx, uint32_t ox, ta_seg *sy, ui
                      double c, int64_t key, ta_seg **where);
 /* A new leaf on T's main tape (never the arena), with the same key rule. */
 int64_t ta_leaf_at(ta_tape *T, double x, int64_t key, ta_seg **where);
+/* A new leaf of T's no_grad arena (what an op gives under no_grad). */
+int64_t ta_ng_leaf(ta_tape *T, double x, int64_t key, ta_seg **where);
 
 /* A place on the tape to go back to: a call that records many nodes and
  * fails midway (out of memory, a forward error) drops every node it
@@ -178,6 +190,50 @@ void ta_rollback(ta_tape *T, const ta_pos *p);
 typedef struct { uint32_t gc_at; ta_pos start; } ta_bulk;
 int  ta_bulk_begin(ta_tape *T, uint64_t need, ta_bulk *bk);
 void ta_bulk_end(ta_tape *T, const ta_bulk *bk, int failed);
+
+/* custom.c: the side table of custom nodes (op CUSTOM).  Entries die
+ * with their nodes (ta_custom_release, from the collector and rollback);
+ * an entry with a Python rule waits on a dead list until Python drains its
+ * key (ta_custom_dead).  ta_custom_inputs gives an entry's inputs (refs). */
+typedef struct ta_cnode {
+    uint32_t n;                  /* inputs                                  */
+    uint32_t nuser;              /* of which the node's own (the rest: earlier
+                                    nodes its Python rule uses, kept alive) */
+    uint32_t name;               /* Python's name id                        */
+    uint32_t next;               /* free list / dead list link              */
+    uint32_t state;              /* 0 free, 1 live, 2 dead awaiting drain   */
+    int64_t  key;                /* its Python rule's key; 0: partials      */
+    double  *d;                  /* n partials, or NULL (a Python rule)     */
+    uint32_t *in;                /* n input refs                            */
+} ta_cnode;
+struct ta_cnodes { ta_cnode *e; uint32_t n, cap, freehead, deadhead; int64_t nextkey; uint64_t live; };
+static inline ta_cnode *ta_cnode_of(const ta_tape *T, const ta_seg *s, uint32_t i)
+{ return &T->cn->e[s->x[i]]; }
+void ta_custom_release(ta_tape *T, ta_seg *s, uint32_t i);
+/* Keep node ref (which precedes e's node) alive with e, a Python rule's entry. */
+int  ta_cnode_keep(ta_cnode *e, uint32_t ref);
+void ta_custom_free_all(ta_tape *T);
+/* TA_EBUSY inside a Python rule; TA_ECUSTOM (T->err_node set) if a custom
+ * node is behind the roots (and, with guards, behind the guards recorded
+ * up to the newest root); TA_OK otherwise.  Free when the tape has none. */
+int ta_plain(ta_tape *T, const int64_t *roots, size_t n, int guards);
+/* A custom node: inputs are resolved refs of T's main tape.  Under
+ * no_grad a leaf of the arena.  *where: its segment (not held). */
+int64_t ta_custom_at(ta_tape *T, const uint32_t *in, uint32_t n, double value,
+                     const double *partials, uint32_t name, int64_t *key, ta_seg **where);
+/* .grad of node (s, o) as the sweep sees it (see struct ta_sweep). */
+double ta_adj_get_sw(ta_tape *T, ta_seg *s, uint32_t o);
+void   ta_adj_put_sw(ta_tape *T, ta_seg *s, uint32_t o, double v);
+static inline double ta_adj_get(ta_tape *T, ta_seg *s, uint32_t o)
+{ return T->sw ? ta_adj_get_sw(T, s, o) : s->adj[o]; }
+static inline void ta_adj_put(ta_tape *T, ta_seg *s, uint32_t o, double v)
+{ if (T->sw) ta_adj_put_sw(T, s, o, v); else s->adj[o] = v; }
+/* The Python hook the sweep calls at a node with a Python rule (cffi
+ * extern "Python+C", defined in tapead/custom.py): 0, or -1 if it raised. */
+int ta_custom_rule(int64_t node, int64_t key);
+/* The native front's direct route to the same Python function (set by
+ * native.c; NULL: use ta_custom_rule, the cffi callback). */
+extern int (*ta_rule_hook)(int64_t node, int64_t key);
 
 /* replay.c: guards die with their nodes (called at the end of ta_gc) and
  * with the tape. */

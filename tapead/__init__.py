@@ -28,14 +28,14 @@ __all__ = ["Value", "maximum", "minimum", "tape_stats", "collect", "set_limit",
            "jvp", "wengert", "Wengert", "set_label", "get_label",
            "draw_dot", "to_dot", "values", "data", "grads",
            "GuardError", "recompute", "compile", "Program", "clear_guards", "guard_count",
-           "set_data", "grad", "hvp", "hessian", "jacobian"]
+           "set_data", "grad", "hvp", "hessian", "jacobian", "precomputed"]
 __version__ = "0.1.0"
 
 # public name -> the submodule that defines it, imported on first use
 _LAZY = {**dict.fromkeys(("no_grad", "detect_anomaly"), "modes"),
          **dict.fromkeys(("sin", "cos", "sqrt", "abs", "exp", "log", "tanh", "relu", "sigmoid"),
                          "functions"),
-         "jvp": "forward", "wengert": "wengert", "Wengert": "wengert",
+         "jvp": "forward", "precomputed": "custom", "wengert": "wengert", "Wengert": "wengert",
          "set_label": "nodedata", "get_label": "nodedata", "draw_dot": "draw", "to_dot": "draw",
          **dict.fromkeys(("values", "data", "grads", "set_data"), "arrays"),
          **dict.fromkeys(("GuardError", "recompute", "compile", "Program", "clear_guards",

@@ -176,6 +176,9 @@ def error(code: int, sweep: str = "") -> Exception:
                                     "int *", "double *", "double *")]
         lib.ta_guard_info(lib.ta_guard_failed(), *out)
         return guard_error(out[0][0], out[4][0], out[5][0], out[6][0])
+    if code in (lib.TA_ECUSTOM, lib.TA_EPYTHON, lib.TA_EBUSY):
+        from .custom import refusal
+        return refusal(code)
     if code == lib.TA_EARG:
         return ValueError("tapead: bad argument (not a leaf, a duplicate input, ...)")
     if code == lib.TA_ECORRUPT:

@@ -14,13 +14,17 @@ from typing import TYPE_CHECKING, Any, Iterator, Tuple
 if TYPE_CHECKING:
     from .engine import Value
 
-from ._core import lib
+from ._core import ffi, lib
 from .engine import op_text
 from .wengert import wengert
 
 
 def _elements(root: Value) -> Iterator[Tuple[str, ...]]:
     """The drawing as ('node', name, label, shape) and ('edge', tail, head) items."""
+    roots = ffi.new("int64_t[]", [root._i])
+    if lib.ta_custom_plain(roots, 1) == lib.TA_ECUSTOM:   # the tape rows cannot hold a custom node
+        yield from _elements_walk(root)
+        return
     for r in wengert(root, adjoints=False).rows:
         nid = f"n{r['index']}"
         grad = lib.ta_adj(r["node"])
@@ -31,6 +35,26 @@ def _elements(root: Value) -> Iterator[Tuple[str, ...]]:
             yield ("edge", nid + "op", nid)
             for a in r["args"]:
                 yield ("edge", f"n{a}", nid + "op")
+
+
+def _elements_walk(root: Value) -> Iterator[Tuple[str, ...]]:
+    """_elements for a graph with custom nodes (any number of inputs): walked
+    through _prev and _op, as micrograd's trace does."""
+    nodes = {}
+    stack = [root]
+    while stack:
+        v = stack.pop()
+        if v._i not in nodes:
+            nodes[v._i] = v
+            stack.extend(v._prev)
+    for i, v in nodes.items():
+        nid, op = f"v{i}", v._op
+        yield ("node", nid, f"{{ {_esc(v.label)} | data {v.data:.4f} | grad {v.grad:.4f} }}", "record")
+        if op:
+            yield ("node", nid + "op", _esc(op), "ellipse")
+            yield ("edge", nid + "op", nid)
+            for c in v._prev:
+                yield ("edge", f"v{c._i}", nid + "op")
 
 
 def to_dot(root: Value, rankdir: str = "LR") -> str:

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from typing import (Any, Callable, Dict, Iterable, List, Optional, Set, SupportsFloat, Tuple,
                         Union)
 
-from . import _core, nodedata as _nd
+from . import _core, custom as _custom, nodedata as _nd
 from ._core import NEEDNG, NEEDSEG, NOTOKEN, OP, OP_KINDS, OP_NAMES, error
 
 if TYPE_CHECKING:
@@ -208,13 +208,15 @@ class Value:
     _t: _Token                # holds the node's tape segment
     __array_ufunc__ = None  # numpy scalars defer to our reflected operators
 
-    def __init__(self, data: SupportsFloat, _children: Tuple[()] = (), _op: str = "",
+    def __init__(self, data: SupportsFloat, _children: Iterable[Value] = (), _op: str = "",
                  label: Optional[str] = "") -> None:
-        if _children:
-            raise TypeError("tapead records the graph itself: build Values with operators, "
-                            "not with _children")
         if type(data) is not float:
             data = _real(data)
+        if _children:   # a custom node (micrograd's idiom for a new op): tapead/custom.py
+            _custom.record(self, data, _children, _op)
+            if label:
+                self._set_label(label)
+            return
         t = _tok
         i = _leaf(data, t.key)
         if i < 0:
@@ -427,6 +429,9 @@ class Value:
         ('*', '**2', 'ReLU', '')
         """
         op, _, _, c = _node(self)
+        if op == _CUSTOM:
+            got = _custom.info(self)
+            return got[1] if got else ""
         if OP_KINDS[op] == 0:
             return ""
         return op_text(OP_NAMES[op], c if OP_KINDS[op] == 3 else None)
@@ -448,9 +453,10 @@ class Value:
         """
         op, x, y, _ = _node(self)
         _nd.know(self)
+        got = _custom.info(self) if op == _CUSTOM else None
         out = set()
         fresh = []
-        for i in dict.fromkeys((x, y)):
+        for i in dict.fromkeys(got[0] if got else (x, y)):
             if i >= 0:
                 v = _nd.known(i)
                 if v is None:
@@ -461,12 +467,38 @@ class Value:
             out.add(_nd.know(v))
         return out
 
+    @property
+    def _backward(self) -> Callable[[], None]:
+        """This node's own local chain-rule step, once: what micrograd's lecture calls by hand.
+
+        It reads this node's .grad and adds each input's share to that input's
+        .grad; run on every node in reverse topological order it gives what
+        backward() gives.  On a node made with Value(data, _children, _op) it
+        is the callable assigned to it (micrograd's idiom for a new op; see
+        tapead.custom): backward() calls it at that node, and an exception it
+        raises propagates out of backward(), leaving the tape and every
+        Value's data as they were and the adjoints with the aborted pass's
+        partial sums.
+
+        >>> a, b = Value(2.0), Value(-3.0); e = a * b; L = e + 1
+        >>> L.grad = 1.0; L._backward(); e._backward(); (a.grad, b.grad)
+        (-3.0, 2.0)
+        """
+        return _custom.backward_of(self)
+
+    @_backward.setter
+    def _backward(self, fn: Callable[[], None]) -> None:
+        _custom.set_backward(self, fn)
+
     def _set_label(self, label: str) -> None:  # Value(x, label=...) on either front
         _nd.set_label(self, label)
 
     label = property(_nd.get_label, _nd.set_label,
                      doc="A name kept with the node, shown in Wengert tables and graph drawings "
                          "('' if none).")
+
+
+_CUSTOM = OP["CUSTOM"]
 
 
 def _node(v: Value) -> Tuple[int, int, int, float]:
@@ -666,7 +698,7 @@ def collect() -> int:
     else:
         _tl.tok = NOTOKEN
         _let_go_of_an_ended_fast_thread()
-    return _core.collect()
+    return _core.collect() + _custom.settle()
 
 
 # ------------------------------------------------------------ the fronts
@@ -677,7 +709,7 @@ def collect() -> int:
 PyValue = Value
 FRONT = "cffi"
 _SHARED = ("__repr__", "__lt__", "__le__", "__gt__", "__ge__", "__array_ufunc__", "recompute",
-           "detach", "_op", "_prev", "_set_label", "label", "__module__")
+           "detach", "_op", "_prev", "_set_label", "label", "_backward", "__module__")
 _DOCUMENTED = ("data", "grad", "backward", "maximum", "minimum", "relu", "tanh", "exp", "log",
                "sigmoid", "sin", "cos", "sqrt", "abs")
 
@@ -694,7 +726,9 @@ def _native_front() -> Any:
     t = _native.make_type(docs)
     for k in _SHARED:
         setattr(t, k, PyValue.__dict__[k])
-    _native.set_hooks(error, _real, _restore, _other, _nd.set_attr)
+    _native.set_hooks(error, _real, _restore, _other, _nd.set_attr, _custom.name_id,
+                      _custom.ta_custom_rule)
+    _custom.bind_native(_native)
     return t
 
 

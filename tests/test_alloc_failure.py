@@ -300,3 +300,23 @@ def test_bulk_calls_record_all_or_nothing():
         assert all_or_nothing(lambda: keep.append(c * c)) >= 0
         return True
     assert on_fresh_tape(run)
+
+
+def test_custom_nodes():
+    """A custom node allocates its side-table entry and its inputs: each
+    failure is a MemoryError that records nothing."""
+    def record():
+        x, y = Value(0.5), Value(2.0)
+        outs = []
+        for k in range(70):          # past the side table's first growth
+            c = Value(x.data * y.data, (x, y), 'mul')
+
+            def _backward(c=c):
+                x.grad += y.data * c.grad
+                y.grad += x.data * c.grad
+            c._backward = _backward
+            outs.append(c + tapead.precomputed(2.0 * x.data, [x], [2.0], name='dbl'))
+        s = sum(outs)
+        s.backward()
+        return [s.data, x.grad, y.grad]
+    assert fails_cleanly(lambda: on_fresh_tape(record)) >= 3

@@ -1,0 +1,305 @@
+/* custom.c: custom nodes (op CUSTOM), the side table that holds their
+ * inputs and rules, and the check that keeps them out of the sweeps that
+ * cannot run them.
+ *
+ * A custom node has any number of inputs and one of two rules: its local
+ * partials (numbers, tapead.precomputed: backward adds p_k * g in C), or a
+ * Python _backward (micrograd's Value(data, _children, _op) idiom), which
+ * the reverse sweep calls through ta_custom_rule.  The node's x[] holds the
+ * index of its entry here; the entry dies with the node (the collector and
+ * rollback call ta_custom_release), and the entry of a Python rule waits on
+ * a dead list until Python drains its key and drops the callable: C never
+ * touches a Python object.  The collector keeps a custom node's inputs
+ * live exactly as it keeps an ordinary node's (tape.c: ta_gc).
+ *
+ * Replay, compile, jvp, the Wengert export and every higher-order sweep
+ * recompute values or differentiate partials symbolically, which neither
+ * rule allows: they call ta_plain first, which refuses a graph with a
+ * custom node behind it (TA_ECUSTOM, naming the node) before anything is
+ * touched, and costs nothing while the tape has no custom node. */
+#include <stdlib.h>
+#include <string.h>
+#include "tapead.h"
+#include "replay.h"
+
+#define TA_CNONE UINT32_MAX
+
+int (*ta_rule_hook)(int64_t node, int64_t key) = NULL;
+
+static struct ta_cnodes *ta_cnodes_of(ta_tape *T)
+{
+    if (!T->cn) {
+        struct ta_cnodes *C = (struct ta_cnodes *)ta_calloc(1, sizeof *C);
+        if (!C) return NULL;
+        C->freehead = C->deadhead = TA_CNONE;
+        T->cn = C;
+    }
+    return T->cn;
+}
+
+/* Room for one more entry (grown by doubling; nothing changes on failure). */
+static int ta_cnodes_room(struct ta_cnodes *C)
+{
+    uint32_t cap;
+    void *p;
+    if (C->freehead != TA_CNONE || C->n < C->cap) return TA_OK;
+    if (C->cap >= (UINT32_MAX >> 2)) return TA_ELIMIT;
+    cap = C->cap ? C->cap * 2u : 64u;
+    p = ta_realloc(C->e, (size_t)cap * sizeof *C->e);
+    if (!p) return TA_ENOMEM;
+    C->e = (ta_cnode *)p;
+    C->cap = cap;
+    return TA_OK;
+}
+
+int64_t ta_custom_at(ta_tape *T, const uint32_t *in, uint32_t n, double value,
+                     const double *partials, uint32_t name, int64_t *key, ta_seg **where)
+{
+    struct ta_cnodes *C;
+    ta_cnode *e;
+    ta_aux aux;
+    uint32_t k;
+    void *mem;
+    int64_t id;
+    int st;
+    if (T->nograd) return ta_ng_leaf(T, value, TA_NOKEY, where);
+    if (!partials && !key) return TA_EARG;
+    if (!(C = ta_cnodes_of(T))) return TA_ENOMEM;
+    if ((st = ta_cnodes_room(C)) != TA_OK) return st;
+    mem = ta_malloc((size_t)(n ? n : 1) * (sizeof(double) * (partials != NULL) + sizeof(uint32_t)));
+    if (!mem) return TA_ENOMEM;
+    aux.c = 0.0;
+    /* the slot is taken after the append: the append may run the collector,
+     * which frees entries (but never uses up the room made above) */
+    id = ta_append(T, TA_CUSTOM, 0, aux, value);
+    if (id < 0) { free(mem); return id; }
+    if (C->freehead != TA_CNONE) { k = C->freehead; C->freehead = C->e[k].next; }
+    else k = C->n++;
+    e = &C->e[k];
+    e->n = e->nuser = n; e->name = name; e->next = TA_CNONE; e->state = 1;
+    e->d = partials ? (double *)mem : NULL;
+    e->in = partials ? (uint32_t *)((double *)mem + n) : (uint32_t *)mem;
+    if (partials) memcpy(e->d, partials, (size_t)n * sizeof(double));
+    memcpy(e->in, in, (size_t)n * sizeof(uint32_t));
+    e->key = partials ? 0 : ++C->nextkey;
+    if (key) *key = e->key;
+    C->live++;
+    T->cur->x[TA_OFF((uint32_t)id)] = k;
+    *where = T->cur;
+    return id;
+}
+
+int64_t ta_custom(const int64_t *ins, uint32_t n, double value, const double *partials,
+                  uint32_t name, int64_t *key, int64_t *h)
+{
+    ta_tape *T = ta_self();
+    uint32_t *refs, m = 0, k;
+    double *ps = NULL;
+    ta_seg *s, *where = NULL;
+    uint32_t o;
+    int st, ng;
+    int64_t id;
+    if (!T) return TA_ENOMEM;
+    if ((n && !ins) || (!partials && !key) || !ta_held_fits(h, 1)) return TA_EARG;
+    if (!(refs = (uint32_t *)ta_malloc((size_t)(n ? n : 1) * sizeof *refs))) return TA_ENOMEM;
+    if (partials && !(ps = (double *)ta_malloc((size_t)(n ? n : 1) * sizeof *ps))) { free(refs); return TA_ENOMEM; }
+    for (k = 0; k < n; k++) {
+        if ((st = ta_resolve_any(T, ins[k], &s, &o, &ng)) != TA_OK) { id = st; goto out; }
+        if (ng) continue;                  /* a no_grad value is a constant here */
+        if (ps) ps[m] = partials[k];
+        refs[m++] = TA_REF(s, o);
+    }
+    id = ta_custom_at(T, refs, m, value, ps, name, key, &where);
+    if (id >= 0) {                         /* h holds it; the caller adopts it from there */
+        TA_HELD_IDS(h)[0] = id;
+        ta_held_take(T, h, 1);
+    }
+out:
+    free(refs); free(ps);
+    return id;
+}
+
+void ta_custom_release(ta_tape *T, ta_seg *s, uint32_t i)
+{
+    struct ta_cnodes *C = T->cn;
+    uint32_t k = s->x[i];
+    ta_cnode *e = &C->e[k];
+    free(e->d ? (void *)e->d : (void *)e->in);
+    e->d = NULL; e->in = NULL; e->n = 0;
+    C->live--;
+    if (e->key) { e->state = 2; e->next = C->deadhead; C->deadhead = k; }
+    else        { e->state = 0; e->next = C->freehead; C->freehead = k; }
+}
+
+void ta_custom_free_all(ta_tape *T)
+{
+    struct ta_cnodes *C = T->cn;
+    uint32_t k;
+    if (!C) return;
+    for (k = 0; k < C->n; k++)
+        if (C->e[k].state == 1) free(C->e[k].d ? (void *)C->e[k].d : (void *)C->e[k].in);
+    free(C->e);
+    free(C);
+    T->cn = NULL;
+}
+
+int ta_custom_dead(int64_t *keys, uint32_t cap)
+{
+    ta_tape *T = ta_self();
+    struct ta_cnodes *C;
+    uint32_t got = 0;
+    if (!T) return TA_ENOMEM;
+    if (!(C = T->cn) || !keys) return 0;
+    while (got < cap && C->deadhead != TA_CNONE) {
+        uint32_t k = C->deadhead;
+        ta_cnode *e = &C->e[k];
+        keys[got++] = e->key;
+        C->deadhead = e->next;
+        e->state = 0; e->key = 0;
+        e->next = C->freehead; C->freehead = k;
+    }
+    return (int)got;
+}
+
+int ta_custom_info(int64_t id, uint32_t *n, int64_t *ins, uint32_t cap, uint32_t *name,
+                   int64_t *key)
+{
+    ta_tape *T = ta_self();
+    ta_seg *s;
+    uint32_t o, k;
+    ta_cnode *e;
+    int st;
+    if (!T) return TA_ENOMEM;
+    if ((st = ta_resolve(T, id, &s, &o)) != TA_OK) return st;
+    if ((s->op[o] & TA_OPMASK) != TA_CUSTOM) return TA_EBADOP;
+    e = ta_cnode_of(T, s, o);
+    *n = e->nuser; *name = e->name; *key = e->key;
+    for (k = 0; ins && k < e->nuser && k < cap; k++) ins[k] = (int64_t)((T->tag << 32) | e->in[k]);
+    return TA_OK;
+}
+
+int ta_cnode_keep(ta_cnode *e, uint32_t ref)
+{
+    uint32_t *in;
+    if (e->d) return TA_EBADOP;
+    if (e->n >= UINT32_MAX / 8u) return TA_ELIMIT;
+    if (!(in = (uint32_t *)ta_realloc(e->in, (size_t)(e->n + 1) * sizeof *in))) return TA_ENOMEM;
+    e->in = in;
+    e->in[e->n++] = ref;
+    return TA_OK;
+}
+
+int ta_custom_keep(int64_t id, const int64_t *ids, uint32_t n, int8_t *ok)
+{
+    ta_tape *T = ta_self();
+    ta_seg *s, *rs;
+    uint32_t o, ro, k, m = 0, *in;
+    ta_cnode *e;
+    int st, ng;
+    if (!T) return TA_ENOMEM;
+    if ((st = ta_resolve(T, id, &s, &o)) != TA_OK) return st;
+    if ((s->op[o] & TA_OPMASK) != TA_CUSTOM || (e = ta_cnode_of(T, s, o))->d) return TA_EBADOP;
+    if (n && !ids) return TA_EARG;
+    if (e->n > UINT32_MAX / 8u - n) return TA_ELIMIT;
+    in = (uint32_t *)ta_realloc(e->in, (size_t)(e->n + n ? e->n + n : 1) * sizeof *in);
+    if (!in) return TA_ENOMEM;
+    e->in = in;
+    for (k = 0; k < n; k++) {
+        if (ok) ok[k] = 0;
+        if (ta_resolve_any(T, ids[k], &rs, &ro, &ng) != TA_OK || ng) continue;
+        if (rs->pos > s->pos || (rs == s && ro >= o)) continue;     /* not earlier: cannot be kept */
+        e->in[e->n++] = TA_REF(rs, ro);
+        if (ok) ok[k] = 1;
+        m++;
+    }
+    return (int)m;
+}
+
+int64_t ta_custom_failed(void)
+{
+    ta_tape *T = ta_self();
+    return T ? T->err_node : TA_ENOMEM;
+}
+
+/* ------------------------------------------------------------ ta_plain */
+
+static void ta_plain_mark(ta_tape *T, uint32_t ref, uint64_t *pending)
+{
+    ta_mark(TA_SEGOF(T, ref), TA_OFF(ref), TA_MARK, pending);
+}
+
+int ta_plain(ta_tape *T, const int64_t *roots, size_t n, int guards)
+{
+    uint64_t pending = 0, hi = 0;
+    uint32_t hip = 0, p;
+    size_t j;
+    int st = TA_OK;
+    if (T->sw) return TA_EBUSY;
+    if (!T->cn || !T->cn->live || !roots) return TA_OK;
+    for (j = 0; j < n; j++) {
+        ta_seg *s; uint32_t o; uint64_t w;
+        if (ta_resolve(T, roots[j], &s, &o) != TA_OK) continue;   /* the caller reports it */
+        ta_mark(s, o, TA_MARK, &pending);
+        w = ((uint64_t)s->pos << 32) | o;
+        if (w >= hi) { hi = w; hip = s->pos; }
+    }
+    if (!pending) return TA_OK;
+    if (guards) pending = ta_mark_guards(T, hi, TA_MARK, pending);
+    for (p = hip + 1; pending && p-- > 0;) {
+        ta_seg *s = T->segs[T->order[p]];
+        uint32_t i = s->n;
+        while (pending && i-- > 0) {
+            uint8_t b = s->op[i];
+            int kind;
+            if (!(b & TA_MARK)) continue;
+            s->op[i] = (uint8_t)(b & ~TA_MARK);
+            pending--;
+            kind = ta_kinds[b & TA_OPMASK];
+            if (kind == TA_K_NARY) {
+                ta_cnode *e = ta_cnode_of(T, s, i);
+                uint32_t k;
+                if (st == TA_OK) { st = TA_ECUSTOM; T->err_node = (int64_t)((T->tag << 32) | TA_REF(s, i)); }
+                for (k = 0; k < e->n; k++) ta_plain_mark(T, e->in[k], &pending);
+            } else if (kind != TA_K_LEAF) {
+                ta_plain_mark(T, s->x[i], &pending);
+                if (kind == TA_K_BIN) ta_plain_mark(T, s->aux[i].y, &pending);
+            }
+        }
+    }
+    return st;
+}
+
+int ta_custom_plain(const int64_t *roots, size_t n)
+{
+    ta_tape *T = ta_self();
+    return T ? ta_plain(T, roots, n, 0) : TA_ENOMEM;
+}
+
+/* ------------------------------------------- .grad inside a Python rule */
+
+static int ta_before_current(ta_tape *T, ta_seg *s, uint32_t o)
+{
+    return s->tape == T && (((uint64_t)s->pos << 32) | o) < T->sw->at;
+}
+
+double ta_adj_get_sw(ta_tape *T, ta_seg *s, uint32_t o)
+{
+    uint8_t b = s->op[o];
+    /* an intermediate the sweep has not reached yet: this pass's adjoint is 0 */
+    if (ta_before_current(T, s, o) && !(b & TA_MARK) && ta_kinds[b & TA_OPMASK] != TA_K_LEAF)
+        return 0.0;
+    return s->adj[o];
+}
+
+void ta_adj_put_sw(ta_tape *T, ta_seg *s, uint32_t o, double v)
+{
+    uint8_t b = s->op[o];
+    if (ta_before_current(T, s, o) && !(b & TA_MARK) && ta_kinds[b & TA_OPMASK] != TA_K_LEAF) {
+        s->op[o] = (uint8_t)(b | TA_MARK);   /* reached now: the sweep will visit it */
+        s->marked = 1;
+        ++*T->sw->pending;
+        s->adj[o] = 0.0 + v;
+        return;
+    }
+    s->adj[o] = v;
+}
