@@ -112,7 +112,7 @@ int64_t ta_custom(const int64_t *ins, uint32_t n, double value, const double *pa
     id = ta_custom_at(T, refs, m, value, ps, name, key, &where);
     if (id >= 0) {                         /* h holds it; the caller adopts it from there */
         TA_HELD_IDS(h)[0] = id;
-        ta_held_take(T, h, 1);
+        ta_held_take(where->tape, h, 1);   /* (under no_grad: the no_grad arena's node) */
     }
 out:
     free(refs); free(ps);

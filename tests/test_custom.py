@@ -16,7 +16,9 @@ from tapead import Value
 from tapead import custom as _custom
 from tapead._core import lib
 
-from conftest import on_fresh_tape
+from conftest import on_fresh_tape, release_garbage
+
+SEG = 1 << lib.TA_SHIFT
 
 
 def ext(base):
@@ -510,3 +512,21 @@ def test_value_stays_small():
     import sys
     if tapead.FRONT == "native":
         assert sys.getsizeof(Value(1.0)) <= 32
+
+
+def test_nodes_made_under_no_grad_hold_their_own_segment():
+    """A custom node or precomputed made under no_grad is a no_grad value:
+    its hold must be on its no_grad arena segment (one held on a tape
+    segment instead let the arena reuse the value's slot, or crashed)."""
+    x = Value(1.0)
+    with tapead.no_grad():
+        kept = [tapead.precomputed(2.0 + k, [x], [1.0]) for k in range(3)]
+        kept += [Value(5.0 + k, (x,), 'c') for k in range(3)]
+    for _ in range(3):
+        release_garbage()
+        tapead.collect()
+        with tapead.no_grad():
+            junk = [Value(-1.0) * 3.0 for _ in range(3 * SEG)]
+        del junk
+    assert [v.data for v in kept] == [2.0, 3.0, 4.0, 5.0, 6.0, 7.0]
+    assert lib.ta_validate() == 0
