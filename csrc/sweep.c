@@ -11,9 +11,11 @@
  * nan adjoint contribution stops the sweep with TA_EANOMALY (adjoints then
  * hold the partial sums of the aborted pass).
  *
- * Each node's local chain-rule step is one function, ta_node_step, used by
- * the sweep (accumulating with marks, as above) and by ta_step (v._backward():
- * one node's step with plain accumulation, the lecture's manual backprop).
+ * A node's local chain-rule step is its op's d_ rule (ops.h) times its
+ * adjoint, given to its inputs: in the sweep by a case generated from the op
+ * table (accumulating with marks, as above); in ta_step (v._backward(): one
+ * node's step with plain accumulation, the lecture's manual backprop) by
+ * ta_node_step.
  * A custom node (custom.c) with partials is stepped in C; one with a Python
  * rule makes the sweep call ta_custom_rule, with T->sw saying where the
  * sweep is, so that .grad inside the rule reads and writes this pass's
@@ -50,27 +52,20 @@ TA_HOT_GIVE void ta_give(ta_tape *T, uint32_t ref, double v, uint64_t *pending)
 }
 
 #if defined(__GNUC__) || defined(__clang__)
-#  define TA_HOT static inline __attribute__((always_inline))
 #  define TA_COLD static __attribute__((noinline))
 #else
-#  define TA_HOT static inline
 #  define TA_COLD static
 #endif
 
-/* The local step of built-in node i of segment s (kind UN, BIN or CST):
- * each input's adjoint gets its partial times g.  Inside detect_anomaly()
- * (sweep only) a nan contribution stops it first with TA_EANOMALY.  The
- * partials are ops.h's, the same the other sweeps use. */
-TA_HOT int ta_node_step(ta_tape *T, ta_seg *s, uint32_t i, int op, int kind, double g,
-                        uint64_t *pending)
+/* The local step of built-in node i of segment s (kind UN, BIN or CST),
+ * plainly accumulated (ta_step): each input's adjoint gets its partial
+ * times g.  The partials are ops.h's, the same the other sweeps use. */
+static void ta_node_step(ta_tape *T, ta_seg *s, uint32_t i, int op, int kind, double g)
 {
     double dx, dy;
     ta_partials_at(T, s, i, op, &dx, &dy);
-    if (pending && T->anomaly && (isnan(dx * g) || (kind == TA_K_BIN && isnan(dy * g))))
-        return TA_EANOMALY;
-    ta_give(T, s->x[i], dx * g, pending);
-    if (kind == TA_K_BIN) ta_give(T, s->aux[i].y, dy * g, pending);
-    return TA_OK;
+    ta_give(T, s->x[i], dx * g, NULL);
+    if (kind == TA_K_BIN) ta_give(T, s->aux[i].y, dy * g, NULL);
 }
 
 /* The same for a custom node with partials (custom.c): input k gets d_k g. */
@@ -97,13 +92,43 @@ TA_COLD int ta_run_rule(ta_tape *T, ta_seg *s, uint32_t i, uint64_t *pending)
     return rc == 0 ? TA_OK : TA_EPYTHON;
 }
 
+/* The sweep's step for each op, generated from the op table: one switch
+ * on the op code does the dispatch and the step together, so the kind is a
+ * constant in each case (no kind lookup, no second test for BIN) and each
+ * case loads only the values its d_ rule reads.  g is node i's adjoint;
+ * inside detect_anomaly() a nan contribution jumps to `anomalous` before
+ * any input is given anything, as ta_node_step. */
+#define TA_SW_IN(ref, sp, op_)  ta_seg *sp = segs[(ref) >> TA_SHIFT]; uint32_t op_ = TA_OFF(ref)
+#define TA_SW_LEAF(NAME) continue;
+#define TA_SW_NARY(NAME) goto custom;
+#define TA_SW_UN(NAME) {                                                      \
+        uint32_t xr = s->x[i]; TA_SW_IN(xr, sx, ox);                          \
+        d_##NAME(sx->val[ox], 0.0, s->val[i], &dx, &dy);                      \
+        if (anomaly && isnan(dx * g)) goto anomalous;                         \
+        ta_accum(sx, ox, dx * g, &pending);                                   \
+        continue; }
+#define TA_SW_CST(NAME) {                                                     \
+        uint32_t xr = s->x[i]; TA_SW_IN(xr, sx, ox);                          \
+        d_##NAME(sx->val[ox], s->aux[i].c, s->val[i], &dx, &dy);              \
+        if (anomaly && isnan(dx * g)) goto anomalous;                         \
+        ta_accum(sx, ox, dx * g, &pending);                                   \
+        continue; }
+#define TA_SW_BIN(NAME) {                                                     \
+        uint32_t xr = s->x[i], yr = s->aux[i].y;                              \
+        TA_SW_IN(xr, sx, ox); TA_SW_IN(yr, sy, oy);                           \
+        d_##NAME(sx->val[ox], sy->val[oy], s->val[i], &dx, &dy);              \
+        if (anomaly && (isnan(dx * g) || isnan(dy * g))) goto anomalous;      \
+        ta_accum(sx, ox, dx * g, &pending);                                   \
+        ta_accum(sy, oy, dy * g, &pending);                                   \
+        continue; }
+
 int ta_backward(int64_t root)
 {
     ta_tape *T = ta_self();
-    ta_seg *rs;
+    ta_seg *rs, **segs;
     uint32_t ro, p;
     uint64_t pending = 1;               /* marked nodes not yet visited, all segments */
-    int st;
+    int st, anomaly;
     if (!T) return TA_ENOMEM;
     if (T->sw) return TA_EBUSY;         /* backward() inside a Python rule */
     if ((st = ta_resolve(T, root, &rs, &ro)) != TA_OK) return st;
@@ -111,6 +136,12 @@ int ta_backward(int64_t root)
     rs->op[ro] |= TA_MARK;
     rs->marked = 1;
     rs->adj[ro] = 1.0;
+    /* Kept in locals: the build has no strict aliasing, so every byte
+     * stored to op[] would make the compiler reload them from T.  Only a
+     * Python rule can change them (it may record, growing segs); they are
+     * read again after one. */
+    segs = T->segs;
+    anomaly = T->anomaly;
     /* A node's mark is cleared when it is visited (no later node can reach
      * it again); a segment no reached node lives in is skipped whole (its
      * flag is clear: only nodes of its own or of later segments can flag
@@ -130,20 +161,23 @@ int ta_backward(int64_t root)
     resume:
         while (pending && i-- > 0) {
             uint8_t b = s->op[i];
-            int op, kind;
+            double g, dx, dy;
             if (!(b & TA_MARK)) continue;
             s->op[i] = (uint8_t)(b & ~TA_MARK);
             pending--;
-            op = b & TA_OPMASK;
-            kind = ta_kinds[op];
-            if ((unsigned)kind - 1u >= 3u) {   /* LEAF or NARY: one test on the hot path */
-                if (kind == TA_K_LEAF) continue;
-                goto custom;                   /* rare: handled out of this loop */
+            g = s->adj[i];
+            switch (b & TA_OPMASK) {
+#define TA_OP(NAME, KIND, SYM) case TA_##NAME: TA_SW_##KIND(NAME)
+#include "ops.def"
+#undef TA_OP
+            default: continue;             /* (no such op is ever recorded) */
             }
-            if ((st = ta_node_step(T, s, i, op, kind, s->adj[i], &pending)) != TA_OK) {
-                ta_local L;                    /* cold: the values, for the message */
+        anomalous:                         /* cold: the values, for the message */
+            {
+                ta_local L;
                 ta_local_at(T, s, i, &L);
                 T->err_op = L.op; T->err_x = L.xv; T->err_y = L.yv;
+                st = TA_EANOMALY;
                 break;
             }
         }
@@ -157,6 +191,8 @@ int ta_backward(int64_t root)
             const ta_cnode *e = ta_cnode_of(T, s, i);
             st = e->d ? ta_cnode_step(T, e, s->adj[i], &left) : ta_run_rule(T, s, i, &left);
             pending = left;
+            segs = T->segs;                /* a Python rule may have recorded */
+            anomaly = T->anomaly;
             if (st == TA_OK) goto resume;
             if (st == TA_EANOMALY) { T->err_op = TA_CUSTOM; T->err_x = T->err_y = 0.0; }
             p++;                           /* revisit this segment to clear its marks */
@@ -164,6 +200,12 @@ int ta_backward(int64_t root)
     }
     return st;
 }
+#undef TA_SW_IN
+#undef TA_SW_LEAF
+#undef TA_SW_NARY
+#undef TA_SW_UN
+#undef TA_SW_CST
+#undef TA_SW_BIN
 
 int ta_step(int64_t id)
 {
@@ -180,5 +222,6 @@ int ta_step(int64_t id)
         const ta_cnode *e = ta_cnode_of(T, s, o);
         return e->d ? ta_cnode_step(T, e, s->adj[o], NULL) : TA_EBADOP;
     }
-    return ta_node_step(T, s, o, op, kind, s->adj[o], NULL);
+    ta_node_step(T, s, o, op, kind, s->adj[o]);
+    return TA_OK;
 }
