@@ -473,14 +473,18 @@ static PyObject *va_get_id(PyObject *self, void *u)
 
 /* ------------------------------------------------------ methods */
 
+/* The Value holds its node, so no id to resolve: a node of this thread's
+ * tape (va_node), or of its no_grad arena, which has no graph. */
 static PyObject *va_backward(PyObject *self, PyObject *u)
 {
     ta_tape *T = va_tape();
+    ta_seg *s;
     uint32_t o;
     int st;
     (void)u;
-    if (!T || !va_node(T, (va_obj *)self, &o)) return NULL;
-    if ((st = ta_backward(va_id((va_obj *)self))) != TA_OK) return va_fail_in(st, "backward");
+    if (!T || !(s = va_node(T, (va_obj *)self, &o))) return NULL;
+    st = s->tape == T ? ta_backward_at(T, s, o) : TA_ENOGRAD;
+    if (st != TA_OK) return va_fail_in(st, "backward");
     Py_RETURN_NONE;
 }
 

@@ -125,13 +125,21 @@ TA_COLD int ta_run_rule(ta_tape *T, ta_seg *s, uint32_t i, uint64_t *pending)
 int ta_backward(int64_t root)
 {
     ta_tape *T = ta_self();
-    ta_seg *rs, **segs;
-    uint32_t ro, p;
-    uint64_t pending = 1;               /* marked nodes not yet visited, all segments */
-    int st, anomaly;
+    ta_seg *rs;
+    uint32_t ro;
+    int st;
     if (!T) return TA_ENOMEM;
-    if (T->sw) return TA_EBUSY;         /* backward() inside a Python rule */
     if ((st = ta_resolve(T, root, &rs, &ro)) != TA_OK) return st;
+    return ta_backward_at(T, rs, ro);
+}
+
+int ta_backward_at(ta_tape *T, ta_seg *rs, uint32_t ro)
+{
+    ta_seg **segs;
+    uint32_t p;
+    uint64_t pending = 1;               /* marked nodes not yet visited, all segments */
+    int st = TA_OK, anomaly;
+    if (T->sw) return TA_EBUSY;         /* backward() inside a Python rule */
 
     rs->op[ro] |= TA_MARK;
     rs->marked = 1;

@@ -149,6 +149,10 @@ int ta_resolve_any(ta_tape *T, int64_t id, ta_seg **s, uint32_t *off, int *ng);
 
 int ta_gc(ta_tape *T);        /* reclaim; returns segments freed */
 
+/* ta_backward from node ro of segment rs, a node of T itself (resolved, or
+ * held by the caller: the native front's Value). */
+int ta_backward_at(ta_tape *T, ta_seg *rs, uint32_t ro);
+
 /* Append one node; returns its id or a negative status. */
 int64_t ta_append(ta_tape *T, int op, uint32_t x, ta_aux aux, double val);
 
