@@ -504,9 +504,13 @@ int ta_hvp(int64_t out, const int64_t *ins, int nin, const double *v, double *hv
     return st;
 }
 
-/* n forward-over-reverse columns over one adjoint sweep; column k is
- * stored as row k, then H is made exactly symmetric (mean of the two
- * triangles, which agree to rounding) */
+/* n forward-over-reverse columns over one adjoint sweep: column k is
+ * hvp(e_k), so H v is hvp(v).  Column k is computed into row k, then each
+ * pair of entries (j, k), (k, j) is made exactly symmetric (their mean:
+ * the two agree to rounding) where both are finite.  Where one is not,
+ * the derivative is undefined one way (a zero tangent skips a branch whose
+ * reverse partial is nan or inf, e.g. x**(y - y) at x < 0) and each entry
+ * stays its own column's, as hvp gives it. */
 int ta_hessian(int64_t out, const int64_t *ins, int nin, double *H)
 {
     ta_tape *T = ta_self();
@@ -530,8 +534,10 @@ int ta_hessian(int64_t out, const int64_t *ins, int nin, double *H)
     for (k = 0; st == TA_OK && k < nin; k++) {
         int j;
         for (j = 0; j < k; j++) {
-            double m = 0.5 * (H[(size_t)k * nin + j] + H[(size_t)j * nin + k]);
-            H[(size_t)k * nin + j] = H[(size_t)j * nin + k] = m;
+            double *a = &H[(size_t)k * nin + j], *b = &H[(size_t)j * nin + k];
+            double ca = *a, cb = *b;       /* hvp(e_k)[j], entry (j, k); hvp(e_j)[k], (k, j) */
+            if (isfinite(ca) && isfinite(cb)) *a = *b = 0.5 * (ca + cb);
+            else { *a = cb; *b = ca; }     /* from rows to columns */
         }
     }
     hi_scr_free(&S);

@@ -103,6 +103,12 @@ def hvp(output: Value, inputs: Iterable[Value], v: ArrayLike) -> _F64Array:
 def hessian(output: Value, inputs: Iterable[Value]) -> _F64Array:
     """The n x n Hessian of output w.r.t. inputs as a numpy array: the gradient recorded once, then one sweep per row.
 
+    Column k is hvp(output, inputs, e_k), so H @ v is hvp(output, inputs, v);
+    H is exactly symmetric wherever both of a pair of entries are finite.
+    (Where one is not, the two orders of differentiation disagree: e.g.
+    x ** (y - y) at x < 0, whose partial in the exponent is nan, while its
+    tangent there is exactly 0; each entry then stays its own column's.)
+
     >>> from tapead import Value, hessian
     >>> x, y = Value(1.0), Value(2.0)
     >>> hessian(x * x * y + y * y, [x, y]).tolist()

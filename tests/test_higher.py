@@ -306,3 +306,21 @@ def test_graphs_spanning_many_segments():
         return grad(t, vs)
     fd = np.array([fd_grad(lambda *p, i=i: f(*p)[i], [0.3, -0.2, 0.5], h=1e-5) for i in range(3)])
     assert np.allclose(H, fd, rtol=1e-5, atol=1e-8)
+
+
+def test_hessian_columns_are_hvp_where_a_reverse_partial_is_nan():
+    """f = x ** (y - y) at x < 0: the exponent is identically 0, so f is 1
+    and d2f/dx dy is 0; forward mode sees the exponent's tangent is exactly 0
+    (hvp along y: 0), while reverse mode meets d/dn x**n = nan (ln x at
+    x < 0) times 1 - 1.  The Hessian's column for y must be hvp's, not the
+    mean with the nan of the other order (it was nan)."""
+    x, y = Value(-1.0), Value(0.5)
+    f = (x ** (y - y)) * 1.0
+    H = hessian(f, [x, y])
+    for k in range(2):
+        e = [0.0, 0.0]
+        e[k] = 1.0
+        np.testing.assert_array_equal(H[:, k], hvp(f, [x, y], e))   # (nan equals nan here)
+    assert H[0, 1] == 0.0
+    assert math.isnan(H[1, 0])          # d/dx of the nan partial in y, as grad gives it
+    assert math.isnan(grad(f, [y])[0])
