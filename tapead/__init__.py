@@ -18,7 +18,8 @@ TYPE_CHECKING = False   # typing is not imported at run time
 if TYPE_CHECKING:
     from typing import Any, List
 
-from ._core import AnomalyError, TapeadError, TapeError, set_limit
+from ._core import set_limit
+from .errors import AnomalyError, GuardError, TapeadError, TapeError
 from ._core import stats as tape_stats
 from .engine import Value, maximum, minimum, collect, FRONT as FRONT
 
@@ -29,7 +30,6 @@ __all__ = ["Value", "maximum", "minimum", "tape_stats", "collect", "set_limit",
            "draw_dot", "to_dot", "values", "data", "grads",
            "GuardError", "recompute", "compile", "Program", "clear_guards", "guard_count",
            "set_data", "grad", "hvp", "hessian", "jacobian", "precomputed"]
-__version__ = "0.1.0"
 
 # public name -> the submodule that defines it, imported on first use
 _LAZY = {**dict.fromkeys(("no_grad", "detect_anomaly"), "modes"),
@@ -38,7 +38,7 @@ _LAZY = {**dict.fromkeys(("no_grad", "detect_anomaly"), "modes"),
          "jvp": "forward", "precomputed": "custom", "wengert": "wengert", "Wengert": "wengert",
          "set_label": "nodedata", "get_label": "nodedata", "draw_dot": "draw", "to_dot": "draw",
          **dict.fromkeys(("values", "data", "grads", "set_data"), "arrays"),
-         **dict.fromkeys(("GuardError", "recompute", "compile", "Program", "clear_guards",
+         **dict.fromkeys(("recompute", "compile", "Program", "clear_guards",
                           "guard_count"), "replay"),
          **dict.fromkeys(("grad", "hvp", "hessian", "jacobian"), "higher")}
 _SUBMODULES = ("nn", "optim")   # tapead.nn.MLP after a bare `import tapead`, as before
@@ -46,6 +46,14 @@ _SUBMODULES = ("nn", "optim")   # tapead.nn.MLP after a bare `import tapead`, as
 
 def __getattr__(name: str) -> Any:
     from importlib import import_module
+    if name == "__version__":   # pyproject.toml's, through the installed metadata (read on first use)
+        from importlib.metadata import PackageNotFoundError, version
+        try:
+            v = version(__name__)
+        except PackageNotFoundError:   # run from a source tree that was never installed
+            v = "0+unknown"
+        globals()[name] = v
+        return v
     if name in _SUBMODULES:
         return import_module(f"{__name__}.{name}")
     mod = _LAZY.get(name)

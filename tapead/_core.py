@@ -18,49 +18,8 @@ if TYPE_CHECKING:
     from typing import Any, Callable, Dict, List, Optional, SupportsInt, Tuple
 
 from ._tapead_c import ffi as ffi, lib as lib  # re-exported (the "as" tells type checkers)
-
-
-class TapeadError(Exception):
-    """Base class of tapead's own exceptions.
-
-    For example, differentiating a Value computed under no_grad():
-
-    >>> import tapead
-    >>> with tapead.no_grad():
-    ...     y = tapead.Value(2.0) * 3
-    >>> y.backward()
-    Traceback (most recent call last):
-      ...
-    tapead._core.TapeadError: this Value was computed under tapead.no_grad(): it has no graph to differentiate or replay
-    """
-
-
-class TapeError(TapeadError, RuntimeError):
-    """A Value used where its node does not exist: another thread's tape, or a forged handle.
-
-    >>> import threading, tapead
-    >>> box = []
-    >>> t = threading.Thread(target=lambda: box.append(tapead.Value(1.0)))
-    >>> t.start(); t.join()
-    >>> box[0].data
-    Traceback (most recent call last):
-      ...
-    tapead._core.TapeError: this Value was recorded by another thread: each thread records on its own tape, so use Values only in the thread that made them (also after it has ended; to hand values across threads, pass .data)
-    """
-
-
-class GuardError(TapeadError):
-    """A comparison made while recording comes out differently at the new point.
-
-    >>> import tapead
-    >>> x = tapead.Value(1.0)
-    >>> y = x * 2 if x > 0 else -x
-    >>> x.data = -1.0; y.recompute()
-    Traceback (most recent call last):
-      ...
-    tapead._core.GuardError: guard flipped: the recorded comparison x > y was True, but at the new point x = -1.0, y = 0.0 makes it False; the recorded graph does not hold there (record again)
-    >>> tapead.clear_guards()
-    """
+from .errors import AnomalyError as AnomalyError, GuardError as GuardError  # re-exported
+from .errors import TapeadError as TapeadError, TapeError as TapeError
 
 
 _CMP = ("<", "<=", ">", ">=")
@@ -71,18 +30,6 @@ def guard_error(kind: int, outcome: int, xv: float, yv: float, where: str = "") 
     return GuardError(f"guard flipped{where}: the recorded comparison x {_CMP[kind]} y was "
                       f"{bool(outcome)}, but at the new point x = {xv!r}, y = {yv!r} makes it "
                       f"{not outcome}; the recorded graph does not hold there (record again)")
-
-
-class AnomalyError(TapeadError, FloatingPointError):
-    """Raised inside detect_anomaly() by the first op or adjoint that goes non-finite.
-
-    >>> import tapead
-    >>> with tapead.detect_anomaly():
-    ...     tapead.Value(1e200) * tapead.Value(1e200)
-    Traceback (most recent call last):
-      ...
-    tapead._core.AnomalyError: detect_anomaly: op '*' with inputs (1e+200, 1e+200) produced a non-finite value
-    """
 
 
 # ---------------------------------------------------------------- op table

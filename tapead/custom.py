@@ -39,7 +39,8 @@ if TYPE_CHECKING:
     from typing import Any, Callable, Dict, Iterable, List, Optional, SupportsFloat, Tuple
 
 from . import _core, engine as _engine   # (engine is still loading: used at call time only)
-from ._core import OP, TapeadError, ffi, lib
+from ._core import OP, ffi, lib
+from .errors import ReleasedError, TapeadError
 
 CUSTOM = OP["CUSTOM"]
 _tl = _core._tl
@@ -103,10 +104,6 @@ def _put(holder: Any, k: int, v: Any) -> None:
         d = list(holder.__defaults__)
         d[k] = v
         holder.__defaults__ = tuple(d)
-
-
-class ReleasedError(TapeadError, AttributeError):
-    """A custom node's rule used a Value it captured outside a run."""
 
 
 class _Stand(int):

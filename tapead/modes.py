@@ -128,6 +128,6 @@ class detect_anomaly(_Mode):
     ...     tapead.Value(1e308) * 10
     Traceback (most recent call last):
       ...
-    tapead._core.AnomalyError: detect_anomaly: op '*c' with input 1e+308 and constant 10.0 produced a non-finite value
+    tapead.errors.AnomalyError: detect_anomaly: op '*c' with input 1e+308 and constant 10.0 produced a non-finite value
     """
     _mode = 2

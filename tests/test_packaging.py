@@ -22,3 +22,30 @@ def test_license_is_an_spdx_string_and_setuptools_can_read_it():
     (req,) = [r for r in meta["build-system"]["requires"] if r.startswith("setuptools")]
     m = re.fullmatch(r"setuptools>=(\d+)(\.\d+)*", req)
     assert m and int(m.group(1)) >= 77, req      # 77.0.0: the first to take the SPDX string
+
+
+@pytest.mark.skipif(not os.path.isfile(PYPROJECT), reason="needs the source tree")
+def test_version_is_pyprojects_alone():
+    import tapead
+    with open(PYPROJECT) as f:
+        (want,) = re.findall(r'(?m)^version = "([^"]+)"$', f.read())
+    assert tapead.__version__ == want
+    init = os.path.join(ROOT, "tapead", "__init__.py")
+    with open(init) as f:
+        assert want not in f.read()       # one place: no second copy to drift
+
+
+def test_exceptions_are_public_and_print_their_public_path():
+    import traceback
+    import tapead
+    import tapead.errors as E
+    for name in E.__all__:
+        cls = getattr(E, name)
+        assert cls.__module__ == "tapead.errors" and issubclass(cls, E.TapeadError)
+    for name in ("TapeadError", "TapeError", "AnomalyError", "GuardError"):
+        assert getattr(tapead, name) is getattr(E, name)
+    with tapead.no_grad():
+        y = tapead.Value(2.0) * 3
+    with pytest.raises(tapead.TapeadError) as info:
+        y.backward()
+    assert traceback.format_exception_only(info.type, info.value)[0].startswith("tapead.errors.TapeadError: ")
