@@ -4,6 +4,7 @@ Set TAPEAD_SANITIZE=1 to build with -fsanitize=address,undefined (see README).
 """
 import glob
 import os
+import re
 import platform
 import sys
 
@@ -33,6 +34,12 @@ if platform.python_implementation() != "CPython":
 
 with open(os.path.join(HERE, CSRC, "cdef.h")) as f:
     CDEF = f.read()
+# cdef.h makes the status constants from status.def with a macro, which
+# cffi's cdef cannot read: give it the same rows as plain #defines.
+with open(os.path.join(HERE, CSRC, "status.def")) as f:
+    _rows = re.findall(r"^TA_ST\((\w+),\s*(-?\d+),", f.read(), re.M)
+CDEF = re.sub(r"/\* <status> \*/.*?/\* </status> \*/",
+              "".join(f"#define TA_{n} {v}\n" for n, v in _rows), CDEF, flags=re.S)
 
 # The reverse sweep calls back into Python at a custom node with a Python
 # rule (csrc/custom.c); "Python+C" lets sweep.c call it by name.
@@ -45,7 +52,7 @@ ffibuilder.set_source(
     '#include "tapead.h"\n',
     sources=SOURCES,
     include_dirs=[CSRC],
-    depends=sorted(glob.glob(os.path.join(CSRC, "*.h"))) + [os.path.join(CSRC, "ops.def")],
+    depends=sorted(glob.glob(os.path.join(CSRC, "*.h")) + glob.glob(os.path.join(CSRC, "*.def"))),
     define_macros=defines,
     py_limited_api=False,
     extra_compile_args=cflags,

@@ -23,28 +23,17 @@ typedef struct {
     uint64_t peak_nodes;
 } ta_stats_t;
 
-/* status codes */
-#define TA_OK        0
-#define TA_EZERODIV -1    /* ZeroDivisionError                        */
-#define TA_EDOMAIN  -2    /* ValueError: math domain error             */
-#define TA_ERANGE   -3    /* OverflowError: result out of range        */
-#define TA_ENOMEM   -4    /* MemoryError: allocation failed            */
-#define TA_ELIMIT   -5    /* MemoryError: node limit reached           */
-#define TA_EBADID   -6    /* id names no node of this tape             */
-#define TA_ETHREAD  -7    /* id belongs to another thread's tape       */
-#define TA_EBADOP   -8    /* op code unknown or of the wrong kind      */
-#define TA_ENOGRAD  -9    /* a no_grad value has no graph              */
-#define TA_EANOMALY -10   /* detect_anomaly: nan/inf produced           */
-#define TA_ECORRUPT -11   /* ta_validate found a broken invariant        */
-#define TA_EGUARD   -12   /* replay: a recorded comparison flips         */
-#define TA_EARG     -13   /* bad argument (not a leaf, a duplicate input) */
-#define TA_ECUSTOM  -14   /* a custom node is behind: no replay / higher order */
-#define TA_EPYTHON  -15   /* a custom node's Python _backward raised       */
-#define TA_EBUSY    -18   /* called inside a custom node's Python _backward */
-#define TA_NEEDSEG  -16   /* take a hold on the current segment, then retry */
-#define TA_NEEDNG   -17   /* the same for the no_grad arena             */
+/* status codes: one row each in status.def (build_ext.py writes them out
+ * as #defines for cffi's cdef, which has no macros with arguments) */
+/* <status> */
+#define TA_ST(NAME, VALUE, EXC, MSG) enum { TA_##NAME = VALUE };
+#include "status.def"
+#undef TA_ST
+/* </status> */
 #define TA_SHIFT    11
 
+/* Row k of the status table (status.def); TA_EARG past its end. */
+int         ta_status_row(int k, int *code, const char **name, const char **exc, const char **msg);
 int         ta_nops(void);
 const char *ta_op_name(int op);        /* symbol, e.g. "+" */
 const char *ta_op_ident(int op);       /* enum name, e.g. "ADD" */
@@ -69,7 +58,7 @@ int64_t ta_node_stamp(int64_t id);
 
 int     ta_backward(int64_t root);     /* seed root with 1, one reverse sweep       */
 /* v._backward(): node id's own local step once, plain accumulation into
- * its inputs' adjoints (TA_EBADOP for a node with a Python rule: Python
+ * its inputs' adjoints (TA_EPYRULE for a node with a Python rule: Python
  * runs that itself). */
 int     ta_step(int64_t id);
 
@@ -83,7 +72,7 @@ int     ta_step(int64_t id);
 int64_t ta_custom(const int64_t *ins, uint32_t n, double value, const double *partials,
                   uint32_t name, int64_t *key, int64_t *h);
 /* A custom node's inputs (ins[0..min(n, cap)), ids), name id and key;
- * *n gets the count.  TA_EBADOP if id is not a custom node. */
+ * *n gets the count.  TA_ENOTCUSTOM if id is not a custom node. */
 int     ta_custom_info(int64_t id, uint32_t *n, int64_t *ins, uint32_t cap, uint32_t *name,
                        int64_t *key);
 /* Keep alive, with custom node id (a Python rule), those of the n nodes
@@ -310,7 +299,7 @@ int ta_jacobian(const int64_t *outs, int nout, const int64_t *ins, int nin, doub
  * xid[i], or the constant xc[i] where xid[i] < 0 and xc is not NULL (with
  * xc NULL every xid must be a node).  Records the same nodes as micrograd's
  * Python loop, in the same order; the held list h gets the neurons' ids.
- * TA_EBADOP inside no_grad / detect_anomaly (use the op-by-op path); TA_EARG
+ * TA_EMODEPATH inside no_grad / detect_anomaly (use the op-by-op path); TA_EARG
  * for a NULL array or nout * nin over 2**32 - 1; TA_EBADID for a bad id. */
 int ta_layer(const int64_t *w, const int64_t *b, uint32_t nout, uint32_t nin,
              const int64_t *xid, const double *xc, int relu, int64_t *h);

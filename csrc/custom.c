@@ -171,7 +171,7 @@ int ta_custom_info(int64_t id, uint32_t *n, int64_t *ins, uint32_t cap, uint32_t
     int st;
     if (!T) return TA_ENOMEM;
     if ((st = ta_resolve(T, id, &s, &o)) != TA_OK) return st;
-    if ((s->op[o] & TA_OPMASK) != TA_CUSTOM) return TA_EBADOP;
+    if ((s->op[o] & TA_OPMASK) != TA_CUSTOM) return TA_ENOTCUSTOM;
     e = ta_cnode_of(T, s, o);
     *n = e->nuser; *name = e->name; *key = e->key;
     for (k = 0; ins && k < e->nuser && k < cap; k++) ins[k] = (int64_t)((T->tag << 32) | e->in[k]);
@@ -181,7 +181,7 @@ int ta_custom_info(int64_t id, uint32_t *n, int64_t *ins, uint32_t cap, uint32_t
 int ta_cnode_keep(ta_cnode *e, uint32_t ref)
 {
     uint32_t *in;
-    if (e->d) return TA_EBADOP;
+    if (e->d) return TA_ENOTCUSTOM;
     if (e->n >= UINT32_MAX / 8u) return TA_ELIMIT;
     if (!(in = (uint32_t *)ta_realloc(e->in, (size_t)(e->n + 1) * sizeof *in))) return TA_ENOMEM;
     e->in = in;
@@ -198,7 +198,7 @@ int ta_custom_keep(int64_t id, const int64_t *ids, uint32_t n, int8_t *ok)
     int st, ng;
     if (!T) return TA_ENOMEM;
     if ((st = ta_resolve(T, id, &s, &o)) != TA_OK) return st;
-    if ((s->op[o] & TA_OPMASK) != TA_CUSTOM || (e = ta_cnode_of(T, s, o))->d) return TA_EBADOP;
+    if ((s->op[o] & TA_OPMASK) != TA_CUSTOM || (e = ta_cnode_of(T, s, o))->d) return TA_ENOTCUSTOM;
     if (n && !ids) return TA_EARG;
     if (e->n > UINT32_MAX / 8u - n) return TA_ELIMIT;
     in = (uint32_t *)ta_realloc(e->in, (size_t)(e->n + n ? e->n + n : 1) * sizeof *in);

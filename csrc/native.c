@@ -22,7 +22,7 @@
  * is the fast one, and ta_native_install reports that it has none. */
 #ifdef TA_NO_NATIVE
 #include "tapead.h"
-int ta_native_install(void) { return TA_EBADOP; }
+int ta_native_install(void) { return TA_ENONATIVE; }
 #else
 
 #define PY_SSIZE_T_CLEAN

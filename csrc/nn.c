@@ -48,7 +48,7 @@ int ta_layer(const int64_t *w, const int64_t *b, uint32_t nout, uint32_t nin,
     uint64_t need;
     int st;
     if (!T) return TA_ENOMEM;
-    if (T->nograd || T->anomaly) return TA_EBADOP;    /* those modes take the op-by-op path */
+    if (T->nograd || T->anomaly) return TA_EMODEPATH;   /* those modes take the op-by-op path */
     /* whatever Python hands over: no NULL array read, no count that wraps,
      * and an input id < 0 (a constant) only where there are constants */
     if ((uint64_t)nout * nin > UINT32_MAX || (nout && (!b || !ta_held_fits(h, nout) || (nin && !w))) ||

@@ -228,7 +228,7 @@ int ta_step(int64_t id)
     if (kind == TA_K_LEAF) return TA_OK;
     if (kind == TA_K_NARY) {
         const ta_cnode *e = ta_cnode_of(T, s, o);
-        return e->d ? ta_cnode_step(T, e, s->adj[o], NULL) : TA_EBADOP;
+        return e->d ? ta_cnode_step(T, e, s->adj[o], NULL) : TA_EPYRULE;
     }
     ta_node_step(T, s, o, op, kind, s->adj[o]);
     return TA_OK;

@@ -665,7 +665,7 @@ int ta_nograd(int delta)
 {
     ta_tape *T = ta_self();
     if (!T) return TA_ENOMEM;
-    if (T->nograd + delta < 0) return TA_EBADOP;
+    if (T->nograd + delta < 0) return TA_EMODE;
     return T->nograd += delta;
 }
 
@@ -673,7 +673,7 @@ int ta_anomaly(int delta)
 {
     ta_tape *T = ta_self();
     if (!T) return TA_ENOMEM;
-    if (T->anomaly + delta < 0) return TA_EBADOP;
+    if (T->anomaly + delta < 0) return TA_EMODE;
     return T->anomaly += delta;
 }
 

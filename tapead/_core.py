@@ -89,26 +89,37 @@ def _inputs(op: int, x: float, y: float) -> str:
     return f"inputs ({x!r}, {y!r})"
 
 
+def _status_table() -> Dict[int, Tuple[Any, str]]:
+    """status -> (exception class, message), from C's status table
+    (csrc/status.def); an empty message is formatted by error()."""
+    classes = {"TapeadError": TapeadError, "TapeError": TapeError, "AnomalyError": AnomalyError,
+               "GuardError": GuardError, "MemoryError": MemoryError, "ValueError": ValueError,
+               "ZeroDivisionError": ZeroDivisionError, "OverflowError": OverflowError, "None": None}
+    code, name, exc, msg = (ffi.new("int *"), ffi.new("const char **"), ffi.new("const char **"),
+                            ffi.new("const char **"))
+    table = {}
+    k = 0
+    while lib.ta_status_row(k, code, name, exc, msg) == lib.TA_OK:
+        table[code[0]] = (classes[ffi.string(exc[0]).decode()], ffi.string(msg[0]).decode())
+        k += 1
+    return table
+
+
+_STATUS = _status_table()
+
+
 def error(code: int, sweep: str = "") -> Exception:
     """The exception for a negative C status code; sweep="backward" for one
     from a reverse sweep (an anomaly there is a gradient, not a value)."""
+    cls, msg = _STATUS.get(code, (TapeError, ""))
+    if msg:
+        return cls(msg)  # type: ignore[no-any-return]
     if code in (lib.TA_EZERODIV, lib.TA_EDOMAIN, lib.TA_ERANGE):
         return _op_error(code)
-    if code == lib.TA_ENOMEM:
-        return MemoryError("tapead: could not allocate tape memory")
     if code == lib.TA_ELIMIT:
         st = stats()
         return MemoryError(f"tapead: the tape node limit ({st['limit']}) is reached "
                            f"({st['nodes']} nodes held); see tapead.set_limit")
-    if code == lib.TA_ETHREAD:
-        return TapeError("this Value was recorded by another thread: each thread records on "
-                         "its own tape, so use Values only in the thread that made them "
-                         "(also after it has ended; to hand values across threads, pass .data)")
-    if code == lib.TA_EBADID:
-        return TapeError("this Value names no node on the tape (a handle not made by tapead?)")
-    if code == lib.TA_ENOGRAD:
-        return TapeadError("this Value was computed under tapead.no_grad(): it has no graph "
-                           "to differentiate or replay")
     if code == lib.TA_EANOMALY:
         opn, x, y = ffi.new("int *"), ffi.new("double *"), ffi.new("double *")
         lib.ta_last_error(opn, x, y)
@@ -126,12 +137,6 @@ def error(code: int, sweep: str = "") -> Exception:
     if code in (lib.TA_ECUSTOM, lib.TA_EPYTHON, lib.TA_EBUSY):
         from .custom import refusal
         return refusal(code)
-    if code == lib.TA_EARG:
-        return ValueError("tapead: bad argument (not a leaf, a duplicate input, ...)")
-    if code == lib.TA_ECORRUPT:
-        return TapeError("tape invariant broken (please report this as a bug)")
-    if code == lib.TA_EBADOP:
-        return TapeError("internal error: op code unknown or of the wrong kind")
     return TapeError(f"tapead: unexpected status {code}")
 
 

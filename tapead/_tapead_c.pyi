@@ -45,6 +45,11 @@ class _Lib:
     TA_ECUSTOM: int
     TA_EPYTHON: int
     TA_EBUSY: int
+    TA_EMODE: int
+    TA_EMODEPATH: int
+    TA_ENOTCUSTOM: int
+    TA_EPYRULE: int
+    TA_ENONATIVE: int
     TA_NEEDSEG: int
     TA_NEEDNG: int
     TA_SHIFT: int
@@ -57,6 +62,7 @@ class _Lib:
     TA_PS_LIVE: int
     TA_PS_BLOCK: int
 
+    def ta_status_row(self, k: int, code: Any, name: Any, exc: Any, msg: Any, /) -> int: ...
     def ta_nops(self) -> int: ...
     def ta_op_name(self, op: int, /) -> Any: ...
     def ta_op_ident(self, op: int, /) -> Any: ...

@@ -153,7 +153,7 @@ def _raw_info(v: Any) -> Optional[Tuple[int, int, Tuple[int, ...]]]:
                  ffi.new("int64_t[]", 16))
     n, name, key, ins = S.buf
     st = lib.ta_custom_info(v._i, n, ins, 16, name, key)
-    if st == lib.TA_EBADOP or st == lib.TA_ENOGRAD:
+    if st == lib.TA_ENOTCUSTOM or st == lib.TA_ENOGRAD:
         return None
     _core.check(st)
     if n[0] > 16:

@@ -170,7 +170,7 @@ class _FusedLayer:
         st = _core.within_limit(_lib.ta_layer, self.w, self.b, self.nout, self.nin, self.xid, xc,
                                 self.relu, self.out)
         if st:
-            if st in (_lib.TA_EBADOP, _lib.TA_ENOGRAD):
+            if st in (_lib.TA_EMODEPATH, _lib.TA_ENOGRAD):
                 return None
             raise _core.error(st)
         return handles(self.out, self.nout)

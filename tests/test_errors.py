@@ -8,6 +8,7 @@ import pytest
 
 import tapead
 from tapead import Value
+from tapead._core import lib
 
 INF, NAN = math.inf, math.nan
 
@@ -241,3 +242,19 @@ def test_submodules_are_reachable_from_a_bare_import():
     code = "import tapead; tapead.nn.MLP(2, [3, 1]); tapead.optim.SGD([], lr=0.1)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
+
+
+def test_one_status_table_each_status_one_meaning():
+    """Every status C returns is one row of csrc/status.def, with its own
+    value and its own exception: no code stands for two things."""
+    from tapead import _core
+    consts = {n: getattr(lib, n) for n in dir(lib) if n.startswith("TA_E") or n.startswith("TA_NEED")}
+    assert len(set(consts.values())) == len(consts), consts           # one value, one name
+    assert set(_core._STATUS) == set(consts.values()) | {lib.TA_OK}   # and each is in the table
+    for code in consts.values():
+        e = _core.error(code) if code not in (lib.TA_EGUARD, lib.TA_EANOMALY) else None
+        if e is not None:
+            assert isinstance(e, Exception) and str(e)
+    # the meanings TA_EBADOP used to share each have their own status now
+    assert lib.ta_nograd(-1) == lib.TA_EMODE
+    assert lib.ta_nograd(0) == 0
