@@ -27,6 +27,24 @@
 #include <string.h>
 #include "higher.h"
 
+/* Every row of the op table (ops.def) has its four rules, forward and
+ * partials (ops.h), derivative as ops and second partials (higher.h):
+ * each is named here, not called, so a row without one is an undeclared
+ * identifier, a compile error on every C compiler naming the missing rule
+ * (a call to an undeclared function is only a warning on some compilers,
+ * and the build then fails at import with an undefined symbol). */
+typedef struct {
+    int  (*fwd)(double, double, double *);
+    void (*d)(double, double, double, double *, double *);
+    void (*e)(hi_em *, hi_arg *);
+    void (*d2)(double, double, double, double *, double *, double *);
+} ta_rules_t;
+const ta_rules_t ta_rule_table[TA_NOPS] = {
+#define TA_OP(NAME, KIND, SYM) { fwd_##NAME, d_##NAME, e_##NAME, d2_##NAME },
+#include "ops.def"
+#undef TA_OP
+};
+
 /* -------------------------------------------------------------- scratch */
 
 typedef struct {

@@ -1,7 +1,6 @@
 /* higher.h: each op's derivative written as ops, the table behind
  * create_graph (reverse-over-reverse).  One e_NAME per row of ops.def: a
- * row without one fails to compile (the dispatch in higher.c is generated
- * from ops.def).
+ * row without one fails to compile, naming it (higher.c: ta_rule_table).
  *
  * e_NAME(E, a) reads the op's adjoint term a->g, its inputs a->x, a->y
  * (node ids; a->c is the constant of CST ops), its own node a->r and their
