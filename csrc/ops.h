@@ -1,4 +1,6 @@
-/* ops.h: what each op computes and its local partial derivatives.
+/* ops.h: each op's rules, side by side: what it computes, its partial
+ * derivatives, its derivative as ops and its second partials (below, before
+ * the first op).
  *
  * fwd_OP(x, y, &r) computes r with Python's float and math-module error
  * rules (it returns a TA_E* status instead of raising); d_OP(x, y, r, &dx,
@@ -10,6 +12,7 @@
 #define TAPEAD_OPS_H
 #include <math.h>
 #include "tapead.h"
+#include "terms.h"
 
 #define FIN(v) (isfinite(v))
 #define UNUSED(v) (void)(v)
@@ -60,44 +63,110 @@ static inline double ta_tmul(double partial, double tangent)
     return (tangent == 0.0 || partial == 0.0) ? 0.0 : partial * tangent;
 }
 
+/* Each op's four rules, side by side, one block per row of ops.def (a row
+ * without one does not compile: higher.c, ta_rule_table):
+ *
+ * fwd_NAME, d_NAME: above.
+ *
+ * e_NAME(E, a): its derivative written as ops, for create_graph
+ * (reverse-over-reverse), in the term algebra of terms.h.  It reads the
+ * op's adjoint term a->g, its inputs a->x, a->y (node ids; a->c is the
+ * constant of CST ops), its own node a->r and their values xv, yv (= c for
+ * CST ops), rv, and sets a->dx, a->dy to the contributions g * dr/dx,
+ * g * dr/dy, recorded as new tape nodes.  Because the partials are built
+ * from ops of this same table, their derivatives are correct to any order
+ * by induction.  Kinks (RELU, ABS, MAX, MIN): the first derivative is the
+ * one backward() uses (relu'(0) = 0, abs'(0) = 0, a tie splits g/2, g/2)
+ * and is piecewise constant, so every higher derivative is 0, at the kink
+ * too.  Where a partial cannot be written as ops at this point (x**y or c/x
+ * style factors that would divide by zero, log of x <= 0: sqrt at 0, 0**c
+ * with c < 1), it falls back to the numeric partial as a constant factor:
+ * the first derivative equals backward()'s (inf or nan there) and its own
+ * derivative is taken as 0.
+ *
+ * d2_NAME(x, y, r, &xx, &xy, &yy): second partials for forward-over-reverse
+ * (hvp, hessian): d2r/dx2, d2r/dxdy, d2r/dy2 (y = c for CST ops: only xx).
+ * They agree with e_NAME, fallbacks included: where e_NAME falls back to a
+ * constant partial, the second partial is 0. */
+#define E_(NAME) static inline void e_##NAME(hi_em *E, hi_arg *a)
+#define D2_(NAME) static inline void d2_##NAME(double x, double y, double r, double *xx, double *xy, double *yy)
+#define D2_NONE(NAME) D2_(NAME) { UNUSED(x); UNUSED(y); UNUSED(r); *xx = *xy = *yy = 0.0; }
+
 static inline int fwd_LEAF(double x, double y, double *r) { UNUSED(y); *r = x; return TA_OK; }
 static inline void d_LEAF(double x, double y, double r, double *dx, double *dy)
 { UNUSED(x); UNUSED(y); UNUSED(r); *dx = 0; *dy = 0; }
+E_(LEAF) { UNUSED(E); UNUSED(a); }
+D2_NONE(LEAF)
 #define fwd_DEAD fwd_LEAF
 #define d_DEAD d_LEAF
+E_(DEAD) { UNUSED(E); UNUSED(a); }
+D2_NONE(DEAD)
 
 static inline int fwd_ADD(double x, double y, double *r) { *r = x + y; return TA_OK; }
 static inline void d_ADD(double x, double y, double r, double *dx, double *dy)
 { UNUSED(x); UNUSED(y); UNUSED(r); *dx = 1.0; *dy = 1.0; }
+E_(ADD)  { UNUSED(E); a->dx = a->g; a->dy = a->g; }
+D2_NONE(ADD)
 
 static inline int fwd_SUB(double x, double y, double *r) { *r = x - y; return TA_OK; }
 static inline void d_SUB(double x, double y, double r, double *dx, double *dy)
 { UNUSED(x); UNUSED(y); UNUSED(r); *dx = 1.0; *dy = -1.0; }
+E_(SUB)  { a->dx = a->g; a->dy = hi_mulc(E, a->g, -1.0); }
+D2_NONE(SUB)
 
 static inline int fwd_MUL(double x, double y, double *r) { *r = x * y; return TA_OK; }
 static inline void d_MUL(double x, double y, double r, double *dx, double *dy)
 { UNUSED(r); *dx = y; *dy = x; }
+E_(MUL)  { a->dx = hi_scale(E, a->g, a->y); a->dy = hi_scale(E, a->g, a->x); }
+D2_(MUL)  { UNUSED(x); UNUSED(y); UNUSED(r); *xx = 0.0; *xy = 1.0; *yy = 0.0; }
 
 static inline int fwd_DIV(double x, double y, double *r)
 { if (y == 0.0) return TA_EZERODIV; *r = x / y; return TA_OK; }
 static inline void d_DIV(double x, double y, double r, double *dx, double *dy)
 { UNUSED(x); *dx = 1.0 / y; *dy = -r / y; }
+/* x/y: dx = g/y, dy = -(g/y) r */
+E_(DIV)  { a->dx = hi_div(E, a->g, a->y); a->dy = hi_mulc(E, hi_scale(E, a->dx, a->r), -1.0); }
+/* x/y: xy = -1/y^2, yy = 2r/y^2 */
+D2_(DIV)  { UNUSED(x); *xx = 0.0; *xy = -1.0 / (y * y); *yy = 2.0 * r / (y * y); }
 
 static inline int fwd_POW(double x, double y, double *r) { return py_pow(x, y, r); }
 static inline void d_POW(double x, double y, double r, double *dx, double *dy)
 { *dx = dpow_dx(x, y); *dy = dpow_dy(x, y, r); }
+/* x**y: dx = g y x**(y-1); dy = g r ln x (x > 0; else the numeric constant) */
+E_(POW)
+{
+    a->dx = hi_scale(E, hi_scale(E, a->g, a->y), N2(POW, a->x, NC(ADDC, a->y, -1.0)));
+    if (a->xv > 0.0) a->dy = hi_scale(E, a->g, N2(MUL, a->r, N1(LOG, a->x)));
+    else a->dy = hi_mulc(E, a->g, dpow_dy(a->xv, a->yv, a->rv));
+}
+/* x**y: xx = y(y-1)x^(y-2); xy = x^(y-1) + y d(x^(y-1))/dy; yy = r ln^2 x (x > 0) */
+D2_(POW)
+{
+    double p1;
+    if (x == 0.0 && y - 1.0 < 0.0) { *xx = *xy = *yy = 0.0; return; }   /* e_POW's fallback */
+    p1 = pow(x, y - 1.0);
+    *xx = y * dpow_dx(x, y - 1.0);
+    *xy = p1 + y * dpow_dy(x, y - 1.0, p1);
+    *yy = x > 0.0 ? r * log(x) * log(x) : 0.0;
+}
 
 static inline int fwd_ADDC(double x, double c, double *r) { *r = x + c; return TA_OK; }
 static inline void d_ADDC(double x, double c, double r, double *dx, double *dy)
 { UNUSED(x); UNUSED(c); UNUSED(r); *dx = 1.0; *dy = 0; }
+E_(ADDC)  { UNUSED(E); a->dx = a->g; }
+D2_NONE(ADDC)
 
 static inline int fwd_RSUBC(double x, double c, double *r) { *r = c - x; return TA_OK; }
 static inline void d_RSUBC(double x, double c, double r, double *dx, double *dy)
 { UNUSED(x); UNUSED(c); UNUSED(r); *dx = -1.0; *dy = 0; }
+E_(RSUBC) { a->dx = hi_mulc(E, a->g, -1.0); }
+D2_NONE(RSUBC)
 
 static inline int fwd_MULC(double x, double c, double *r) { *r = x * c; return TA_OK; }
 static inline void d_MULC(double x, double c, double r, double *dx, double *dy)
 { UNUSED(x); UNUSED(r); *dx = c; *dy = 0; }
+E_(MULC)  { a->dx = hi_mulc(E, a->g, a->c); }
+D2_NONE(MULC)
 
 /* Recorded only where 1/c is not a normal float (c subnormal, |c| > ~4.5e307,
  * inf, nan): elsewhere x / c is MULC by 1/c, micrograd's x * c**-1 */
@@ -105,40 +174,75 @@ static inline int fwd_DIVC(double x, double c, double *r)
 { if (c == 0.0) return TA_EZERODIV; *r = x / c; return TA_OK; }
 static inline void d_DIVC(double x, double c, double r, double *dx, double *dy)
 { UNUSED(x); UNUSED(r); *dx = 1.0 / c; *dy = 0; }
+E_(DIVC)  { a->dx = hi_mulc(E, a->g, 1.0 / a->c); }
+D2_NONE(DIVC)
 
 static inline int fwd_RDIVC(double x, double c, double *r)
 { if (x == 0.0) return TA_EZERODIV; *r = c / x; return TA_OK; }
 static inline void d_RDIVC(double x, double c, double r, double *dx, double *dy)
 { UNUSED(c); *dx = -r / x; *dy = 0; }
+/* c/x: dx = -(g r)/x */
+E_(RDIVC) { a->dx = hi_mulc(E, hi_div(E, hi_scale(E, a->g, a->r), a->x), -1.0); }
+D2_(RDIVC) { UNUSED(y); *xx = 2.0 * r / (x * x); *xy = *yy = 0.0; }
 
 static inline int fwd_POWC(double x, double c, double *r) { return py_pow(x, c, r); }
 static inline void d_POWC(double x, double c, double r, double *dx, double *dy)
 { UNUSED(r); *dx = dpow_dx(x, c); *dy = 0; }
+/* x**c: dx = g (c x**(c-1)); c = 0 and c = 1 need no node */
+E_(POWC)
+{
+    if (a->c == 1.0) a->dx = a->g;
+    else if (a->c == 0.0) a->dx = hi_mulc(E, a->g, dpow_dx(a->xv, 0.0));
+    else a->dx = hi_scale(E, a->g, NC(MULC, NC(POWC, a->x, a->c - 1.0), a->c));
+}
+D2_(POWC)
+{
+    UNUSED(r);
+    *xy = *yy = 0.0;
+    if (y == 0.0 || y == 1.0 || (x == 0.0 && y - 1.0 < 0.0)) *xx = 0.0;
+    else *xx = y * (y - 1.0) * pow(x, y - 2.0);
+}
 
 static inline int fwd_RPOWC(double x, double c, double *r) { return py_pow(c, x, r); }
 static inline void d_RPOWC(double x, double c, double r, double *dx, double *dy)
 { *dx = dpow_dy(c, x, r); *dy = 0; }
+/* c**x: dx = g r ln c (c > 0; else the numeric constant) */
+E_(RPOWC)
+{
+    if (a->c > 0.0) a->dx = hi_scale(E, a->g, NC(MULC, a->r, log(a->c)));
+    else a->dx = hi_mulc(E, a->g, dpow_dy(a->c, a->xv, a->rv));
+}
+D2_(RPOWC) { UNUSED(x); *xx = y > 0.0 ? r * log(y) * log(y) : 0.0; *xy = *yy = 0.0; }
 
 /* micrograd: 0 if x < 0 else x; so relu(nan) = nan and relu(-0.0) = -0.0 */
 static inline int fwd_RELU(double x, double y, double *r)
 { UNUSED(y); *r = x < 0.0 ? 0.0 : x; return TA_OK; }
 static inline void d_RELU(double x, double y, double r, double *dx, double *dy)
 { UNUSED(x); UNUSED(y); *dx = r > 0.0 ? 1.0 : 0.0; *dy = 0; }
+E_(RELU)  { UNUSED(E); a->dx = a->rv > 0.0 ? a->g : hi_zero; }
+D2_NONE(RELU)
 
 static inline int fwd_TANH(double x, double y, double *r)
 { UNUSED(y); *r = tanh(x); return TA_OK; }
 static inline void d_TANH(double x, double y, double r, double *dx, double *dy)
 { UNUSED(x); UNUSED(y); *dx = 1.0 - r * r; *dy = 0; }
+/* dx = g (1 - r r) */
+E_(TANH)  { a->dx = hi_scale(E, a->g, NC(RSUBC, N2(MUL, a->r, a->r), 1.0)); }
+D2_(TANH)  { UNUSED(x); UNUSED(y); *xx = -2.0 * r * (1.0 - r * r); *xy = *yy = 0.0; }
 
 static inline int fwd_EXP(double x, double y, double *r)
 { UNUSED(y); *r = exp(x); return (FIN(x) && isinf(*r)) ? TA_ERANGE : TA_OK; }
 static inline void d_EXP(double x, double y, double r, double *dx, double *dy)
 { UNUSED(x); UNUSED(y); *dx = r; *dy = 0; }
+E_(EXP)   { a->dx = hi_scale(E, a->g, a->r); }
+D2_(EXP)   { UNUSED(x); UNUSED(y); *xx = r; *xy = *yy = 0.0; }
 
 static inline int fwd_LOG(double x, double y, double *r)
 { UNUSED(y); if (x <= 0.0) return TA_EDOMAIN; *r = log(x); return TA_OK; }
 static inline void d_LOG(double x, double y, double r, double *dx, double *dy)
 { UNUSED(y); UNUSED(r); *dx = 1.0 / x; *dy = 0; }
+E_(LOG)   { a->dx = hi_div(E, a->g, a->x); }
+D2_(LOG)   { UNUSED(y); UNUSED(r); *xx = -1.0 / (x * x); *xy = *yy = 0.0; }
 
 /* evaluated so that neither branch can overflow */
 static inline int fwd_SIGMOID(double x, double y, double *r)
@@ -150,42 +254,78 @@ static inline int fwd_SIGMOID(double x, double y, double *r)
 }
 static inline void d_SIGMOID(double x, double y, double r, double *dx, double *dy)
 { UNUSED(x); UNUSED(y); *dx = r * (1.0 - r); *dy = 0; }
+/* dx = g r (1 - r) */
+E_(SIGMOID) { a->dx = hi_scale(E, a->g, N2(MUL, a->r, NC(RSUBC, a->r, 1.0))); }
+D2_(SIGMOID) { UNUSED(x); UNUSED(y); *xx = r * (1.0 - r) * (1.0 - 2.0 * r); *xy = *yy = 0.0; }
 
 static inline int fwd_SIN(double x, double y, double *r)
 { UNUSED(y); if (isinf(x)) return TA_EDOMAIN; *r = sin(x); return TA_OK; }
 static inline void d_SIN(double x, double y, double r, double *dx, double *dy)
 { UNUSED(y); UNUSED(r); *dx = cos(x); *dy = 0; }
+E_(SIN)   { a->dx = hi_scale(E, a->g, N1(COS, a->x)); }
+D2_(SIN)   { UNUSED(x); UNUSED(y); *xx = -r; *xy = *yy = 0.0; }
 
 static inline int fwd_COS(double x, double y, double *r)
 { UNUSED(y); if (isinf(x)) return TA_EDOMAIN; *r = cos(x); return TA_OK; }
 static inline void d_COS(double x, double y, double r, double *dx, double *dy)
 { UNUSED(y); UNUSED(r); *dx = -sin(x); *dy = 0; }
+E_(COS)   { a->dx = hi_mulc(E, hi_scale(E, a->g, N1(SIN, a->x)), -1.0); }
+D2_(COS)   { UNUSED(x); UNUSED(y); *xx = -r; *xy = *yy = 0.0; }
 
 static inline int fwd_SQRT(double x, double y, double *r)
 { UNUSED(y); if (x < 0.0) return TA_EDOMAIN; *r = sqrt(x); return TA_OK; }
 static inline void d_SQRT(double x, double y, double r, double *dx, double *dy)
 { UNUSED(x); UNUSED(y); *dx = 0.5 / r; *dy = 0; }
+/* dx = (g / r) 0.5 */
+E_(SQRT)  { a->dx = hi_mulc(E, hi_div(E, a->g, a->r), 0.5); }
+/* sqrt: xx = -1/(4 r^3); 0 at r = 0 (e_SQRT's fallback) */
+D2_(SQRT)  { UNUSED(x); UNUSED(y); *xx = r == 0.0 ? 0.0 : -0.25 / (r * r * r); *xy = *yy = 0.0; }
 
 static inline int fwd_ABS(double x, double y, double *r)
 { UNUSED(y); *r = fabs(x); return TA_OK; }
 static inline void d_ABS(double x, double y, double r, double *dx, double *dy)
 { UNUSED(y); UNUSED(r); *dx = x > 0.0 ? 1.0 : (x < 0.0 ? -1.0 : 0.0); *dy = 0; }
+E_(ABS)
+{
+    UNUSED(E);
+    a->dx = a->xv > 0.0 ? a->g : (a->xv < 0.0 ? hi_mulc(E, a->g, -1.0) : hi_zero);
+}
+D2_NONE(ABS)
 
 /* Python's max(x, y) returns x unless y > x; nan follows that rule too */
 static inline int fwd_MAX(double x, double y, double *r)
 { *r = (y > x) ? y : x; return TA_OK; }
 static inline void d_MAX(double x, double y, double r, double *dx, double *dy)
 { UNUSED(r); if (x == y) { *dx = *dy = 0.5; } else if (y > x) { *dx = 0; *dy = 1.0; } else { *dx = 1.0; *dy = 0; } }
+E_(MAX)
+{
+    if (a->xv == a->yv) { a->dx = a->dy = hi_mulc(E, a->g, 0.5); }
+    else if (a->yv > a->xv) a->dy = a->g;
+    else a->dx = a->g;
+}
+D2_NONE(MAX)
 
 static inline int fwd_MIN(double x, double y, double *r)
 { *r = (y < x) ? y : x; return TA_OK; }
 static inline void d_MIN(double x, double y, double r, double *dx, double *dy)
 { UNUSED(r); if (x == y) { *dx = *dy = 0.5; } else if (y < x) { *dx = 0; *dy = 1.0; } else { *dx = 1.0; *dy = 0; } }
+E_(MIN)
+{
+    if (a->xv == a->yv) { a->dx = a->dy = hi_mulc(E, a->g, 0.5); }
+    else if (a->yv < a->xv) a->dy = a->g;
+    else a->dx = a->g;
+}
+D2_NONE(MIN)
 
 /* A custom node's value comes from outside: replay cannot recompute it
  * (ta_plain refuses such graphs first); its partials live in custom.c. */
 static inline int fwd_CUSTOM(double x, double y, double *r) { UNUSED(x); UNUSED(y); UNUSED(r); return TA_ECUSTOM; }
 #define d_CUSTOM d_LEAF
+E_(CUSTOM) { UNUSED(E); UNUSED(a); }   /* never reached: ta_plain refuses first */
+D2_NONE(CUSTOM)
+#undef E_
+#undef D2_
+#undef D2_NONE
 
 static inline int ta_forward(int op, double x, double y, double *r)
 {
