@@ -141,7 +141,8 @@ class Form(NamedTuple):
     py: Callable     # (x, y, c) -> float
     mg: Optional[Callable]
     d: Callable      # (x, y, c, r) -> (dr/dx, dr/dy)
-    leafc: bool = False   # the constant c becomes a tape leaf, the op's other input
+    leafc: str = ""  # "after"/"before": c becomes a tape leaf, the op's second/first input
+                     # (d then takes the inputs in that order)
     op: str = ""     # filled in from the row
 
 
@@ -229,7 +230,7 @@ ROWS = (
     row("MAX", [bi("max", lambda a, b: a.maximum(b), max, lambda x, y, r: d_max(x, y)),
                 bi("maximum", tapead.maximum, max, lambda x, y, r: d_max(x, y)),
                 Form("maxc", 1, lambda a, b, c: tapead.maximum(a, c), lambda x, y, c: max(x, c),
-                     None, lambda x, y, c, r: d_max(x, y), leafc=True)],
+                     None, lambda x, y, c, r: d_max(x, y), leafc="after")],
         total=True, tame=lambda a, b, c: tapead.maximum(a, b),
         grad=[("maximum", "maximum", None, fl(-5, 5), fl(-5, 5), off_tie),
               ("maximum_m", "max", None, fl(-5, 5), fl(-5, 5), off_tie)],
@@ -237,9 +238,10 @@ ROWS = (
         ieee=[("maximum", None)]),
     row("MIN", [bi("min", lambda a, b: a.minimum(b), min, lambda x, y, r: d_min(x, y)),
                 bi("minimum", tapead.minimum, min, lambda x, y, r: d_min(x, y)),
-                # minimum(c, a): c, made a leaf, is the first input
+                # minimum(c, a): c, made a leaf, is the first input (which
+                # one a tie with nan picks depends on the order)
                 Form("minc", 1, lambda a, b, c: tapead.minimum(c, a), lambda x, y, c: min(c, x),
-                     None, lambda x, y, c, r: d_min(x, y), leafc=True)],
+                     None, lambda x, y, c, r: d_min(x, y), leafc="before")],
         total=True, tame=lambda a, b, c: tapead.minimum(a, b),
         grad=[("minimum", "minimum", None, fl(-5, 5), fl(-5, 5), off_tie),
               ("minimum_m", "min", None, fl(-5, 5), fl(-5, 5), off_tie)],
