@@ -28,7 +28,10 @@ A row (OpCase) holds:
           (test_higher), composed so that a linear op's is not just zero;
   errors  (exception, form, x, y, c): domain errors, as Python raises them;
   ieee    (form, c): spellings checked to follow IEEE at nan, inf and -0.0
-          exactly as plain floats do (test_errors).
+          exactly as plain floats do (test_errors);
+  kink    True where the op is not differentiable somewhere in its domain
+          (relu, abs at 0; max, min at a tie): left out of finite differences
+          of random graphs.
 
 Adding an op: one OpCase in ROWS."""
 import math
@@ -184,11 +187,12 @@ class OpCase(NamedTuple):
     second: tuple = ()
     errors: tuple = ()
     ieee: tuple = ()
+    kink: bool = False
 
 
-def row(op, forms, total, tame=None, grad=(), second=(), errors=(), ieee=()):
+def row(op, forms, total, tame=None, grad=(), second=(), errors=(), ieee=(), kink=False):
     return OpCase(op, tuple(f._replace(op=op) for f in forms), total, tame,
-                  tuple(grad), tuple(second), tuple(errors), tuple(ieee))
+                  tuple(grad), tuple(second), tuple(errors), tuple(ieee), kink)
 
 
 X2 = [[0.7, 1.3], [1.6, 0.4]]     # the points of a binary op's second derivatives
@@ -235,7 +239,7 @@ ROWS = (
         grad=[("maximum", "maximum", None, fl(-5, 5), fl(-5, 5), off_tie),
               ("maximum_m", "max", None, fl(-5, 5), fl(-5, 5), off_tie)],
         second=[("MAX", lambda x, y: x.maximum(y) * x, lambda x, y: max(x, y) * x, X2)],
-        ieee=[("maximum", None)]),
+        ieee=[("maximum", None)], kink=True),
     row("MIN", [bi("min", lambda a, b: a.minimum(b), min, lambda x, y, r: d_min(x, y)),
                 bi("minimum", tapead.minimum, min, lambda x, y, r: d_min(x, y)),
                 # minimum(c, a): c, made a leaf, is the first input (which
@@ -246,7 +250,7 @@ ROWS = (
         grad=[("minimum", "minimum", None, fl(-5, 5), fl(-5, 5), off_tie),
               ("minimum_m", "min", None, fl(-5, 5), fl(-5, 5), off_tie)],
         second=[("MIN", lambda x, y: x.minimum(y) * y, lambda x, y: min(x, y) * y, X2)],
-        ieee=[("minimum", None)]),
+        ieee=[("minimum", None)], kink=True),
     # ------------------------------------------- one input and a constant
     row("ADDC", [un("addc", lambda a, b, c: a + c, lambda x, y, c: x + c, lambda x, c, r: 1.0,
                     mg=lambda a, b, c: a + c),
@@ -293,7 +297,11 @@ ROWS = (
         second=[("RDIVC", lambda x: 2.0 / x, lambda x: 2.0 / x, [[0.7]])],
         errors=[(ZeroDivisionError, "rdivc", 0.0, None, 1)]),
     row("POWC", [un("powc", lambda a, b, c: a ** c, lambda x, y, c: py_pow(x, c),
-                    lambda x, c, r: dpow_dx(x, c), mg=lambda a, b, c: a ** c)],
+                    lambda x, c, r: dpow_dx(x, c), mg=lambda a, b, c: a ** c),
+                 # x ** 0.5 as a spelling of its own: random graphs meet its
+                 # infinite partial at 0 often, not only where they draw c = 0.5
+                 un("pow.5", lambda a, b, c: a ** 0.5, lambda x, y, c: py_pow(x, 0.5),
+                    lambda x, c, r: dpow_dx(x, 0.5), mg=lambda a, b, c: a ** 0.5)],
         total=False, tame=lambda a, b, c: a ** 2,
         grad=[("pow2", "powc", 2, fl(-5, 5)), ("pow3", "powc", 3, fl(-5, 5)),
               ("pow-1", "powc", -1, away(fl(-5, 5), 0, gap=0.1)),
@@ -319,7 +327,7 @@ ROWS = (
         grad=[("relu", "relu", None, away(fl(-5, 5), 0))],
         second=[("RELU+", lambda x: x.relu() * x, lambda x: max(x, 0) * x, [[0.7]]),
                 ("RELU-", lambda x: x.relu() * x, lambda x: max(x, 0) * x, [[-0.7]])],
-        ieee=[("relu", None)]),
+        ieee=[("relu", None)], kink=True),
     row("TANH", [un("tanh", lambda a, b, c: a.tanh(), lambda x, y, c: math.tanh(x),
                     lambda x, c, r: 1.0 - r * r, mg=lambda a, b, c: a.tanh())],
         total=True, tame=lambda a, b, c: a.tanh(),
@@ -371,7 +379,7 @@ ROWS = (
         grad=[("abs", "abs", None, away(fl(-5, 5), 0)), ("absm", "absm", None, away(fl(-5, 5), 0))],
         second=[("ABS+", lambda x: abs(x) * x, lambda x: abs(x) * x, [[0.7]]),
                 ("ABS-", lambda x: abs(x) * x, lambda x: abs(x) * x, [[-0.7]])],
-        ieee=[("abs", None)]),
+        ieee=[("abs", None)], kink=True),
 )
 
 BY_OP = {r.op: r for r in ROWS}
@@ -380,7 +388,7 @@ FORMS = {f.name: f for r in ROWS for f in r.forms}
 # The op table's entries that are not math ops: LEAF and DEAD (kind LEAF: a
 # leaf, a reclaimed slot) and CUSTOM (kind NARY: a node computed in Python,
 # tested in test_custom.py).
-KIND_LEAF, KIND_NARY = 0, 4
+KIND_LEAF, KIND_UN, KIND_NARY = 0, 1, 4
 
 
 def math_ops():
