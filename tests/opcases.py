@@ -31,7 +31,9 @@ A row (OpCase) holds:
           exactly as plain floats do (test_errors);
   kink    True where the op is not differentiable somewhere in its domain
           (relu, abs at 0; max, min at a tie): left out of finite differences
-          of random graphs.
+          of random graphs;
+  anomaly (form, x, y, c): finite-or-not inputs where the op's result is inf
+          or nan, which detect_anomaly refuses, naming the op and its inputs.
 
 Adding an op: one OpCase in ROWS."""
 import math
@@ -188,11 +190,13 @@ class OpCase(NamedTuple):
     errors: tuple = ()
     ieee: tuple = ()
     kink: bool = False
+    anomaly: tuple = ()
 
 
-def row(op, forms, total, tame=None, grad=(), second=(), errors=(), ieee=(), kink=False):
+def row(op, forms, total, tame=None, grad=(), second=(), errors=(), ieee=(), kink=False,
+        anomaly=()):
     return OpCase(op, tuple(f._replace(op=op) for f in forms), total, tame,
-                  tuple(grad), tuple(second), tuple(errors), tuple(ieee), kink)
+                  tuple(grad), tuple(second), tuple(errors), tuple(ieee), kink, tuple(anomaly))
 
 
 X2 = [[0.7, 1.3], [1.6, 0.4]]     # the points of a binary op's second derivatives
@@ -204,25 +208,29 @@ ROWS = (
         total=True, tame=lambda a, b, c: a + b,
         grad=[("add", "add", None, fl(-5, 5), fl(-5, 5))],
         second=[("ADD", lambda x, y: (x + y) * x, lambda x, y: (x + y) * x, X2)],
-        ieee=[("add", None)]),
+        ieee=[("add", None)],
+        anomaly=[("add", INF, -INF, None)]),
     row("SUB", [bi("sub", lambda a, b: a - b, lambda x, y: x - y, lambda x, y, r: (1.0, -1.0),
                    mg=lambda a, b, c: a - b)],
         total=True, tame=lambda a, b, c: a - b,
         grad=[("sub", "sub", None, fl(-5, 5), fl(-5, 5))],
         second=[("SUB", lambda x, y: (x - y) * y, lambda x, y: (x - y) * y, X2)],
-        ieee=[("sub", None)]),
+        ieee=[("sub", None)],
+        anomaly=[("sub", 1e308, -1e308, None)]),
     row("MUL", [bi("mul", lambda a, b: a * b, lambda x, y: x * y, lambda x, y, r: (y, x),
                    mg=lambda a, b, c: a * b)],
         total=True, tame=lambda a, b, c: a * b,
         grad=[("mul", "mul", None, fl(-5, 5), fl(-5, 5))],
         second=[("MUL", lambda x, y: x * y, lambda x, y: x * y, X2)],
-        ieee=[("mul", None)]),
+        ieee=[("mul", None)],
+        anomaly=[("mul", INF, 0.0, None)]),
     row("DIV", [bi("div", lambda a, b: a / b, lambda x, y: x / y,
                    lambda x, y, r: (1.0 / y, -r / y), mg=lambda a, b, c: a / b)],
         total=False, tame=lambda a, b, c: a / (b * b + 1.0),
         grad=[("div", "div", None, fl(-5, 5), away(fl(-5, 5), 0, gap=0.1))],
         second=[("DIV", lambda x, y: x / y, lambda x, y: x / y, X2)],
-        errors=[(ZeroDivisionError, "div", 3.0, 0.0, None)]),
+        errors=[(ZeroDivisionError, "div", 3.0, 0.0, None)],
+        anomaly=[("div", 1e308, 5e-324, None)]),
     row("POW", [bi("pow", lambda a, b: a ** b, py_pow,
                    lambda x, y, r: (dpow_dx(x, y), dpow_dy(x, y, r)))],
         total=False, tame=None,
@@ -262,7 +270,7 @@ ROWS = (
         grad=[("addc", "addc", 1.5, fl(-5, 5)), ("raddc", "raddc", 1.5, fl(-5, 5)),
               ("subc", "subc", 2.25, fl(-5, 5))],
         second=[("ADDC", lambda x: (x + 2.5) * x, lambda x: (x + 2.5) * x, [[0.7]])],
-        ieee=[("addc", 1)]),
+        ieee=[("addc", 1)], anomaly=[("addc", 3.0, None, NAN)]),
     row("RSUBC", [un("rsubc", lambda a, b, c: c - a, lambda x, y, c: c - x, lambda x, c, r: -1.0,
                      mg=lambda a, b, c: c - a)],
         total=True, tame=lambda a, b, c: c - a,
@@ -279,7 +287,7 @@ ROWS = (
         grad=[("neg", "neg", None, fl(-5, 5)), ("mulc", "mulc", -3.5, fl(-5, 5)),
               ("rmulc", "rmulc", 0.75, fl(-5, 5))],
         second=[("MULC", lambda x: (x * 3.0) * x, lambda x: (x * 3.0) * x, [[0.7]])],
-        ieee=[("neg", None), ("mulc", 2)]),
+        ieee=[("neg", None), ("mulc", 2)], anomaly=[("mulc", 1e308, None, 10)]),
     # x / c records MULC (x * c**-1, micrograd's value) where c**-1 is a
     # normal float, DIVC (the true x / c) where it is not
     row("DIVC", [un("divc", lambda a, b, c: a / c, lambda x, y, c: py_divc(x, c),
@@ -327,20 +335,20 @@ ROWS = (
         grad=[("relu", "relu", None, away(fl(-5, 5), 0))],
         second=[("RELU+", lambda x: x.relu() * x, lambda x: max(x, 0) * x, [[0.7]]),
                 ("RELU-", lambda x: x.relu() * x, lambda x: max(x, 0) * x, [[-0.7]])],
-        ieee=[("relu", None)], kink=True),
+        ieee=[("relu", None)], kink=True, anomaly=[("relu", INF, None, None)]),
     row("TANH", [un("tanh", lambda a, b, c: a.tanh(), lambda x, y, c: math.tanh(x),
                     lambda x, c, r: 1.0 - r * r, mg=lambda a, b, c: a.tanh())],
         total=True, tame=lambda a, b, c: a.tanh(),
         grad=[("tanh", "tanh", None, fl(-5, 5))],
         second=[("TANH", lambda x: x.tanh(), math.tanh, [[0.7]])],
-        ieee=[("tanh", None)]),
+        ieee=[("tanh", None)], anomaly=[("tanh", NAN, None, None)]),
     row("EXP", [un("exp", lambda a, b, c: a.exp(), lambda x, y, c: math.exp(x),
                    lambda x, c, r: r, mg=lambda a, b, c: a.exp())],
         total=True, tame=lambda a, b, c: a.tanh().exp(),
         grad=[("exp", "exp", None, fl(-10, 10))],
         second=[("EXP", lambda x: x.exp(), math.exp, [[0.7]])],
         errors=[(OverflowError, "exp", 1000.0, None, None)],
-        ieee=[("exp", None)]),
+        ieee=[("exp", None)], anomaly=[("exp", INF, None, None)]),
     row("LOG", [un("log", lambda a, b, c: a.log(), lambda x, y, c: math.log(x),
                    lambda x, c, r: 1.0 / x)],
         total=False, tame=None,
@@ -379,7 +387,7 @@ ROWS = (
         grad=[("abs", "abs", None, away(fl(-5, 5), 0)), ("absm", "absm", None, away(fl(-5, 5), 0))],
         second=[("ABS+", lambda x: abs(x) * x, lambda x: abs(x) * x, [[0.7]]),
                 ("ABS-", lambda x: abs(x) * x, lambda x: abs(x) * x, [[-0.7]])],
-        ieee=[("abs", None)], kink=True),
+        ieee=[("abs", None)], kink=True, anomaly=[("abs", -INF, None, None)]),
 )
 
 BY_OP = {r.op: r for r in ROWS}
@@ -388,7 +396,7 @@ FORMS = {f.name: f for r in ROWS for f in r.forms}
 # The op table's entries that are not math ops: LEAF and DEAD (kind LEAF: a
 # leaf, a reclaimed slot) and CUSTOM (kind NARY: a node computed in Python,
 # tested in test_custom.py).
-KIND_LEAF, KIND_UN, KIND_NARY = 0, 1, 4
+KIND_LEAF, KIND_UN, KIND_CST, KIND_NARY = 0, 1, 3, 4
 
 
 def math_ops():

@@ -21,7 +21,8 @@ import tapead.nn
 from tapead import Value
 from tapead._core import lib
 from conftest import release_garbage
-from opcases import FORMS as FORMS_BY_NAME
+from tapead._core import OP, OP_KINDS, OP_NAMES
+from opcases import FORMS as FORMS_BY_NAME, KIND_CST, KIND_UN, form_cases
 
 INF, NAN = math.inf, math.nan
 
@@ -291,42 +292,38 @@ def test_ctrl_c_anywhere_in_a_mode_block_leaves_no_mode_behind(mode, depth):
 
 
 # ========================================================= detect_anomaly
-ANOMALIES = [
-    ("*c", lambda v: v["big"] * 10, (1e308, 10.0)),
-    ("*", lambda v: v["inf"] * v["zero"], (INF, 0.0)),
-    ("+", lambda v: v["inf"] + v["ninf"], (INF, -INF)),
-    ("-", lambda v: v["big"] - v["nbig"], (1e308, -1e308)),
-    ("+c", lambda v: v["x"] + NAN, (3.0, NAN)),
-    ("/", lambda v: v["big"] / v["tiny"], (1e308, 5e-324)),
-    ("tanh", lambda v: v["nan"].tanh(), (NAN, 0.0)),
-    ("ReLU", lambda v: v["inf"].relu(), (INF, 0.0)),
-    ("exp", lambda v: v["inf"].exp(), (INF, 0.0)),
-    ("abs", lambda v: abs(v["ninf"]), (-INF, 0.0)),
-]
+# (form, x, y, c): every op's `anomaly` entries in the op cases
+ANOMALIES = form_cases("anomaly")
 
 
-@pytest.mark.parametrize("k", range(len(ANOMALIES)))
-def test_anomaly_raises_names_op_and_inputs_and_changes_nothing(k):
-    name, fn, inputs = ANOMALIES[k]
+@pytest.mark.parametrize("case", ANOMALIES, ids=[f"{e[0]}-{e[1]}-{e[2]}-{e[3]}" for e in ANOMALIES])
+def test_anomaly_raises_names_op_and_inputs_and_changes_nothing(case):
+    form, x, y, c = case
+    f = FORMS_BY_NAME[form]
+    kind = OP_KINDS[OP[f.op]]
+    name = OP_NAMES[OP[f.op]]
+    inputs = {KIND_UN: (x,), KIND_CST: (x, c)}.get(kind, (x, y))
     v = dict(x=Value(3.0), zero=Value(0.0), big=Value(1e308), nbig=Value(-1e308),
              tiny=Value(5e-324), inf=Value(INF), ninf=Value(-INF), nan=Value(NAN))
-    y = v["x"] * v["x"]
-    y.backward()
+    a, b = Value(x), Value(0.0 if y is None else y)
+    v.update(a=a, b=b)
+    y_ = v["x"] * v["x"]
+    y_.backward()
     before = nodes(), [(u.data, u.grad) for u in v.values()]
     with tapead.detect_anomaly():
         with pytest.raises(tapead.AnomalyError) as ei:
-            fn(v)
+            f.ta(a, b, c)
     msg = str(ei.value)
     assert repr(name) in msg
-    for a in inputs[:1] if name in ("tanh", "ReLU", "exp", "abs") else inputs:
-        assert repr(a) in msg
+    for i in inputs:
+        assert repr(float(i)) in msg
     assert isinstance(ei.value, FloatingPointError)
     assert nodes() == before[0]
     after = [(u.data, u.grad) for u in v.values()]
-    assert all(same(a, c) and same(b, d) for (a, b), (c, d) in zip(before[1], after))
+    assert all(same(p, r) and same(q, s) for (p, q), (r, s) in zip(before[1], after))
     assert lib.ta_validate() == 0
     # outside the context the same op just returns inf or nan
-    r = fn(v).data
+    r = f.ta(a, b, c).data
     assert not math.isfinite(r)
 
 
