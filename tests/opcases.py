@@ -11,7 +11,9 @@ A row (OpCase) holds:
                           and math (the independent reference; it raises where
                           Python raises),
             mg(a, b, c)   on micrograd Values (conftest.MG), or None where
-                          micrograd has no such op,
+                          micrograd has no such op, with bound (the error
+                          scale against it, err_*) and exact (rounds as
+                          micrograd does, to the bit),
             d(x, y, c, r) the closed-form local partials (d r/dx, d r/dy) in
                           micrograd's conventions (relu'(0) = 0, |x|'(0) = 0,
                           max/min split a tie, d(b**y)/dy = 0 at b == 0, y >= 0);
@@ -149,17 +151,92 @@ class Form(NamedTuple):
     leafc: str = ""  # "after"/"before": c becomes a tape leaf, the op's second/first input
                      # (d then takes the inputs in that order)
     op: str = ""     # filled in from the row
+    bound: Optional[Callable] = None   # (x, y, c, mx, my) -> error scale, see err_*
+    exact: bool = False  # rounds as micrograd's spelling does, to the bit
 
 
-def un(name, ta, py, d, mg=None):
+def un(name, ta, py, d, mg=None, bound=None, exact=False):
     """A spelling with one Value input a (and maybe the constant c)."""
-    return Form(name, 1, ta, py, mg, lambda x, y, c, r: (d(x, c, r), 0.0))
+    return Form(name, 1, ta, py, mg, lambda x, y, c, r: (d(x, c, r), 0.0),
+                bound=bound, exact=exact)
 
 
-def bi(name, ta, py, d, mg=None):
+def bi(name, ta, py, d, mg=None, bound=None, exact=False):
     """A spelling with two Value inputs a, b."""
     return Form(name, 2, lambda a, b, c: ta(a, b), lambda x, y, c: py(x, y), mg,
-                lambda x, y, c, r: d(x, y, r))
+                lambda x, y, c, r: d(x, y, r), bound=bound, exact=exact)
+
+
+# ---- error scales against micrograd (test_graphs): bound(x, y, c, mx, my),
+# with mx, my the inputs' scales (the sum of magnitudes of the terms that made
+# them), gives (the result's scale, [the scale of each input's partial]), or
+# None where the step is too near a pole, a kink or overflow to compare
+def err_add(x, y, c, mx, my):
+    return mx + my, [1, 1]
+
+
+def err_mul(x, y, c, mx, my):
+    return mx * my, [my, mx]
+
+
+def err_div(x, y, c, mx, my):
+    if abs(y) < 0.05:
+        return None
+    q = abs(x / y)
+    return (mx + q * my) / abs(y), [(1 + my / abs(y)) / abs(y), (mx + 2 * q * my) / abs(y)]
+
+
+def err_pow(n=None):
+    def bound(x, y, c, mx, my):
+        e = c if n is None else n
+        if abs(x) < 0.05 or (x < 0 and e != int(e)) or abs(x) ** e > 1e6:
+            return None
+        rel = 1 + abs(e) * mx / abs(x)
+        return abs(x) ** e * rel, [abs(e) * abs(x) ** (e - 1) * (1 + abs(e - 1) * mx / abs(x))]
+    return bound
+
+
+def err_addc(x, y, c, mx, my):
+    return mx + abs(c), [1]
+
+
+def err_mulc(x, y, c, mx, my):
+    return mx * abs(c), [abs(c)]
+
+
+def err_neg(x, y, c, mx, my):
+    return mx, [1]
+
+
+def err_divc(x, y, c, mx, my):
+    return mx / abs(c), [1 / abs(c)]
+
+
+def err_rdivc(x, y, c, mx, my):
+    if abs(x) < 0.05:
+        return None
+    return abs(c) * (1 + mx / abs(x)) / abs(x), [abs(c) * (1 + 2 * mx / abs(x)) / x ** 2]
+
+
+def err_relu(x, y, c, mx, my):
+    if abs(x) <= 1e-6 * mx:      # the sign itself is uncertain: a kink
+        return None
+    return (mx, [1]) if x > 0 else (0.0, [0])
+
+
+def err_tanh(x, y, c, mx, my):
+    if abs(x) > 20:
+        return None
+    t = math.tanh(x)
+    mag = (1 - t * t) * mx + 1
+    return mag, [(1 - t * t) + 2 * mag]
+
+
+def err_exp(x, y, c, mx, my):
+    if x > 12:
+        return None
+    mag = math.exp(x) * (1 + mx)
+    return mag, [mag]
 
 
 def fl(lo, hi):
@@ -204,28 +281,28 @@ X2 = [[0.7, 1.3], [1.6, 0.4]]     # the points of a binary op's second derivativ
 ROWS = (
     # ------------------------------------------------------------ binary
     row("ADD", [bi("add", lambda a, b: a + b, lambda x, y: x + y, lambda x, y, r: (1.0, 1.0),
-                   mg=lambda a, b, c: a + b)],
+                   mg=lambda a, b, c: a + b, bound=err_add, exact=True)],
         total=True, tame=lambda a, b, c: a + b,
         grad=[("add", "add", None, fl(-5, 5), fl(-5, 5))],
         second=[("ADD", lambda x, y: (x + y) * x, lambda x, y: (x + y) * x, X2)],
         ieee=[("add", None)],
         anomaly=[("add", INF, -INF, None)]),
     row("SUB", [bi("sub", lambda a, b: a - b, lambda x, y: x - y, lambda x, y, r: (1.0, -1.0),
-                   mg=lambda a, b, c: a - b)],
+                   mg=lambda a, b, c: a - b, bound=err_add, exact=True)],
         total=True, tame=lambda a, b, c: a - b,
         grad=[("sub", "sub", None, fl(-5, 5), fl(-5, 5))],
         second=[("SUB", lambda x, y: (x - y) * y, lambda x, y: (x - y) * y, X2)],
         ieee=[("sub", None)],
         anomaly=[("sub", 1e308, -1e308, None)]),
     row("MUL", [bi("mul", lambda a, b: a * b, lambda x, y: x * y, lambda x, y, r: (y, x),
-                   mg=lambda a, b, c: a * b)],
+                   mg=lambda a, b, c: a * b, bound=err_mul, exact=True)],
         total=True, tame=lambda a, b, c: a * b,
         grad=[("mul", "mul", None, fl(-5, 5), fl(-5, 5))],
         second=[("MUL", lambda x, y: x * y, lambda x, y: x * y, X2)],
         ieee=[("mul", None)],
         anomaly=[("mul", INF, 0.0, None)]),
     row("DIV", [bi("div", lambda a, b: a / b, lambda x, y: x / y,
-                   lambda x, y, r: (1.0 / y, -r / y), mg=lambda a, b, c: a / b)],
+                   lambda x, y, r: (1.0 / y, -r / y), mg=lambda a, b, c: a / b, bound=err_div)],
         total=False, tame=lambda a, b, c: a / (b * b + 1.0),
         grad=[("div", "div", None, fl(-5, 5), away(fl(-5, 5), 0, gap=0.1))],
         second=[("DIV", lambda x, y: x / y, lambda x, y: x / y, X2)],
@@ -261,28 +338,28 @@ ROWS = (
         ieee=[("minimum", None)], kink=True),
     # ------------------------------------------- one input and a constant
     row("ADDC", [un("addc", lambda a, b, c: a + c, lambda x, y, c: x + c, lambda x, c, r: 1.0,
-                    mg=lambda a, b, c: a + c),
+                    mg=lambda a, b, c: a + c, bound=err_addc, exact=True),
                  un("raddc", lambda a, b, c: c + a, lambda x, y, c: c + x, lambda x, c, r: 1.0,
-                    mg=lambda a, b, c: c + a),
+                    mg=lambda a, b, c: c + a, bound=err_addc, exact=True),
                  un("subc", lambda a, b, c: a - c, lambda x, y, c: x - c, lambda x, c, r: 1.0,
-                    mg=lambda a, b, c: a - c)],
+                    mg=lambda a, b, c: a - c, bound=err_addc, exact=True)],
         total=True, tame=lambda a, b, c: a + c,
         grad=[("addc", "addc", 1.5, fl(-5, 5)), ("raddc", "raddc", 1.5, fl(-5, 5)),
               ("subc", "subc", 2.25, fl(-5, 5))],
         second=[("ADDC", lambda x: (x + 2.5) * x, lambda x: (x + 2.5) * x, [[0.7]])],
         ieee=[("addc", 1)], anomaly=[("addc", 3.0, None, NAN)]),
     row("RSUBC", [un("rsubc", lambda a, b, c: c - a, lambda x, y, c: c - x, lambda x, c, r: -1.0,
-                     mg=lambda a, b, c: c - a)],
+                     mg=lambda a, b, c: c - a, bound=err_addc, exact=True)],
         total=True, tame=lambda a, b, c: c - a,
         grad=[("rsubc", "rsubc", 2.25, fl(-5, 5))],
         second=[("RSUBC", lambda x: (2.5 - x) * x, lambda x: (2.5 - x) * x, [[0.7]])],
         ieee=[("rsubc", 1)]),
     row("MULC", [un("mulc", lambda a, b, c: a * c, lambda x, y, c: x * c, lambda x, c, r: c,
-                    mg=lambda a, b, c: a * c),
+                    mg=lambda a, b, c: a * c, bound=err_mulc, exact=True),
                  un("rmulc", lambda a, b, c: c * a, lambda x, y, c: c * x, lambda x, c, r: c,
-                    mg=lambda a, b, c: c * a),
+                    mg=lambda a, b, c: c * a, bound=err_mulc, exact=True),
                  un("neg", lambda a, b, c: -a, lambda x, y, c: x * -1.0, lambda x, c, r: -1.0,
-                    mg=lambda a, b, c: -a)],
+                    mg=lambda a, b, c: -a, bound=err_neg, exact=True)],
         total=True, tame=lambda a, b, c: a * c,
         grad=[("neg", "neg", None, fl(-5, 5)), ("mulc", "mulc", -3.5, fl(-5, 5)),
               ("rmulc", "rmulc", 0.75, fl(-5, 5))],
@@ -291,7 +368,7 @@ ROWS = (
     # x / c records MULC (x * c**-1, micrograd's value) where c**-1 is a
     # normal float, DIVC (the true x / c) where it is not
     row("DIVC", [un("divc", lambda a, b, c: a / c, lambda x, y, c: py_divc(x, c),
-                    lambda x, c, r: py_recip(c) or 1.0 / c, mg=lambda a, b, c: a / c)],
+                    lambda x, c, r: py_recip(c) or 1.0 / c, mg=lambda a, b, c: a / c, bound=err_divc)],
         total=False, tame=None,
         grad=[("divc", "divc", 3.0, fl(-5, 5))],
         second=[("DIVC", lambda x: (x / 1e308) * x * 1e308, lambda x: (x / 1e308) * x * 1e308,
@@ -299,17 +376,17 @@ ROWS = (
         errors=[(ZeroDivisionError, "divc", 3.0, None, 0), (ZeroDivisionError, "divc", 3.0, None, 0.0),
                 (ZeroDivisionError, "divc", 3.0, None, np.float64(0))]),
     row("RDIVC", [un("rdivc", lambda a, b, c: c / a, lambda x, y, c: c / x, lambda x, c, r: -r / x,
-                     mg=lambda a, b, c: c / a)],
+                     mg=lambda a, b, c: c / a, bound=err_rdivc)],
         total=False, tame=None,
         grad=[("rdivc", "rdivc", 2.0, away(fl(-5, 5), 0, gap=0.1))],
         second=[("RDIVC", lambda x: 2.0 / x, lambda x: 2.0 / x, [[0.7]])],
         errors=[(ZeroDivisionError, "rdivc", 0.0, None, 1)]),
     row("POWC", [un("powc", lambda a, b, c: a ** c, lambda x, y, c: py_pow(x, c),
-                    lambda x, c, r: dpow_dx(x, c), mg=lambda a, b, c: a ** c),
+                    lambda x, c, r: dpow_dx(x, c), mg=lambda a, b, c: a ** c, bound=err_pow()),
                  # x ** 0.5 as a spelling of its own: random graphs meet its
                  # infinite partial at 0 often, not only where they draw c = 0.5
                  un("pow.5", lambda a, b, c: a ** 0.5, lambda x, y, c: py_pow(x, 0.5),
-                    lambda x, c, r: dpow_dx(x, 0.5), mg=lambda a, b, c: a ** 0.5)],
+                    lambda x, c, r: dpow_dx(x, 0.5), mg=lambda a, b, c: a ** 0.5, bound=err_pow(0.5))],
         total=False, tame=lambda a, b, c: a ** 2,
         grad=[("pow2", "powc", 2, fl(-5, 5)), ("pow3", "powc", 3, fl(-5, 5)),
               ("pow-1", "powc", -1, away(fl(-5, 5), 0, gap=0.1)),
@@ -330,20 +407,20 @@ ROWS = (
                 (OverflowError, "rpowc", 1000.0, None, 10)]),
     # ------------------------------------------------------------- unary
     row("RELU", [un("relu", lambda a, b, c: a.relu(), lambda x, y, c: 0.0 if x < 0 else x,
-                    lambda x, c, r: 1.0 if r > 0 else 0.0, mg=lambda a, b, c: a.relu())],
+                    lambda x, c, r: 1.0 if r > 0 else 0.0, mg=lambda a, b, c: a.relu(), bound=err_relu, exact=True)],
         total=True, tame=lambda a, b, c: a.relu(),
         grad=[("relu", "relu", None, away(fl(-5, 5), 0))],
         second=[("RELU+", lambda x: x.relu() * x, lambda x: max(x, 0) * x, [[0.7]]),
                 ("RELU-", lambda x: x.relu() * x, lambda x: max(x, 0) * x, [[-0.7]])],
         ieee=[("relu", None)], kink=True, anomaly=[("relu", INF, None, None)]),
     row("TANH", [un("tanh", lambda a, b, c: a.tanh(), lambda x, y, c: math.tanh(x),
-                    lambda x, c, r: 1.0 - r * r, mg=lambda a, b, c: a.tanh())],
+                    lambda x, c, r: 1.0 - r * r, mg=lambda a, b, c: a.tanh(), bound=err_tanh)],
         total=True, tame=lambda a, b, c: a.tanh(),
         grad=[("tanh", "tanh", None, fl(-5, 5))],
         second=[("TANH", lambda x: x.tanh(), math.tanh, [[0.7]])],
         ieee=[("tanh", None)], anomaly=[("tanh", NAN, None, None)]),
     row("EXP", [un("exp", lambda a, b, c: a.exp(), lambda x, y, c: math.exp(x),
-                   lambda x, c, r: r, mg=lambda a, b, c: a.exp())],
+                   lambda x, c, r: r, mg=lambda a, b, c: a.exp(), bound=err_exp)],
         total=True, tame=lambda a, b, c: a.tanh().exp(),
         grad=[("exp", "exp", None, fl(-10, 10))],
         second=[("EXP", lambda x: x.exp(), math.exp, [[0.7]])],
