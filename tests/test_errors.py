@@ -39,7 +39,7 @@ def test_bad_input_raises_and_changes_nothing(case):
     v = dict(x=Value(3.0), zero=Value(0.0), m1=Value(-1.0), neg=Value(-2.0), half=Value(0.5),
              inf=Value(INF), ninf=Value(-INF), big=Value(1000.0))
     a, b = Value(x), Value(0.0 if y is None else y)
-    y_ = v["x"] * v["m1"] + v["neg"]  # a recorded graph with gradients
+    y_ = v["x"] * v["m1"] + v["neg"] + a + b  # a recorded graph with gradients, a and b in it
     y_.backward()
     values = list(v.values()) + [y_, a, b]
     before = snapshot(values)
