@@ -8,7 +8,6 @@ later subtraction can cancel most of the result, so "1e-12 relative" is
 measured against an error scale carried along the graph (the usual
 forward error bound: the sum of magnitudes of the terms combined), not
 against a result that cancellation may have made tiny."""
-import math
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
