@@ -1,7 +1,10 @@
 """The op cases: one row per math op of the op table (csrc/ops.def), the one
-place the tests spell the op vocabulary.  Every test module that runs "every
+place the tests list the op vocabulary.  Every test module that runs "every
 op" draws from ROWS (or FORMS) here, and test_opcases.py fails when an op of
 the table has no row, or a row names no op, so a new op cannot go untested.
+(Two tests pick ops on purpose instead: test_dropin's numpy arrays on the left
+of Python's five arithmetic operators, and test_graphs' check that +, * and
+relu give micrograd's own graph shape.)
 
 A row (OpCase) holds:
   forms   the ways Python spells the op (a Form each: `a - c` and `c + a`
