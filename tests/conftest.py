@@ -101,15 +101,17 @@ def on_fresh_tape(fn):
 
 
 def assert_every_use_refused(v, ok, exc):
-    """Every way of using Value v (read or write data and grad, backward, an
-    op on either side, with another Value ok or a number, repr) raises exc,
-    and ok is left as it was."""
+    """Every way of using Value v (read or write data and grad, backward,
+    every spelling of every op in tests/opcases.py with v as each input, with
+    another Value ok or a number, repr) raises exc, and ok is left as it was."""
+    from opcases import FORMS
     before = (ok.data, ok.grad)
-    uses = (lambda: v.data, lambda: v.grad, lambda: setattr(v, "data", 3.0),
-            lambda: setattr(v, "grad", 0), lambda: v.backward(),
-            lambda: v + ok, lambda: ok * v, lambda: v * 2, lambda: 2 - v, lambda: v ** 2,
-            lambda: v / ok, lambda: -v, lambda: v.relu(), lambda: v.tanh(),
-            lambda: tapead.maximum(v, ok), lambda: tapead.maximum(ok, v), lambda: repr(v))
+    uses = [lambda: v.data, lambda: v.grad, lambda: setattr(v, "data", 3.0),
+            lambda: setattr(v, "grad", 0), lambda: v.backward(), lambda: repr(v)]
+    for f in FORMS.values():
+        uses.append(lambda f=f: f.ta(v, ok, 2))
+        if f.nargs == 2:
+            uses.append(lambda f=f: f.ta(ok, v, 2))
     for use in uses:
         with pytest.raises(exc):
             use()

@@ -9,6 +9,7 @@ import pytest
 import tapead
 from tapead import Value
 from tapead._core import lib
+from opcases import FORMS, form_cases
 
 INF, NAN = math.inf, math.nan
 
@@ -24,51 +25,40 @@ def same(a, b):
     return a == b and math.copysign(1, a) == math.copysign(1, b)
 
 
-CASES = [
-    # (exception, function of the Values dict)
-    (ZeroDivisionError, lambda v: v["x"] / 0),
-    (ZeroDivisionError, lambda v: v["x"] / 0.0),
-    (ZeroDivisionError, lambda v: v["x"] / np.float64(0)),
-    (ZeroDivisionError, lambda v: v["x"] / v["zero"]),
-    (ZeroDivisionError, lambda v: 1 / v["zero"]),
-    (ZeroDivisionError, lambda v: v["zero"] ** -1),
-    (ZeroDivisionError, lambda v: v["zero"] ** -2.5),
-    (ZeroDivisionError, lambda v: v["zero"] ** v["m1"]),
-    (ZeroDivisionError, lambda v: 0 ** v["m1"]),
-    (ValueError, lambda v: v["zero"].log()),
-    (ValueError, lambda v: v["neg"].log()),
-    (ValueError, lambda v: v["neg"] ** 0.5),
-    (ValueError, lambda v: v["neg"] ** (1 / 3)),
-    (ValueError, lambda v: v["neg"] ** v["half"]),
-    (ValueError, lambda v: (-2.0) ** v["half"]),
-    (ValueError, lambda v: v["neg"].sqrt()),
-    (ValueError, lambda v: v["m1"].sqrt()),
-    (ValueError, lambda v: v["inf"].sin()),
-    (ValueError, lambda v: v["ninf"].sin()),
-    (ValueError, lambda v: v["inf"].cos()),
-    (OverflowError, lambda v: v["big"].exp()),
-    (OverflowError, lambda v: v["x"] ** 2000),
-    (OverflowError, lambda v: v["x"] ** v["big"]),
-    (OverflowError, lambda v: 10 ** v["big"]),
-]
+# (exception, form, x, y, c): every op's domain errors in the op cases
+CASES = form_cases("errors")
 
 
-@pytest.mark.parametrize("k", range(len(CASES)))
-def test_bad_input_raises_and_changes_nothing(k):
-    exc, f = CASES[k]
+def _ids(e):
+    exc, form, x, y, c = e
+    return f"{form}-{x}-{y}-{c!r}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[_ids(e) for e in CASES])
+def test_bad_input_raises_and_changes_nothing(case):
+    exc, form, x, y, c = case
+    f = FORMS[form]
     v = dict(x=Value(3.0), zero=Value(0.0), m1=Value(-1.0), neg=Value(-2.0), half=Value(0.5),
              inf=Value(INF), ninf=Value(-INF), big=Value(1000.0))
-    y = v["x"] * v["m1"] + v["neg"]   # a recorded graph with gradients
-    y.backward()
-    values = list(v.values()) + [y]
+    a, b = Value(x), Value(0.0 if y is None else y)
+    y_ = v["x"] * v["m1"] + v["neg"] + a + b  # a recorded graph with gradients, a and b in it
+    y_.backward()
+    values = list(v.values()) + [y_, a, b]
     before = snapshot(values)
     with pytest.raises(exc):
-        f(v)
+        f.ta(a, b, c)
     assert snapshot(values) == before
     # the tape still works afterwards
     z = v["x"] * 2
     z.backward()
     assert z.data == 6.0 and v["x"].grad == before[1][0][1] + 2.0
+
+
+@pytest.mark.parametrize("case", CASES, ids=[_ids(e) for e in CASES])
+def test_plain_python_raises_the_same_error(case):
+    exc, form, x, y, c = case
+    with pytest.raises(exc):
+        FORMS[form].py(x, y, c)
 
 
 def test_plain_python_agrees_on_the_error_types():
@@ -90,47 +80,31 @@ def test_error_messages_name_the_problem():
 
 
 SPECIALS = [NAN, INF, -INF, 0.0, -0.0, 1.5, -2.0]
-BIN = [
-    (lambda a, b: a + b, lambda a, b: a + b),
-    (lambda a, b: a - b, lambda a, b: a - b),
-    (lambda a, b: a * b, lambda a, b: a * b),
-    (lambda a, b: tapead.maximum(a, b), max),
-    (lambda a, b: tapead.minimum(a, b), min),
-]
-UN = [
-    (lambda a: a.relu(), lambda x: 0 if x < 0 else x),   # micrograd's rule, exactly
-    (lambda a: a.tanh(), math.tanh),
-    (lambda a: a.exp(), math.exp),
-    (lambda a: a.sigmoid(), lambda x: (1 / (1 + math.exp(-x))) if x >= 0
-     else math.exp(x) / (1 + math.exp(x))),
-    (lambda a: abs(a), abs),
-    (lambda a: -a, lambda x: x * -1),
-    (lambda a: a * 2, lambda x: x * 2),
-    (lambda a: a + 1, lambda x: x + 1),
-    (lambda a: 1 - a, lambda x: 1 - x),
-    (lambda a: a ** 2, lambda x: x ** 2),
-    (lambda a: a ** 0, lambda x: x ** 0),
-]
+# (form, c): every op's `ieee` entries in the op cases
+IEEE = [(FORMS[name], c) for name, c in form_cases("ieee")]
+BIN = [(f, c) for f, c in IEEE if f.nargs == 2]
+UN = [(f, c) for f, c in IEEE if f.nargs == 1]
 
 
 def test_nan_and_inf_binary_ops_follow_ieee():
     for x in SPECIALS:
         for y in SPECIALS:
-            for f, g in BIN:
-                r = f(Value(x), Value(y))
-                assert same(r.data, float(g(x, y))), (x, y, r.data, g(x, y))
+            for f, c in BIN:
+                r = f.ta(Value(x), Value(y), c)
+                assert same(r.data, float(f.py(x, y, c))), (f.name, x, y, r.data)
 
 
 def test_nan_and_inf_unary_ops_follow_ieee():
     for x in SPECIALS:
-        for f, g in UN:
+        for f, c in UN:
             try:
-                expect = float(g(x))
+                expect = float(f.py(x, None, c))
             except (OverflowError, ValueError, ZeroDivisionError) as e:
                 with pytest.raises(type(e)):
-                    f(Value(x))
+                    f.ta(Value(x), None, c)
                 continue
-            assert same(f(Value(x)).data, expect), (x, f(Value(x)).data, expect)
+            got = f.ta(Value(x), None, c).data
+            assert same(got, expect), (f.name, x, got, expect)
 
 
 def test_nan_and_inf_in_unguarded_domains():

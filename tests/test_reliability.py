@@ -21,6 +21,8 @@ import tapead.nn
 from tapead import Value
 from tapead._core import lib
 from conftest import release_garbage
+from tapead._core import OP, OP_KINDS, OP_NAMES
+from opcases import FORMS as FORMS_BY_NAME, KIND_CST, KIND_UN, form_cases
 
 INF, NAN = math.inf, math.nan
 
@@ -290,42 +292,38 @@ def test_ctrl_c_anywhere_in_a_mode_block_leaves_no_mode_behind(mode, depth):
 
 
 # ========================================================= detect_anomaly
-ANOMALIES = [
-    ("*c", lambda v: v["big"] * 10, (1e308, 10.0)),
-    ("*", lambda v: v["inf"] * v["zero"], (INF, 0.0)),
-    ("+", lambda v: v["inf"] + v["ninf"], (INF, -INF)),
-    ("-", lambda v: v["big"] - v["nbig"], (1e308, -1e308)),
-    ("+c", lambda v: v["x"] + NAN, (3.0, NAN)),
-    ("/", lambda v: v["big"] / v["tiny"], (1e308, 5e-324)),
-    ("tanh", lambda v: v["nan"].tanh(), (NAN, 0.0)),
-    ("ReLU", lambda v: v["inf"].relu(), (INF, 0.0)),
-    ("exp", lambda v: v["inf"].exp(), (INF, 0.0)),
-    ("abs", lambda v: abs(v["ninf"]), (-INF, 0.0)),
-]
+# (form, x, y, c): every op's `anomaly` entries in the op cases
+ANOMALIES = form_cases("anomaly")
 
 
-@pytest.mark.parametrize("k", range(len(ANOMALIES)))
-def test_anomaly_raises_names_op_and_inputs_and_changes_nothing(k):
-    name, fn, inputs = ANOMALIES[k]
+@pytest.mark.parametrize("case", ANOMALIES, ids=[f"{e[0]}-{e[1]}-{e[2]}-{e[3]}" for e in ANOMALIES])
+def test_anomaly_raises_names_op_and_inputs_and_changes_nothing(case):
+    form, x, y, c = case
+    f = FORMS_BY_NAME[form]
+    kind = OP_KINDS[OP[f.op]]
+    name = OP_NAMES[OP[f.op]]
+    inputs = {KIND_UN: (x,), KIND_CST: (x, c)}.get(kind, (x, y))
     v = dict(x=Value(3.0), zero=Value(0.0), big=Value(1e308), nbig=Value(-1e308),
              tiny=Value(5e-324), inf=Value(INF), ninf=Value(-INF), nan=Value(NAN))
-    y = v["x"] * v["x"]
-    y.backward()
+    a, b = Value(x), Value(0.0 if y is None else y)
+    v.update(a=a, b=b)
+    y_ = v["x"] * v["x"]
+    y_.backward()
     before = nodes(), [(u.data, u.grad) for u in v.values()]
     with tapead.detect_anomaly():
         with pytest.raises(tapead.AnomalyError) as ei:
-            fn(v)
+            f.ta(a, b, c)
     msg = str(ei.value)
     assert repr(name) in msg
-    for a in inputs[:1] if name in ("tanh", "ReLU", "exp", "abs") else inputs:
-        assert repr(a) in msg
+    for i in inputs:
+        assert repr(float(i)) in msg
     assert isinstance(ei.value, FloatingPointError)
     assert nodes() == before[0]
     after = [(u.data, u.grad) for u in v.values()]
-    assert all(same(a, c) and same(b, d) for (a, b), (c, d) in zip(before[1], after))
+    assert all(same(p, r) and same(q, s) for (p, q), (r, s) in zip(before[1], after))
     assert lib.ta_validate() == 0
     # outside the context the same op just returns inf or nan
-    r = fn(v).data
+    r = f.ta(a, b, c).data
     assert not math.isfinite(r)
 
 
@@ -562,161 +560,19 @@ def test_set_limit_is_per_thread(unlimited):
 
 
 # ================================================================= fuzzing
-# Random programs over every op, run on tapead and mirrored on plain Python
-# floats (values and exceptions), then differentiated by a small reference
-# reverse mode written here in plain Python with micrograd's derivative
-# forms and conventions: relu'(0) = 0, |x|'(0) = 0, max/min split a tie
-# evenly, d(b**y)/dy = 0 at b == 0 with y >= 0 (PyTorch's limit).
+# Random programs over every spelling of every op (tests/opcases.py), run on
+# tapead and mirrored on plain Python floats (values and exceptions), then
+# differentiated by a small reference reverse mode written here in plain
+# Python over the op cases' closed-form partials, in micrograd's forms and
+# conventions: relu'(0) = 0, |x|'(0) = 0, max/min split a tie evenly,
+# d(b**y)/dy = 0 at b == 0 with y >= 0 (PyTorch's limit).
 
 SPECIALS = [0.0, -0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5, 3.0, 1e308, -1e308, 5e-324, -5e-324,
             1e-300, 700.0, -745.0, NAN, INF, -INF]
 consts = st.one_of(st.sampled_from(SPECIALS), st.floats(-4, 4),
                    st.floats(allow_nan=True, allow_infinity=True))
 
-BIN = ["add", "sub", "mul", "div", "pow", "max", "min"]
-CST = ["addc", "raddc", "subc", "rsubc", "mulc", "rmulc", "divc", "rdivc", "powc", "rpowc",
-       "maxc", "minc"]
-UN = ["neg", "relu", "tanh", "exp", "log", "sigmoid", "sin", "cos", "sqrt", "abs", "absm"]
-FORMS = BIN + CST + UN
-
-
-def run_tapead(form, a, b, c):
-    """The form applied to Values a, b (and the constant c) through tapead's public API."""
-    return {
-        "add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b,
-        "div": lambda: a / b, "pow": lambda: a ** b, "max": lambda: a.maximum(b),
-        "min": lambda: tapead.minimum(a, b),
-        "addc": lambda: a + c, "raddc": lambda: c + a, "subc": lambda: a - c,
-        "rsubc": lambda: c - a, "mulc": lambda: a * c, "rmulc": lambda: c * a,
-        "divc": lambda: a / c, "rdivc": lambda: c / a, "powc": lambda: a ** c,
-        "rpowc": lambda: c ** a, "maxc": lambda: tapead.maximum(a, c),
-        "minc": lambda: tapead.minimum(c, a),
-        "neg": lambda: -a, "relu": a.relu, "tanh": a.tanh, "exp": a.exp, "log": a.log,
-        "sigmoid": a.sigmoid, "sin": a.sin, "cos": a.cos, "sqrt": a.sqrt,
-        "abs": lambda: abs(a), "absm": a.abs,
-    }[form]()
-
-
-def py_pow(x, y):
-    """Python's float ** float, except that a complex result is a ValueError
-    (also where Python's complex power would overflow instead).  CPython's
-    rule that finite operands overflowing raise OverflowError is spelled out:
-    PyPy 7.3's x ** 2.0 gives inf there."""
-    if x < 0 and math.isfinite(x) and math.isfinite(y) and y != math.floor(y):
-        raise ValueError("negative number to a fractional power")
-    r = x ** y
-    if isinstance(r, complex):
-        raise ValueError("negative number to a fractional power")
-    if math.isinf(r) and math.isfinite(x) and math.isfinite(y):
-        raise OverflowError("float power")
-    return r
-
-
-def py_sigmoid(x):
-    if x >= 0:
-        return 1.0 / (1.0 + math.exp(-x))
-    e = math.exp(x)
-    return e / (1.0 + e)
-
-
-def py_recip(c):
-    """micrograd's a / c is a * c**-1: tapead keeps that, bit for bit, where
-    c**-1 is a normal float, and records the true a / c where it is not.
-    Returns (c**-1, or None where a / c is the true quotient)."""
-    if c == 0:
-        raise ZeroDivisionError("float division by zero")
-    try:
-        r = c ** -1.0
-    except OverflowError:
-        return None
-    return r if not -sys.float_info.min < r < sys.float_info.min else None
-
-
-def py_divc(x, c):
-    r = py_recip(c)
-    return x / c if r is None else x * r
-
-
-def run_python(form, x, y, c):
-    """The same form on plain floats: Python's operators, builtins and math."""
-    return {
-        "add": lambda: x + y, "sub": lambda: x - y, "mul": lambda: x * y,
-        "div": lambda: x / y, "pow": lambda: py_pow(x, y), "max": lambda: max(x, y),
-        "min": lambda: min(x, y),
-        "addc": lambda: x + c, "raddc": lambda: c + x, "subc": lambda: x - c,
-        "rsubc": lambda: c - x, "mulc": lambda: x * c, "rmulc": lambda: c * x,
-        "divc": lambda: py_divc(x, c), "rdivc": lambda: c / x, "powc": lambda: py_pow(x, c),
-        "rpowc": lambda: py_pow(c, x), "maxc": lambda: max(x, c), "minc": lambda: min(c, x),
-        "neg": lambda: x * -1.0, "relu": lambda: 0.0 if x < 0 else x, "tanh": lambda: math.tanh(x),
-        "exp": lambda: math.exp(x), "log": lambda: math.log(x), "sigmoid": lambda: py_sigmoid(x),
-        "sin": lambda: math.sin(x), "cos": lambda: math.cos(x), "sqrt": lambda: math.sqrt(x),
-        "abs": lambda: abs(x), "absm": lambda: abs(x),
-    }[form]()
-
-
-# ---- reference reverse mode: IEEE helpers where Python would raise
-def ieee_div(a, b):
-    if b == 0:
-        if a == 0 or a != a:
-            return NAN
-        return math.copysign(INF, a) * math.copysign(1.0, b)
-    return a / b
-
-
-def ieee_pow(x, e):
-    """C's pow(x, e): infinities where Python raises."""
-    odd = math.isfinite(e) and e == math.floor(e) and e % 2 == 1
-    try:
-        r = x ** e
-    except ZeroDivisionError:
-        return math.copysign(INF, x) if odd else INF
-    except OverflowError:
-        return -INF if (x < 0 and odd) else INF
-    return NAN if isinstance(r, complex) else r
-
-
-def ieee_log(x):
-    if x != x or x < 0:
-        return NAN
-    return -INF if x == 0 else math.log(x)
-
-
-def dpow_dx(x, y):
-    if y == 0:
-        return 0.0                             # x**0 is the constant 1
-    return y * ieee_pow(x, y - 1.0)           # micrograd: other * self.data**(other-1)
-
-
-def dpow_dy(x, y, r):
-    return 0.0 if (x == 0 and y >= 0) else r * ieee_log(x)
-
-
-def partials(form, x, y, c, r):
-    """Local partials (d r/d first input, d r/d second input) of one mirrored node."""
-    if form in ("add", "addc", "raddc", "subc"):
-        return 1.0, 1.0
-    if form == "sub":
-        return 1.0, -1.0
-    if form == "mul":
-        return y, x
-    if form == "div":
-        return 1.0 / y, -r / y
-    if form == "pow":
-        return dpow_dx(x, y), dpow_dy(x, y, r)
-    if form in ("max", "maxc"):
-        return (0.5, 0.5) if x == y else ((0.0, 1.0) if y > x else (1.0, 0.0))
-    if form in ("min", "minc"):
-        return (0.5, 0.5) if x == y else ((0.0, 1.0) if y < x else (1.0, 0.0))
-    d = {"rsubc": lambda: -1.0, "mulc": lambda: c, "rmulc": lambda: c,
-         "divc": lambda: c, "rdivc": lambda: -r / x, "powc": lambda: dpow_dx(x, c),
-         "rpowc": lambda: dpow_dy(c, x, r), "neg": lambda: -1.0,
-         "relu": lambda: 1.0 if r > 0 else 0.0, "tanh": lambda: 1.0 - r * r,
-         "exp": lambda: r, "log": lambda: 1.0 / x, "sigmoid": lambda: r * (1.0 - r),
-         "sin": lambda: math.cos(x), "cos": lambda: -math.sin(x),
-         "sqrt": lambda: ieee_div(0.5, r),
-         "abs": lambda: 1.0 if x > 0 else (-1.0 if x < 0 else 0.0)}
-    d["absm"] = d["abs"]
-    return d[form](), 0.0
+FORMS = sorted(FORMS_BY_NAME)     # every spelling of every op, from the op cases
 
 
 def reference_backward(nodes_, root):
@@ -735,7 +591,7 @@ def reference_backward(nodes_, root):
         vals = [nodes_[i][3] for i in ins]
         x = vals[0]
         y = vals[1] if len(vals) > 1 else 0.0
-        d = partials(form, x, y, c, r)
+        d = FORMS_BY_NAME[form].d(x, y, c, r)
         for i, di in zip(ins, d):
             if nodes_[i][0] == "const":           # a no_grad result: a constant here
                 continue
@@ -785,25 +641,26 @@ def _fuzz_one(leaves, prog, root_pick):
     ref = [("leaf", (), 0.0, x) for x in leaves]     # mirrored nodes
     pool = list(range(len(tv)))                      # nodes with a handle of ours
     for form, i, j, c, mode in prog:
+        f = FORMS_BY_NAME[form]
         ng = mode == 0
         ia, ib = pool[i % len(pool)], pool[j % len(pool)]
         a, b = tv[ia], tv[ib]
         x, y = ref[ia][3], ref[ib][3]
         try:
-            want = run_python(form, x, y, c)
+            want = f.py(x, y, c)
         except (ArithmeticError, ValueError) as e:
             want = e
         n0 = nodes()
         try:
             if ng:
                 with tapead.no_grad():
-                    got = run_tapead(form, a, b, c)
+                    got = f.ta(a, b, c)
             else:
-                got = run_tapead(form, a, b, c)
+                got = f.ta(a, b, c)
         except (ArithmeticError, ValueError) as e:
             got = e
         FUZZ["ops"] += 1
-        if ng and form not in ("maxc", "minc"):   # those make a tape leaf for c first
+        if ng and not f.leafc:                        # leafc: makes a tape leaf for c first
             assert nodes() == n0, (form, "no_grad recorded on the tape")
         if isinstance(want, Exception):
             FUZZ["raised"] += 1
@@ -817,16 +674,14 @@ def _fuzz_one(leaves, prog, root_pick):
             pool.append(len(tv))
             tv.append(got)
             continue
-        if form in ("maxc", "minc"):                  # the constant became a leaf first
+        if f.leafc:                                   # the constant became a leaf first
             ref.append(("leaf", (), 0.0, c))
             tv.append(None)                           # its handle is internal
             ib = len(ref) - 1
-            y = c
-        ins = (ia, ib) if form in BIN + ["maxc", "minc"] else (ia,)
-        if form == "minc":
+        ins = (ia, ib) if f.nargs == 2 or f.leafc else (ia,)
+        if f.leafc == "before":
             ins = (ib, ia)                            # minimum(c, a): c is the first input
-        cst = {"subc": -c, "divc": (py_recip(c) or 1.0 / c) if c else c, "neg": -1.0}.get(form, c)
-        ref.append((form, ins, cst, want))
+        ref.append((form, ins, c, want))              # c as spelled: f.d reads it so
         pool.append(len(tv))
         tv.append(got)
     # a backward pass from a chosen node, compared with the reference on every node
