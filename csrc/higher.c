@@ -527,7 +527,7 @@ int ta_hvp(int64_t out, const int64_t *ins, int nin, const double *v, double *hv
  * pair of entries (j, k), (k, j) is made exactly symmetric (their mean:
  * the two agree to rounding) where both are finite.  Where one is not,
  * the derivative is undefined one way (a zero tangent skips a branch whose
- * reverse partial is nan or inf, e.g. x**(y - y) at x < 0) and each entry
+ * reverse partial is nan or inf, e.g. x * (-1)**(y - y)) and each entry
  * stays its own column's, as hvp gives it. */
 int ta_hessian(int64_t out, const int64_t *ins, int nin, double *H)
 {

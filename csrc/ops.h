@@ -132,21 +132,33 @@ D2_(DIV)  { UNUSED(x); *xx = 0.0; *xy = -1.0 / (y * y); *yy = 2.0 * r / (y * y);
 static inline int fwd_POW(double x, double y, double *r) { return py_pow(x, y, r); }
 static inline void d_POW(double x, double y, double r, double *dx, double *dy)
 { *dx = dpow_dx(x, y); *dy = dpow_dy(x, y, r); }
-/* x**y: dx = g y x**(y-1); dy = g r ln x (x > 0; else the numeric constant) */
+/* x**y: dx = g y x**(y-1); dy = g r ln x (x > 0; else the numeric constant).
+ * At x < 0 and y = 0, x**(y-1) is recorded as x**-1: as a POW node its
+ * partial in y is nan, and the adjoint y = 0 would carry 0 * nan into
+ * d2/dxdy, which is 1/x there (d2_POW) */
 E_(POW)
 {
-    a->dx = hi_scale(E, hi_scale(E, a->g, a->y), N2(POW, a->x, NC(ADDC, a->y, -1.0)));
+    int64_t p1 = (a->xv < 0.0 && a->yv == 0.0) ? NC(POWC, a->x, -1.0)
+                                               : N2(POW, a->x, NC(ADDC, a->y, -1.0));
+    a->dx = hi_scale(E, hi_scale(E, a->g, a->y), p1);
     if (a->xv > 0.0) a->dy = hi_scale(E, a->g, N2(MUL, a->r, N1(LOG, a->x)));
     else a->dy = hi_mulc(E, a->g, dpow_dy(a->xv, a->yv, a->rv));
 }
-/* x**y: xx = y(y-1)x^(y-2); xy = x^(y-1) + y d(x^(y-1))/dy; yy = r ln^2 x (x > 0) */
+/* x**y: xx = y(y-1)x^(y-2); xy = x^(y-1) + y d(x^(y-1))/dy; yy = r ln^2 x (x > 0).
+ * xy at y = 0 is x^-1, for x < 0 too: the factor y is exactly 0, as in
+ * dpow_dx (x**0 is the constant 1), so the term with d(x^(y-1))/dy, nan at
+ * x < 0, adds nothing.  The value is no convention: every smooth g with
+ * g(x, n) = x**n on the integers, |x|^y h(y), has d2g/dxdy = 1/x at y = 0
+ * (only d/dy itself depends on h, hence nan).  It was 0 * nan = nan, so
+ * the Hessian's (x, y) entry was nan where hvp along a v that keeps y fixed
+ * (v_a = v_b in x ** (a - b)) gives 0, and H v != hvp(v). */
 D2_(POW)
 {
     double p1;
     if (x == 0.0 && y - 1.0 < 0.0) { *xx = *xy = *yy = 0.0; return; }   /* e_POW's fallback */
     p1 = pow(x, y - 1.0);
     *xx = y * dpow_dx(x, y - 1.0);
-    *xy = p1 + y * dpow_dy(x, y - 1.0, p1);
+    *xy = y == 0.0 ? p1 : p1 + y * dpow_dy(x, y - 1.0, p1);
     *yy = x > 0.0 ? r * log(x) * log(x) : 0.0;
 }
 

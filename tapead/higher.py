@@ -79,7 +79,11 @@ def grad(outputs: Union[Value, Iterable[Value]], inputs: Union[Value, Iterable[V
 
 
 def hvp(output: Value, inputs: Iterable[Value], v: ArrayLike) -> _F64Array:
-    """The Hessian of output w.r.t. inputs times v, as a numpy array (reverse over reverse, in C).
+    """The Hessian of output w.r.t. inputs times v, as a numpy array (forward over reverse, in C).
+
+    It is the derivative of the gradient along v: an input v does not move,
+    or a node whose tangent is exactly 0 (x ** (a - b) with v_a = v_b),
+    contributes nothing, even where its partials are nan or inf.
 
     >>> from tapead import Value, hvp
     >>> x, y = Value(1.0), Value(2.0)
@@ -103,11 +107,13 @@ def hvp(output: Value, inputs: Iterable[Value], v: ArrayLike) -> _F64Array:
 def hessian(output: Value, inputs: Iterable[Value]) -> _F64Array:
     """The n x n Hessian of output w.r.t. inputs as a numpy array: the gradient recorded once, then one sweep per row.
 
-    Column k is hvp(output, inputs, e_k), so H @ v is hvp(output, inputs, v);
-    H is exactly symmetric wherever both of a pair of entries are finite.
-    (Where one is not, the two orders of differentiation disagree: e.g.
-    x ** (y - y) at x < 0, whose partial in the exponent is nan, while its
-    tangent there is exactly 0; each entry then stays its own column's.)
+    Column k is hvp(output, inputs, e_k), so H @ v is hvp(output, inputs, v)
+    wherever the entries it sums are finite; H is exactly symmetric wherever
+    both of a pair of entries are.  (An entry is nan where the derivative is
+    undefined, e.g. d/dn of (-1) ** n: H @ v is then nan, while hvp along a v
+    that keeps n fixed is defined.  The two orders of differentiation may
+    then disagree: x * (-1) ** (y - y) has (x, y) entry 0, the tangent of
+    y - y being exactly 0, and (y, x) entry nan; each stays its own column's.)
 
     >>> from tapead import Value, hessian
     >>> x, y = Value(1.0), Value(2.0)

@@ -284,17 +284,34 @@ def test_graphs_spanning_many_segments():
 
 def test_hessian_columns_are_hvp_where_a_reverse_partial_is_nan():
     """f = x ** (y - y) at x < 0: the exponent is identically 0, so f is 1
-    and d2f/dx dy is 0; forward mode sees the exponent's tangent is exactly 0
-    (hvp along y: 0), while reverse mode meets d/dn x**n = nan (ln x at
-    x < 0) times 1 - 1.  The Hessian's column for y must be hvp's, not the
-    mean with the nan of the other order (it was nan)."""
+    and its Hessian is 0.  Reverse mode meets d/dn x**n = nan (ln x at
+    x < 0) times 1 - 1, forward mode a tangent of exactly 0 there.  Each
+    column is hvp's; the (y, x) entry was nan before d2/dxdy of x**y at
+    y = 0 became 1/x (test_pow_mixed_partial_at_zero_exponent_of_a_negative_base)."""
     x, y = Value(-1.0), Value(0.5)
     f = (x ** (y - y)) * 1.0
     H = hessian(f, [x, y])
     for k in range(2):
         e = [0.0, 0.0]
         e[k] = 1.0
-        np.testing.assert_array_equal(H[:, k], hvp(f, [x, y], e))   # (nan equals nan here)
-    assert H[0, 1] == 0.0
-    assert math.isnan(H[1, 0])          # d/dx of the nan partial in y, as grad gives it
+        np.testing.assert_array_equal(H[:, k], hvp(f, [x, y], e))
+    assert H.tolist() == [[0.0, 0.0], [0.0, 0.0]]
     assert math.isnan(grad(f, [y])[0])
+
+
+def test_pow_mixed_partial_at_zero_exponent_of_a_negative_base():
+    """f = x ** (a - b) at x = -1, a = b = 0.  d2f/dx da is 1/x = -1 (d/da of
+    df/dx = e x**(e-1), whose factor e is exactly 0), though df/da itself is
+    undefined (nan).  It was 0 * nan = nan, so H @ v was nan along v = (0, 1, 1),
+    which keeps the exponent at 0, where hvp gives the true 0."""
+    x, a, b = Value(-1.0), Value(0.0), Value(0.0)
+    f = x ** (a - b)
+    H = hessian(f, [x, a, b])
+    assert H.tolist() == [[0.0, -1.0, 1.0], [-1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]
+    assert hvp(f, [x, a, b], [0.0, 1.0, 1.0]).tolist() == (H @ [0.0, 1.0, 1.0]).tolist() == [0.0] * 3
+    assert hvp(f, [x, a, b], [0.0, 1.0, 0.0]).tolist() == H[:, 1].tolist()
+    gx = grad(f, x, create_graph=True)                  # reverse over reverse agrees
+    assert grad(gx, [a, b]) == [-1.0, 1.0]
+    assert [math.isnan(g) for g in grad(f, [x, a])] == [False, True]
+    y = Value(0.0)                                      # the single op, x ** y
+    assert hessian(x ** y, [x, y]).tolist() == [[0.0, -1.0], [-1.0, 0.0]]
