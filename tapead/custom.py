@@ -126,7 +126,7 @@ class _Stand(int):
 class _State:
     """One thread's records (key -> _Rec), the keys awaiting a scan, and
     out-arguments for C calls (one set per thread: cffi releases the GIL)."""
-    __slots__ = ("recs", "pending", "next_scan", "buf", "dead")
+    __slots__ = ("recs", "pending", "next_scan", "buf", "dead", "ok")
 
     def __init__(self) -> None:
         self.recs: Dict[int, _Rec] = {}
@@ -134,6 +134,7 @@ class _State:
         self.next_scan = 64
         self.buf: Any = None
         self.dead: Any = None
+        self.ok = ffi.new("int8_t[64]")   # ta_custom_rule_set's out-argument
 
 
 def _state() -> _State:
@@ -188,21 +189,32 @@ def info(v: Any) -> Optional[Tuple[Tuple[int, ...], str, int]]:
 
 
 # ------------------------------------------------------------- recording
+_custom_rec = lib.ta_custom_rec
+
+
 def record(v: Any, data: float, children: Iterable[Any], op: Any) -> None:
-    """Value(data, _children, _op) on the cffi front: make v the custom node."""
-    Value = _engine.Value
-    kids = list(children)
-    for c in kids:
+    """Value(data, _children, _op) on the cffi front: make v the custom node.
+
+    As an op is: one C call into the segment of this thread's current token
+    (engine._rec2), no cffi objects made per node."""
+    E = _engine
+    Value = E.Value
+    ids = []
+    for c in children:
         if not isinstance(c, Value):
             raise TypeError(f"Value(data, _children, _op): each child must be a Value, "
                             f"not {type(c).__name__}")
-    key = ffi.new("int64_t *")
-    ids = ffi.new("int64_t[]", [c._i for c in kids] or [0])
-    h = _core.held_list(1)
-    i = _core.within_limit(lib.ta_custom, ids, len(kids), data, ffi.NULL, name_id(op), key, h)
-    if i < 0:
-        raise _core.error(i)
-    (v._i,), (v._t,) = _core.adopt(h, 1)
+        ids.append(c._i)
+    nm = _NAME_ID.get(op) if type(op) is str else None
+    if nm is None:
+        nm = name_id(op)
+    t = E._tok
+    i = _custom_rec(ids, len(ids), data, nm, t.key)
+    if i < 0:   # another segment, the node limit, an error: as every op (engine._slow)
+        w = E._slow(i, t, _custom_rec, ids, len(ids), data, nm)
+        i, t = w._i, w._t
+    v._i = i
+    v._t = t
 
 
 def precomputed(value: SupportsFloat, inputs: Iterable[Any], partials: Iterable[SupportsFloat],
@@ -249,57 +261,61 @@ def precomputed(value: SupportsFloat, inputs: Iterable[Any], partials: Iterable[
 
 
 # --------------------------------------------------------- the _backward
+_rule_set = lib.ta_custom_rule_set
+_ENOTCUSTOM, _ENOGRAD = lib.TA_ENOTCUSTOM, lib.TA_ENOGRAD
+
+
 def _rule_holders(v: Any, fn: Any) -> Optional[Tuple[int, Tuple[Any, ...], Tuple[int, ...]]]:
     """None if v's node is not a custom node; else (key, cells, defaults):
     fn's closure cells and default positions that hold a Value of the node
     or of its inputs.  Earlier Values it holds besides those are kept alive
-    with the node (ta_custom_keep), so a stand-in for them always names a
-    live node.  (The native front does this in C: _native.rule_holders.)"""
-    got = _raw_info(v)
-    if got is None:
-        return None
-    key, _, ins = got
-    if key == 0:
+    with the node, so a stand-in for them always names a live node: one C
+    call (ta_custom_rule_set) does both.  (The native front does this in C:
+    _native.rule_holders.)"""
+    V = _engine.Value
+    cells: List[Any] = []
+    defs: List[int] = []
+    ids: List[int] = []
+    if _refcount is not None and callable(fn):   # (PyPy: no stand-ins, nothing to find)
+        for c in getattr(fn, "__closure__", None) or ():
+            try:
+                x = c.cell_contents
+            except ValueError:   # an empty cell
+                continue
+            if isinstance(x, V):
+                cells.append(c)
+                ids.append(x._i)
+        d = getattr(fn, "__defaults__", None)
+        if d:
+            try:
+                fn.__defaults__ = d    # only where a function's defaults can be replaced
+            except (AttributeError, TypeError):
+                d = ()
+            for k, x in enumerate(d):
+                if isinstance(x, V):
+                    defs.append(k)
+                    ids.append(x._i)
+    n = len(ids)
+    if n:
+        S = _state()
+        ok = S.ok if n <= 64 else ffi.new("int8_t[]", n)
+    else:
+        ok = ffi.NULL
+    key = _rule_set(v._i, ids, n, ok)
+    if key <= 0:
+        if key == _ENOTCUSTOM or key == _ENOGRAD:
+            return None
+        if key < 0:
+            raise _core.error(key)
         return 0, (), ()
     if not callable(fn):
         raise TypeError(f"_backward must be callable, not {type(fn).__name__}")
-    V = _engine.Value
-    cells: List[Any] = []
-    cids: List[int] = []
-    defs: List[int] = []
-    dids: List[int] = []
-    if _refcount is None:
-        return key, (), ()
-    for c in getattr(fn, "__closure__", None) or ():
-        try:
-            x = c.cell_contents
-        except ValueError:   # an empty cell
-            continue
-        if isinstance(x, V):
-            cells.append(c)
-            cids.append(x._i)
-    d = getattr(fn, "__defaults__", None)
-    if d:
-        try:
-            fn.__defaults__ = d    # only where a function's defaults can be replaced
-        except (AttributeError, TypeError):
-            d = ()
-        for k, x in enumerate(d):
-            if isinstance(x, V):
-                defs.append(k)
-                dids.append(x._i)
-    vi = v._i
-    extra = [i for i in cids + dids if i != vi and i not in ins]
-    if extra:
-        extra = list(dict.fromkeys(extra))
-        ok = ffi.new("int8_t[]", len(extra))
-        st = lib.ta_custom_keep(vi, ffi.new("int64_t[]", extra), len(extra), ok)
-        if st < 0:
-            raise _core.error(st)
-        bad = {extra[k] for k in range(len(extra)) if not ok[k]}
-        if bad:   # later nodes, other threads', no_grad values: left alone
-            cells = [c for c, i in zip(cells, cids) if i not in bad]
-            defs = [k for k, i in zip(defs, dids) if i not in bad]
+    for k in range(n):
+        if not ok[k]:   # later nodes, other threads', no_grad values: left alone
+            nc = len(cells)
+            cells = [c for j, c in enumerate(cells) if ok[j]]
+            defs = [d for j, d in enumerate(defs) if ok[nc + j]]
+            break
     return key, tuple(cells), tuple(defs)
 
 
