@@ -45,6 +45,8 @@ from .errors import ReleasedError, TapeadError
 CUSTOM = OP["CUSTOM"]
 _tl = _core._tl
 _refcount = getattr(sys, "getrefcount", None)   # None on PyPy: no swapping
+_SHIFT = _core.SHIFT
+_new = object.__new__
 
 # ------------------------------------------------------------------ names
 # A node's name is stored on the tape as a small int; names are few (one
@@ -126,7 +128,7 @@ class _Stand(int):
 class _State:
     """One thread's records (key -> _Rec), the keys awaiting a scan, and
     out-arguments for C calls (one set per thread: cffi releases the GIL)."""
-    __slots__ = ("recs", "pending", "next_scan", "buf", "dead", "ok")
+    __slots__ = ("recs", "pending", "next_scan", "buf", "dead", "ok", "toks", "sweeping")
 
     def __init__(self) -> None:
         self.recs: Dict[int, _Rec] = {}
@@ -135,6 +137,8 @@ class _State:
         self.buf: Any = None
         self.dead: Any = None
         self.ok = ffi.new("int8_t[64]")   # ta_custom_rule_set's out-argument
+        self.toks: Dict[int, Any] = {}    # segment key -> token, inside backward() only
+        self.sweeping = False             # (set by ta_custom_rule, cleared by swept())
 
 
 def _state() -> _State:
@@ -164,7 +168,40 @@ def _raw_info(v: Any) -> Optional[Tuple[int, int, Tuple[int, ...]]]:
 
 
 def _held_ids(ids: List[int]) -> List[Any]:
-    return _engine.held(ids)
+    """Values for the nodes of a rule's stand-ins, for one run (the cffi
+    front's; the native front's is _native.held).  Inside backward() the
+    tokens are shared: one per segment for the whole sweep (_State.toks),
+    not a held list, a box and a token per rule run."""
+    S = _tl.custom
+    toks = S.toks
+    E = _engine
+    out = []
+    for i in ids:
+        t = toks.get(i >> _SHIFT)
+        if t is None:
+            out = E.held(ids)
+            if S.sweeping:
+                for v in out:
+                    toks.setdefault(v._i >> _SHIFT, v._t)
+            return out
+        v = _new(E.PyValue)
+        v._i = i
+        v._t = t
+        out.append(v)
+    return out
+
+
+def swept() -> None:
+    """backward() has returned: let go of the tokens its rule runs shared
+    (they held segments only the sweep needed; Values a rule kept hold
+    their own)."""
+    try:
+        S = _tl.custom
+    except AttributeError:
+        return
+    S.sweeping = False
+    if S.toks:
+        S.toks = {}
 
 
 # the native front's C helpers (None on the cffi front)
@@ -364,7 +401,10 @@ def _step(v: Any) -> None:
 def _run(key: int, node: int) -> None:
     """Run the rule of custom node `node`, with Values standing where scan()
     released them."""
-    rec = _state().recs.get(key)
+    try:
+        rec = _tl.custom.recs.get(key)
+    except AttributeError:
+        rec = _state().recs.get(key)
     if rec is None:
         return
     stood = rec.stood
@@ -401,6 +441,10 @@ def _run(key: int, node: int) -> None:
 def ta_custom_rule(node: int, key: int) -> int:
     """Called by the C sweep at a node with a Python rule (csrc/sweep.c)."""
     try:
+        try:
+            _tl.custom.sweeping = True     # (backward() calls swept() when it returns)
+        except AttributeError:
+            _state().sweeping = True
         _run(key, node)
     except BaseException as e:   # KeyboardInterrupt too: backward() re-raises it
         _tl.custom_exc = e
