@@ -421,12 +421,12 @@ def _run(key: int, node: int) -> None:
             else:
                 _put(h, k, v0)
     else:
-        vals = dict(zip(ids, hv))
+        vals = dict(zip(ids, hv))   # (a stand-in is an int: it finds its node's Value)
         for h, k, x in stood:
             if k < 0:
-                h.cell_contents = vals[x.node]
+                h.cell_contents = vals[x]
             else:
-                _put(h, k, vals[x.node])
+                _put(h, k, vals[x])
     try:
         rec.fn()
     finally:
@@ -473,10 +473,11 @@ def scan(S: Optional[_State] = None) -> None:
     recs = S.recs
     if _stand_fast is not None:
         slow = _stand_fast(recs, S.pending, _Stand)
+        left = S.pending
     else:
-        slow = _stand_py(S)
+        slow = left = _stand_py(S)   # (the others are fully stood)
     _scan_shared(S, slow)
-    keep = [k for k in S.pending
+    keep = [k for k in left
             if k in recs and len(recs[k].stood) < len(recs[k].cells) + len(recs[k].defs)]
     S.pending = keep
     S.next_scan = 2 * len(keep) + 64
@@ -486,10 +487,12 @@ def scan(S: Optional[_State] = None) -> None:
 
 def _stand_py(S: _State) -> List[int]:
     """scan()'s common case (_native.stand on the native front); returns the
-    keys of rules holding anything else."""
+    keys of rules holding anything else, or not yet fully stood (empty
+    cells): every other pending rule is fully stood."""
     rc = _refcount
     assert rc is not None
     recs = S.recs
+    Stand = _Stand
     slow = []
     x: Any = None
     for key in S.pending:
@@ -505,21 +508,21 @@ def _stand_py(S: _State) -> List[int]:
                 x = c.cell_contents
             except ValueError:
                 continue
-            if type(x) is _Stand:
+            if type(x) is Stand:
                 continue
             if rc(c) == 4 and rc(x) == 3:
-                st = _Stand(x._i)
+                i = x._i
+                st = Stand(i)
                 c.cell_contents = st
                 rec.stood.append((c, -1, st))
-                if st.node not in rec.ids:
-                    rec.ids.append(st.node)
+                ids = rec.ids
+                if i not in ids:   # (the int, not st.node: a property call costs more)
+                    ids.append(i)
             else:
                 rest = True
             x = None
-        if rec.defs:
-            rest = True
-        if rest:
-            slow.append(key)
+        if rest or rec.defs or len(rec.stood) < len(rec.cells):
+            slow.append(key)     # (every other one is fully stood: scan() drops it)
     c = None
     return slow
 
@@ -589,8 +592,10 @@ def drain(S: Optional[_State] = None) -> int:
         n = lib.ta_custom_dead(buf, 256)
         if n <= 0:
             return total
-        for k in range(n):
-            S.recs.pop(buf[k], None)
+        pop = S.recs.pop
+        keys: List[int] = ffi.unpack(buf, n)  # type: ignore[assignment]  # (a list of ints here)
+        for k in keys:   # (one list: no cdata indexing per key)
+            pop(k, None)
         total += n
 
 
