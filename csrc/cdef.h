@@ -65,17 +65,15 @@ int     ta_step(int64_t id);
 /* ---- custom nodes (custom.c) ---- */
 /* A node of value `value` whose inputs are the n nodes ins (no_grad values
  * among them are constants and dropped).  partials: its n local partials
- * (backward adds p_k * g to input k); or NULL and key non-NULL: a node
- * with a Python rule, *key set to the key backward() passes to
- * ta_custom_rule.  name: Python's id of its name.  Returns its id, also
- * written, held, into the held list h (Holds, below), or a negative status. */
-int64_t ta_custom(const int64_t *ins, uint32_t n, double value, const double *partials,
-                  uint32_t name, int64_t *key, int64_t *h);
-/* The cffi front's Value(data, _children, _op): a node with a Python rule,
- * recorded only into the segment of key seg (ta_op1's rule: TA_NEEDSEG or
- * TA_NEEDNG, nothing recorded, if it would land elsewhere).  Returns its
- * id (the caller's token holds it) or a negative status. */
-int64_t ta_custom_rec(const int64_t *ins, uint32_t n, double value, uint32_t name, int64_t seg);
+ * (tapead.precomputed: backward adds p_k * g to input k); or NULL: a node
+ * with a Python rule (Value(data, _children, _op)), which backward()
+ * calls through ta_custom_rule (ta_custom_rule_set gives its key).  name:
+ * Python's id of its name.  Recorded only into the segment of key seg, as
+ * ta_op1 (TA_NEEDSEG or TA_NEEDNG, nothing recorded, if it would land
+ * elsewhere).  Returns its id (the caller's token holds it) or a negative
+ * status. */
+int64_t ta_custom_rec(const int64_t *ins, uint32_t n, double value, const double *partials,
+                      uint32_t name, int64_t seg);
 /* The cffi front's out._backward = fn: the key of custom node id's Python
  * rule (0: a node of partials; TA_ENOTCUSTOM: no custom node), in one call;
  * ok[k] = 1 for each of the n ids (Values the rule holds) that is the

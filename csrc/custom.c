@@ -120,30 +120,15 @@ out:
     return id;
 }
 
-int64_t ta_custom(const int64_t *ins, uint32_t n, double value, const double *partials,
-                  uint32_t name, int64_t *key, int64_t *h)
-{
-    ta_tape *T = ta_self();
-    ta_seg *where = NULL;
-    int64_t id;
-    if (!T) return TA_ENOMEM;
-    if ((n && !ins) || (!partials && !key) || !ta_held_fits(h, 1)) return TA_EARG;
-    id = ta_custom_ids(T, ins, n, value, partials, name, key, TA_NOKEY, &where);
-    if (id >= 0) {                         /* h holds it; the caller adopts it from there */
-        TA_HELD_IDS(h)[0] = id;
-        ta_held_take(where->tape, h, 1);   /* (under no_grad: the no_grad arena's node) */
-    }
-    return id;
-}
-
-int64_t ta_custom_rec(const int64_t *ins, uint32_t n, double value, uint32_t name, int64_t seg)
+int64_t ta_custom_rec(const int64_t *ins, uint32_t n, double value, const double *partials,
+                      uint32_t name, int64_t seg)
 {
     ta_tape *T = ta_self();
     ta_seg *where;
     int64_t key;
     if (!T) return TA_ENOMEM;
     if (n && !ins) return TA_EARG;
-    return ta_custom_ids(T, ins, n, value, NULL, name, &key, seg, &where);
+    return ta_custom_ids(T, ins, n, value, partials, name, partials ? NULL : &key, seg, &where);
 }
 
 int64_t ta_custom_rule_set(int64_t id, const int64_t *ids, uint32_t n, int8_t *ok)

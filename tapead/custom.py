@@ -227,6 +227,7 @@ def info(v: Any) -> Optional[Tuple[Tuple[int, ...], str, int]]:
 
 # ------------------------------------------------------------- recording
 _custom_rec = lib.ta_custom_rec
+_NULL = ffi.NULL
 
 
 def record(v: Any, data: float, children: Iterable[Any], op: Any) -> None:
@@ -246,9 +247,9 @@ def record(v: Any, data: float, children: Iterable[Any], op: Any) -> None:
     if nm is None:
         nm = name_id(op)
     t = E._tok
-    i = _custom_rec(ids, len(ids), data, nm, t.key)
+    i = _custom_rec(ids, len(ids), data, _NULL, nm, t.key)
     if i < 0:   # another segment, the node limit, an error: as every op (engine._slow)
-        w = E._slow(i, t, _custom_rec, ids, len(ids), data, nm)
+        w = E._slow(i, t, _custom_rec, ids, len(ids), data, _NULL, nm)
         i, t = w._i, w._t
     v._i = i
     v._t = t
@@ -288,13 +289,23 @@ def precomputed(value: SupportsFloat, inputs: Iterable[Any], partials: Iterable[
         raise TypeError(f"precomputed name must be a str, not {type(name).__name__}")
     if _native_pre is not None:
         return _native_pre(x, vals, ps, name_id(name))
-    vals, ids = _engine.node_ids(vals, "precomputed inputs")
-    h = _core.held_list(1)
-    i = _core.within_limit(lib.ta_custom, ids, len(vals), x, ffi.new("double[]", ps or [0.0]),
-                           name_id(name), ffi.NULL, h)
+    E = _engine
+    Value = E.Value
+    ids = []
+    for v in vals:
+        if not isinstance(v, Value):
+            raise TypeError(f"precomputed inputs must be Values, not {type(v).__name__}")
+        ids.append(v._i)
+    nm = name_id(name)
+    ps = ps or [0.0]        # (never NULL: NULL asks for a Python rule)
+    t = E._tok              # as record(): one C call, into the current token's segment
+    i = _custom_rec(ids, len(ids), x, ps, nm, t.key)
     if i < 0:
-        raise _core.error(i)
-    return _engine.handles(h, 1)[0]
+        return E._slow(i, t, _custom_rec, ids, len(ids), x, ps, nm)
+    out = _new(E.PyValue)
+    out._i = i
+    out._t = t
+    return out
 
 
 # --------------------------------------------------------- the _backward
