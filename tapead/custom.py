@@ -174,17 +174,17 @@ def _held_ids(ids: List[int]) -> List[Any]:
     not a held list, a box and a token per rule run."""
     S = _tl.custom
     toks = S.toks
-    E = _engine
+    V = _engine.PyValue
     out = []
     for i in ids:
         t = toks.get(i >> _SHIFT)
         if t is None:
-            out = E.held(ids)
+            out = _engine.held(ids)
             if S.sweeping:
                 for v in out:
                     toks.setdefault(v._i >> _SHIFT, v._t)
             return out
-        v = _new(E.PyValue)
+        v = _new(V)
         v._i = i
         v._t = t
         out.append(v)
@@ -345,10 +345,13 @@ def _rule_holders(v: Any, fn: Any) -> Optional[Tuple[int, Tuple[Any, ...], Tuple
                     ids.append(x._i)
     n = len(ids)
     if n:
-        S = _state()
+        try:
+            S = _tl.custom
+        except AttributeError:
+            S = _state()
         ok = S.ok if n <= 64 else ffi.new("int8_t[]", n)
     else:
-        ok = ffi.NULL
+        ok = _NULL
     key = _rule_set(v._i, ids, n, ok)
     if key <= 0:
         if key == _ENOTCUSTOM or key == _ENOGRAD:
@@ -432,12 +435,12 @@ def _run(key: int, node: int) -> None:
             else:
                 _put(h, k, v0)
     else:
-        vals = dict(zip(ids, hv))   # (a stand-in is an int: it finds its node's Value)
+        where = ids.index   # (a stand-in is its node's id: an int; ids are few)
         for h, k, x in stood:
             if k < 0:
-                h.cell_contents = vals[x]
+                h.cell_contents = hv[where(x)]
             else:
-                _put(h, k, vals[x])
+                _put(h, k, hv[where(x)])
     try:
         rec.fn()
     finally:
