@@ -65,20 +65,25 @@ int     ta_step(int64_t id);
 /* ---- custom nodes (custom.c) ---- */
 /* A node of value `value` whose inputs are the n nodes ins (no_grad values
  * among them are constants and dropped).  partials: its n local partials
- * (backward adds p_k * g to input k); or NULL and key non-NULL: a node
- * with a Python rule, *key set to the key backward() passes to
- * ta_custom_rule.  name: Python's id of its name.  Returns its id, also
- * written, held, into the held list h (Holds, below), or a negative status. */
-int64_t ta_custom(const int64_t *ins, uint32_t n, double value, const double *partials,
-                  uint32_t name, int64_t *key, int64_t *h);
+ * (tapead.precomputed: backward adds p_k * g to input k); or NULL: a node
+ * with a Python rule (Value(data, _children, _op)), which backward()
+ * calls through ta_custom_rule (ta_custom_rule_set gives its key).  name:
+ * Python's id of its name.  Recorded only into the segment of key seg, as
+ * ta_op1 (TA_NEEDSEG or TA_NEEDNG, nothing recorded, if it would land
+ * elsewhere).  Returns its id (the caller's token holds it) or a negative
+ * status. */
+int64_t ta_custom_rec(const int64_t *ins, uint32_t n, double value, const double *partials,
+                      uint32_t name, int64_t seg);
+/* The cffi front's out._backward = fn: the key of custom node id's Python
+ * rule (0: a node of partials; TA_ENOTCUSTOM: no custom node), in one call;
+ * ok[k] = 1 for each of the n ids (Values the rule holds) that is the
+ * node, one of its inputs, or an earlier node now kept alive with it
+ * (its inputs grow by it), 0 for the rest (later nodes, no_grad values, ...). */
+int64_t ta_custom_rule_set(int64_t id, const int64_t *ids, uint32_t n, int8_t *ok);
 /* A custom node's inputs (ins[0..min(n, cap)), ids), name id and key;
  * *n gets the count.  TA_ENOTCUSTOM if id is not a custom node. */
 int     ta_custom_info(int64_t id, uint32_t *n, int64_t *ins, uint32_t cap, uint32_t *name,
                        int64_t *key);
-/* Keep alive, with custom node id (a Python rule), those of the n nodes
- * ids that precede it (values its rule captured; ok[k] = 1 for those, if
- * ok is not NULL); returns how many. */
-int     ta_custom_keep(int64_t id, const int64_t *ids, uint32_t n, int8_t *ok);
 /* Pop up to cap keys of dead custom nodes with Python rules; returns how many. */
 int     ta_custom_dead(int64_t *keys, uint32_t cap);
 int64_t ta_custom_failed(void);        /* the custom node of the last TA_ECUSTOM */

@@ -53,7 +53,8 @@ static int ta_cnodes_room(struct ta_cnodes *C)
 }
 
 int64_t ta_custom_at(ta_tape *T, const uint32_t *in, uint32_t n, double value,
-                     const double *partials, uint32_t name, int64_t *key, ta_seg **where)
+                     const double *partials, uint32_t name, int64_t *key, int64_t seg,
+                     ta_seg **where)
 {
     struct ta_cnodes *C;
     ta_cnode *e;
@@ -62,8 +63,10 @@ int64_t ta_custom_at(ta_tape *T, const uint32_t *in, uint32_t n, double value,
     void *mem;
     int64_t id;
     int st;
-    if (T->nograd) return ta_ng_leaf(T, value, TA_NOKEY, where);
+    if (T->nograd) return ta_ng_leaf(T, value, seg, where);
     if (!partials && !key) return TA_EARG;
+    if (seg != TA_NOKEY && !(T->cur && T->cur->n < TA_SEG && TA_KEY(T, T->cur) == seg))
+        return TA_NEEDSEG;                 /* (ta_dest_ok: then ta_append stays in T->cur) */
     if (!(C = ta_cnodes_of(T))) return TA_ENOMEM;
     if ((st = ta_cnodes_room(C)) != TA_OK) return st;
     mem = ta_malloc((size_t)(n ? n : 1) * (sizeof(double) * (partials != NULL) + sizeof(uint32_t)));
@@ -89,34 +92,74 @@ int64_t ta_custom_at(ta_tape *T, const uint32_t *in, uint32_t n, double value,
     return id;
 }
 
-int64_t ta_custom(const int64_t *ins, uint32_t n, double value, const double *partials,
-                  uint32_t name, int64_t *key, int64_t *h)
+/* Resolve ins (no_grad values among them are dropped: constants here),
+ * then ta_custom_at.  Up to 8 inputs need no allocation here. */
+static int64_t ta_custom_ids(ta_tape *T, const int64_t *ins, uint32_t n, double value,
+                             const double *partials, uint32_t name, int64_t *key, int64_t seg,
+                             ta_seg **where)
 {
-    ta_tape *T = ta_self();
-    uint32_t *refs, m = 0, k;
-    double *ps = NULL;
-    ta_seg *s, *where = NULL;
+    uint32_t rbuf[8], *refs = rbuf, m = 0, k;
+    double pbuf[8], *ps = NULL;
+    ta_seg *s;
     uint32_t o;
     int st, ng;
     int64_t id;
-    if (!T) return TA_ENOMEM;
-    if ((n && !ins) || (!partials && !key) || !ta_held_fits(h, 1)) return TA_EARG;
-    if (!(refs = (uint32_t *)ta_malloc((size_t)(n ? n : 1) * sizeof *refs))) return TA_ENOMEM;
-    if (partials && !(ps = (double *)ta_malloc((size_t)(n ? n : 1) * sizeof *ps))) { free(refs); return TA_ENOMEM; }
+    if (n > 8) {
+        if (!(refs = (uint32_t *)ta_malloc((size_t)n * sizeof *refs))) return TA_ENOMEM;
+        if (partials && !(ps = (double *)ta_malloc((size_t)n * sizeof *ps))) { free(refs); return TA_ENOMEM; }
+    } else if (partials) ps = pbuf;
     for (k = 0; k < n; k++) {
         if ((st = ta_resolve_any(T, ins[k], &s, &o, &ng)) != TA_OK) { id = st; goto out; }
         if (ng) continue;                  /* a no_grad value is a constant here */
         if (ps) ps[m] = partials[k];
         refs[m++] = TA_REF(s, o);
     }
-    id = ta_custom_at(T, refs, m, value, ps, name, key, &where);
-    if (id >= 0) {                         /* h holds it; the caller adopts it from there */
-        TA_HELD_IDS(h)[0] = id;
-        ta_held_take(where->tape, h, 1);   /* (under no_grad: the no_grad arena's node) */
-    }
+    id = ta_custom_at(T, refs, m, value, ps, name, key, seg, where);
 out:
-    free(refs); free(ps);
+    if (refs != rbuf) { free(refs); free(ps); }
     return id;
+}
+
+int64_t ta_custom_rec(const int64_t *ins, uint32_t n, double value, const double *partials,
+                      uint32_t name, int64_t seg)
+{
+    ta_tape *T = ta_self();
+    ta_seg *where;
+    int64_t key;
+    if (!T) return TA_ENOMEM;
+    if (n && !ins) return TA_EARG;
+    return ta_custom_ids(T, ins, n, value, partials, name, partials ? NULL : &key, seg, &where);
+}
+
+int64_t ta_custom_rule_set(int64_t id, const int64_t *ids, uint32_t n, int8_t *ok)
+{
+    ta_tape *T = ta_self();
+    ta_seg *s, *rs;
+    uint32_t o, ro, k, j, ref, *in;
+    ta_cnode *e;
+    int st, ng;
+    if (!T) return TA_ENOMEM;
+    if ((st = ta_resolve(T, id, &s, &o)) != TA_OK) return st;
+    if ((s->op[o] & TA_OPMASK) != TA_CUSTOM) return TA_ENOTCUSTOM;
+    if ((e = ta_cnode_of(T, s, o))->d) return 0;
+    if (!n) return e->key;
+    if (!ids || !ok) return TA_EARG;
+    if (e->n > UINT32_MAX / 8u - n) return TA_ELIMIT;
+    if (!(in = (uint32_t *)ta_realloc(e->in, (size_t)(e->n + n) * sizeof *in))) return TA_ENOMEM;
+    e->in = in;
+    for (k = 0; k < n; k++) {
+        ok[k] = 0;
+        if (ta_resolve_any(T, ids[k], &rs, &ro, &ng) != TA_OK || ng) continue;
+        if (rs == s && ro == o) { ok[k] = 1; continue; }               /* the node itself */
+        ref = TA_REF(rs, ro);
+        for (j = 0; j < e->n && e->in[j] != ref; j++) {}
+        if (j == e->n) {                                                 /* not an input (yet) */
+            if (rs->pos > s->pos || (rs == s && ro >= o)) continue;     /* not earlier: cannot be kept */
+            e->in[e->n++] = ref;
+        }
+        ok[k] = 1;
+    }
+    return e->key;
 }
 
 void ta_custom_release(ta_tape *T, ta_seg *s, uint32_t i)
@@ -187,32 +230,6 @@ int ta_cnode_keep(ta_cnode *e, uint32_t ref)
     e->in = in;
     e->in[e->n++] = ref;
     return TA_OK;
-}
-
-int ta_custom_keep(int64_t id, const int64_t *ids, uint32_t n, int8_t *ok)
-{
-    ta_tape *T = ta_self();
-    ta_seg *s, *rs;
-    uint32_t o, ro, k, m = 0, *in;
-    ta_cnode *e;
-    int st, ng;
-    if (!T) return TA_ENOMEM;
-    if ((st = ta_resolve(T, id, &s, &o)) != TA_OK) return st;
-    if ((s->op[o] & TA_OPMASK) != TA_CUSTOM || (e = ta_cnode_of(T, s, o))->d) return TA_ENOTCUSTOM;
-    if (n && !ids) return TA_EARG;
-    if (e->n > UINT32_MAX / 8u - n) return TA_ELIMIT;
-    in = (uint32_t *)ta_realloc(e->in, (size_t)(e->n + n ? e->n + n : 1) * sizeof *in);
-    if (!in) return TA_ENOMEM;
-    e->in = in;
-    for (k = 0; k < n; k++) {
-        if (ok) ok[k] = 0;
-        if (ta_resolve_any(T, ids[k], &rs, &ro, &ng) != TA_OK || ng) continue;
-        if (rs->pos > s->pos || (rs == s && ro >= o)) continue;     /* not earlier: cannot be kept */
-        e->in[e->n++] = TA_REF(rs, ro);
-        if (ok) ok[k] = 1;
-        m++;
-    }
-    return (int)m;
 }
 
 int64_t ta_custom_failed(void)

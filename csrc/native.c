@@ -310,7 +310,7 @@ static int64_t va_custom(ta_tape *T, PyObject *children, PyObject *opname, doubl
         if (cs->tape != T) continue;               /* a no_grad value: a constant here */
         in[m++] = TA_REF(cs, co);
     }
-    id = ta_custom_at(T, in, m, x, NULL, name, &key, where);
+    id = ta_custom_at(T, in, m, x, NULL, name, &key, TA_NOKEY, where);
     PyMem_Free(in);
     Py_DECREF(fast);
     if (id < 0) { va_fail((int)id); return -1; }
@@ -878,7 +878,7 @@ static PyObject *va_precomputed(PyObject *mod, PyObject *args)
         d[m] = PyFloat_AS_DOUBLE(p);
         in[m++] = TA_REF(cs, co);
     }
-    id = ta_custom_at(T, in, m, x, d, (uint32_t)name, NULL, &where);
+    id = ta_custom_at(T, in, m, x, d, (uint32_t)name, NULL, TA_NOKEY, &where);
     r = va_result(T, id, where);
 out:
     PyMem_Free(in); PyMem_Free(d);

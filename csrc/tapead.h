@@ -222,9 +222,13 @@ void ta_custom_free_all(ta_tape *T);
  * up to the newest root); TA_OK otherwise.  Free when the tape has none. */
 int ta_plain(ta_tape *T, const int64_t *roots, size_t n, int guards);
 /* A custom node: inputs are resolved refs of T's main tape.  Under
- * no_grad a leaf of the arena.  *where: its segment (not held). */
+ * no_grad a leaf of the arena.  *where: its segment (not held).  seg:
+ * TA_NOKEY, or the key of the segment the caller holds (ta_record_at's
+ * rule: TA_NEEDSEG / TA_NEEDNG and nothing recorded if it would land
+ * elsewhere). */
 int64_t ta_custom_at(ta_tape *T, const uint32_t *in, uint32_t n, double value,
-                     const double *partials, uint32_t name, int64_t *key, ta_seg **where);
+                     const double *partials, uint32_t name, int64_t *key, int64_t seg,
+                     ta_seg **where);
 /* .grad of node (s, o) as the sweep sees it (see struct ta_sweep). */
 double ta_adj_get_sw(ta_tape *T, ta_seg *s, uint32_t o);
 void   ta_adj_put_sw(ta_tape *T, ta_seg *s, uint32_t o, double v);

@@ -45,6 +45,8 @@ from .errors import ReleasedError, TapeadError
 CUSTOM = OP["CUSTOM"]
 _tl = _core._tl
 _refcount = getattr(sys, "getrefcount", None)   # None on PyPy: no swapping
+_SHIFT = _core.SHIFT
+_new = object.__new__
 
 # ------------------------------------------------------------------ names
 # A node's name is stored on the tape as a small int; names are few (one
@@ -126,7 +128,7 @@ class _Stand(int):
 class _State:
     """One thread's records (key -> _Rec), the keys awaiting a scan, and
     out-arguments for C calls (one set per thread: cffi releases the GIL)."""
-    __slots__ = ("recs", "pending", "next_scan", "buf", "dead")
+    __slots__ = ("recs", "pending", "next_scan", "buf", "dead", "ok", "toks", "sweeping")
 
     def __init__(self) -> None:
         self.recs: Dict[int, _Rec] = {}
@@ -134,6 +136,9 @@ class _State:
         self.next_scan = 64
         self.buf: Any = None
         self.dead: Any = None
+        self.ok = ffi.new("int8_t[64]")   # ta_custom_rule_set's out-argument
+        self.toks: Dict[int, Any] = {}    # segment key -> token, inside backward() only
+        self.sweeping = False             # (set by ta_custom_rule, cleared by swept())
 
 
 def _state() -> _State:
@@ -163,7 +168,40 @@ def _raw_info(v: Any) -> Optional[Tuple[int, int, Tuple[int, ...]]]:
 
 
 def _held_ids(ids: List[int]) -> List[Any]:
-    return _engine.held(ids)
+    """Values for the nodes of a rule's stand-ins, for one run (the cffi
+    front's; the native front's is _native.held).  Inside backward() the
+    tokens are shared: one per segment for the whole sweep (_State.toks),
+    not a held list, a box and a token per rule run."""
+    S = _tl.custom
+    toks = S.toks
+    V = _engine.PyValue
+    out = []
+    for i in ids:
+        t = toks.get(i >> _SHIFT)
+        if t is None:
+            out = _engine.held(ids)
+            if S.sweeping:
+                for v in out:
+                    toks.setdefault(v._i >> _SHIFT, v._t)
+            return out
+        v = _new(V)
+        v._i = i
+        v._t = t
+        out.append(v)
+    return out
+
+
+def swept() -> None:
+    """backward() has returned: let go of the tokens its rule runs shared
+    (they held segments only the sweep needed; Values a rule kept hold
+    their own)."""
+    try:
+        S = _tl.custom
+    except AttributeError:
+        return
+    S.sweeping = False
+    if S.toks:
+        S.toks = {}
 
 
 # the native front's C helpers (None on the cffi front)
@@ -188,21 +226,33 @@ def info(v: Any) -> Optional[Tuple[Tuple[int, ...], str, int]]:
 
 
 # ------------------------------------------------------------- recording
+_custom_rec = lib.ta_custom_rec
+_NULL = ffi.NULL
+
+
 def record(v: Any, data: float, children: Iterable[Any], op: Any) -> None:
-    """Value(data, _children, _op) on the cffi front: make v the custom node."""
-    Value = _engine.Value
-    kids = list(children)
-    for c in kids:
+    """Value(data, _children, _op) on the cffi front: make v the custom node.
+
+    As an op is: one C call into the segment of this thread's current token
+    (engine._rec2), no cffi objects made per node."""
+    E = _engine
+    Value = E.Value
+    ids = []
+    for c in children:
         if not isinstance(c, Value):
             raise TypeError(f"Value(data, _children, _op): each child must be a Value, "
                             f"not {type(c).__name__}")
-    key = ffi.new("int64_t *")
-    ids = ffi.new("int64_t[]", [c._i for c in kids] or [0])
-    h = _core.held_list(1)
-    i = _core.within_limit(lib.ta_custom, ids, len(kids), data, ffi.NULL, name_id(op), key, h)
-    if i < 0:
-        raise _core.error(i)
-    (v._i,), (v._t,) = _core.adopt(h, 1)
+        ids.append(c._i)
+    nm = _NAME_ID.get(op) if type(op) is str else None
+    if nm is None:
+        nm = name_id(op)
+    t = E._tok
+    i = _custom_rec(ids, len(ids), data, _NULL, nm, t.key)
+    if i < 0:   # another segment, the node limit, an error: as every op (engine._slow)
+        w = E._slow(i, t, _custom_rec, ids, len(ids), data, _NULL, nm)
+        i, t = w._i, w._t
+    v._i = i
+    v._t = t
 
 
 def precomputed(value: SupportsFloat, inputs: Iterable[Any], partials: Iterable[SupportsFloat],
@@ -239,67 +289,84 @@ def precomputed(value: SupportsFloat, inputs: Iterable[Any], partials: Iterable[
         raise TypeError(f"precomputed name must be a str, not {type(name).__name__}")
     if _native_pre is not None:
         return _native_pre(x, vals, ps, name_id(name))
-    vals, ids = _engine.node_ids(vals, "precomputed inputs")
-    h = _core.held_list(1)
-    i = _core.within_limit(lib.ta_custom, ids, len(vals), x, ffi.new("double[]", ps or [0.0]),
-                           name_id(name), ffi.NULL, h)
+    E = _engine
+    Value = E.Value
+    ids = []
+    for v in vals:
+        if not isinstance(v, Value):
+            raise TypeError(f"precomputed inputs must be Values, not {type(v).__name__}")
+        ids.append(v._i)
+    nm = name_id(name)
+    ps = ps or [0.0]        # (never NULL: NULL asks for a Python rule)
+    t = E._tok              # as record(): one C call, into the current token's segment
+    i = _custom_rec(ids, len(ids), x, ps, nm, t.key)
     if i < 0:
-        raise _core.error(i)
-    return _engine.handles(h, 1)[0]
+        return E._slow(i, t, _custom_rec, ids, len(ids), x, ps, nm)
+    out = _new(E.PyValue)
+    out._i = i
+    out._t = t
+    return out
 
 
 # --------------------------------------------------------- the _backward
+_rule_set = lib.ta_custom_rule_set
+_ENOTCUSTOM, _ENOGRAD = lib.TA_ENOTCUSTOM, lib.TA_ENOGRAD
+
+
 def _rule_holders(v: Any, fn: Any) -> Optional[Tuple[int, Tuple[Any, ...], Tuple[int, ...]]]:
     """None if v's node is not a custom node; else (key, cells, defaults):
     fn's closure cells and default positions that hold a Value of the node
     or of its inputs.  Earlier Values it holds besides those are kept alive
-    with the node (ta_custom_keep), so a stand-in for them always names a
-    live node.  (The native front does this in C: _native.rule_holders.)"""
-    got = _raw_info(v)
-    if got is None:
-        return None
-    key, _, ins = got
-    if key == 0:
+    with the node, so a stand-in for them always names a live node: one C
+    call (ta_custom_rule_set) does both.  (The native front does this in C:
+    _native.rule_holders.)"""
+    V = _engine.Value
+    cells: List[Any] = []
+    defs: List[int] = []
+    ids: List[int] = []
+    if _refcount is not None and callable(fn):   # (PyPy: no stand-ins, nothing to find)
+        for c in getattr(fn, "__closure__", None) or ():
+            try:
+                x = c.cell_contents
+            except ValueError:   # an empty cell
+                continue
+            if isinstance(x, V):
+                cells.append(c)
+                ids.append(x._i)
+        d = getattr(fn, "__defaults__", None)
+        if d:
+            try:
+                fn.__defaults__ = d    # only where a function's defaults can be replaced
+            except (AttributeError, TypeError):
+                d = ()
+            for k, x in enumerate(d):
+                if isinstance(x, V):
+                    defs.append(k)
+                    ids.append(x._i)
+    n = len(ids)
+    if n:
+        try:
+            S = _tl.custom
+        except AttributeError:
+            S = _state()
+        ok = S.ok if n <= 64 else ffi.new("int8_t[]", n)
+    else:
+        ok = _NULL
+    key = _rule_set(v._i, ids, n, ok)
+    if key <= 0:
+        if key == _ENOTCUSTOM or key == _ENOGRAD:
+            return None
+        if key < 0:
+            raise _core.error(key)
         return 0, (), ()
     if not callable(fn):
         raise TypeError(f"_backward must be callable, not {type(fn).__name__}")
-    V = _engine.Value
-    cells: List[Any] = []
-    cids: List[int] = []
-    defs: List[int] = []
-    dids: List[int] = []
-    if _refcount is None:
-        return key, (), ()
-    for c in getattr(fn, "__closure__", None) or ():
-        try:
-            x = c.cell_contents
-        except ValueError:   # an empty cell
-            continue
-        if isinstance(x, V):
-            cells.append(c)
-            cids.append(x._i)
-    d = getattr(fn, "__defaults__", None)
-    if d:
-        try:
-            fn.__defaults__ = d    # only where a function's defaults can be replaced
-        except (AttributeError, TypeError):
-            d = ()
-        for k, x in enumerate(d):
-            if isinstance(x, V):
-                defs.append(k)
-                dids.append(x._i)
-    vi = v._i
-    extra = [i for i in cids + dids if i != vi and i not in ins]
-    if extra:
-        extra = list(dict.fromkeys(extra))
-        ok = ffi.new("int8_t[]", len(extra))
-        st = lib.ta_custom_keep(vi, ffi.new("int64_t[]", extra), len(extra), ok)
-        if st < 0:
-            raise _core.error(st)
-        bad = {extra[k] for k in range(len(extra)) if not ok[k]}
-        if bad:   # later nodes, other threads', no_grad values: left alone
-            cells = [c for c, i in zip(cells, cids) if i not in bad]
-            defs = [k for k, i in zip(defs, dids) if i not in bad]
+    for k in range(n):
+        if not ok[k]:   # later nodes, other threads', no_grad values: left alone
+            nc = len(cells)
+            cells = [c for j, c in enumerate(cells) if ok[j]]
+            defs = [d for j, d in enumerate(defs) if ok[nc + j]]
+            break
     return key, tuple(cells), tuple(defs)
 
 
@@ -348,7 +415,10 @@ def _step(v: Any) -> None:
 def _run(key: int, node: int) -> None:
     """Run the rule of custom node `node`, with Values standing where scan()
     released them."""
-    rec = _state().recs.get(key)
+    try:
+        rec = _tl.custom.recs.get(key)
+    except AttributeError:
+        rec = _state().recs.get(key)
     if rec is None:
         return
     stood = rec.stood
@@ -365,12 +435,12 @@ def _run(key: int, node: int) -> None:
             else:
                 _put(h, k, v0)
     else:
-        vals = dict(zip(ids, hv))
+        where = ids.index   # (a stand-in is its node's id: an int; ids are few)
         for h, k, x in stood:
             if k < 0:
-                h.cell_contents = vals[x.node]
+                h.cell_contents = hv[where(x)]
             else:
-                _put(h, k, vals[x.node])
+                _put(h, k, hv[where(x)])
     try:
         rec.fn()
     finally:
@@ -385,6 +455,10 @@ def _run(key: int, node: int) -> None:
 def ta_custom_rule(node: int, key: int) -> int:
     """Called by the C sweep at a node with a Python rule (csrc/sweep.c)."""
     try:
+        try:
+            _tl.custom.sweeping = True     # (backward() calls swept() when it returns)
+        except AttributeError:
+            _state().sweeping = True
         _run(key, node)
     except BaseException as e:   # KeyboardInterrupt too: backward() re-raises it
         _tl.custom_exc = e
@@ -413,10 +487,11 @@ def scan(S: Optional[_State] = None) -> None:
     recs = S.recs
     if _stand_fast is not None:
         slow = _stand_fast(recs, S.pending, _Stand)
+        left = S.pending
     else:
-        slow = _stand_py(S)
+        slow = left = _stand_py(S)   # (the others are fully stood)
     _scan_shared(S, slow)
-    keep = [k for k in S.pending
+    keep = [k for k in left
             if k in recs and len(recs[k].stood) < len(recs[k].cells) + len(recs[k].defs)]
     S.pending = keep
     S.next_scan = 2 * len(keep) + 64
@@ -426,10 +501,12 @@ def scan(S: Optional[_State] = None) -> None:
 
 def _stand_py(S: _State) -> List[int]:
     """scan()'s common case (_native.stand on the native front); returns the
-    keys of rules holding anything else."""
+    keys of rules holding anything else, or not yet fully stood (empty
+    cells): every other pending rule is fully stood."""
     rc = _refcount
     assert rc is not None
     recs = S.recs
+    Stand = _Stand
     slow = []
     x: Any = None
     for key in S.pending:
@@ -445,21 +522,21 @@ def _stand_py(S: _State) -> List[int]:
                 x = c.cell_contents
             except ValueError:
                 continue
-            if type(x) is _Stand:
+            if type(x) is Stand:
                 continue
             if rc(c) == 4 and rc(x) == 3:
-                st = _Stand(x._i)
+                i = x._i
+                st = Stand(i)
                 c.cell_contents = st
                 rec.stood.append((c, -1, st))
-                if st.node not in rec.ids:
-                    rec.ids.append(st.node)
+                ids = rec.ids
+                if i not in ids:   # (the int, not st.node: a property call costs more)
+                    ids.append(i)
             else:
                 rest = True
             x = None
-        if rec.defs:
-            rest = True
-        if rest:
-            slow.append(key)
+        if rest or rec.defs or len(rec.stood) < len(rec.cells):
+            slow.append(key)     # (every other one is fully stood: scan() drops it)
     c = None
     return slow
 
@@ -529,8 +606,10 @@ def drain(S: Optional[_State] = None) -> int:
         n = lib.ta_custom_dead(buf, 256)
         if n <= 0:
             return total
-        for k in range(n):
-            S.recs.pop(buf[k], None)
+        pop = S.recs.pop
+        keys: List[int] = ffi.unpack(buf, n)  # type: ignore[assignment]  # (a list of ints here)
+        for k in keys:   # (one list: no cdata indexing per key)
+            pop(k, None)
         total += n
 
 

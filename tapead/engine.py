@@ -40,6 +40,7 @@ _leaf, _op1, _op2, _opc = _core.leaf, _core.op1, _core.op2, _core.opc
 _val, _adj, _set_val, _set_adj = _core.val, _core.adj, _core.set_val, _core.set_adj
 _tl = _core._tl
 _backward = _core.lib.ta_backward
+_swept = _custom.swept
 _recompute, _cmp2, _cmpc = _core.lib.ta_recompute, _core.lib.ta_cmp2, _core.lib.ta_cmpc
 _ta_check = _core.lib.ta_check
 _new = object.__new__
@@ -263,6 +264,7 @@ class Value:
     def backward(self) -> None:
         """Seed this node's gradient with 1 and sweep the tape back, in C."""
         st = _backward(self._i)
+        _swept()
         if st:
             raise error(st, sweep="backward")
 
@@ -698,6 +700,7 @@ def collect() -> int:
     else:
         _tl.tok = NOTOKEN
         _let_go_of_an_ended_fast_thread()
+    _custom.swept()           # (tokens a broken-off sweep's rules shared, if any)
     return _core.collect() + _custom.settle()
 
 
