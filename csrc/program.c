@@ -70,6 +70,7 @@ static int ta_prog_copy(ta_tape *T, ta_prog *P, const int64_t *outs, const int64
                         const int64_t *wrt, uint32_t *idx, uint32_t lowpos, uint32_t hipos,
                         uint64_t hi)
 {
+    const struct ta_guards *G;
     uint32_t p, i, j, k = 0, gk = 0;
     int st;
 #define IDX(ref) idx[(size_t)(TA_SEGOF(T, ref)->pos - lowpos) * TA_SEG + TA_OFF(ref)]
@@ -119,10 +120,10 @@ static int ta_prog_copy(ta_tape *T, ta_prog *P, const int64_t *outs, const int64
         }
     }
     for (k = 0; k < P->n; k++) if (P->op[k] == TA_LEAF) P->b[k] = 0;
-    if (T->guards) {
+    if ((G = ta_guards_if_any(T)) != NULL) {
         uint32_t gi;
-        for (gi = 0; gi < T->guards->n; gi++) {
-            ta_guard g = T->guards->g[gi];
+        for (gi = 0; gi < G->n; gi++) {
+            ta_guard g = G->g[gi];
             if (!ta_guard_in(T, &g, hi)) continue;
             g.a = IDX(g.a);
             if (!g.cst) g.b = IDX(g.b);
@@ -137,6 +138,7 @@ int ta_prog_new(const int64_t *outs, uint32_t nout, const int64_t *ins, uint32_t
                 const int64_t *wrt, uint32_t nwrt, ta_prog **out)
 {
     ta_tape *T = ta_self();
+    const struct ta_guards *G;
     ta_prog *P;
     uint32_t j, hipos = 0, lowpos, gi, p, i;
     uint64_t hi = 0, pending = 0, nmark = 0, nleaf = 0, nmarkin = 0;
@@ -162,8 +164,8 @@ int ta_prog_new(const int64_t *outs, uint32_t nout, const int64_t *ins, uint32_t
         ta_mark(TA_SEGOF(T, r), TA_OFF(r), TA_MARK, &pending);
     }
     pending = ta_mark_guards(T, hi, TA_MARK, pending);
-    if (T->guards)
-        for (gi = 0; gi < T->guards->n; gi++) P->ng += ta_guard_in(T, &T->guards->g[gi], hi);
+    if ((G = ta_guards_if_any(T)) != NULL)
+        for (gi = 0; gi < G->n; gi++) P->ng += ta_guard_in(T, &G->g[gi], hi);
     lowpos = ta_mark_down(T, hipos, TA_MARK, pending);
     for (p = lowpos; p <= hipos; p++) {
         ta_seg *s = T->segs[T->order[p]];

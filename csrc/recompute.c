@@ -48,7 +48,7 @@ void ta_plans_drop(struct ta_guards *G)
 
 static ta_plan *ta_plan_build(ta_tape *T, ta_seg *rs, uint32_t ro, int64_t root, int *st)
 {
-    struct ta_guards *G = T->guards;
+    struct ta_guards *G = ta_guards_if_any(T);
     uint64_t hi = ((uint64_t)rs->pos << 32) | ro, pending, n = 0;
     uint32_t lowpos, lowg, p, i, k, gi;
     uint32_t *idx = NULL;

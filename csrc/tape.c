@@ -8,8 +8,8 @@
  * freed; dead nodes in kept segments become DEAD so nothing ever follows
  * their (possibly dangling) inputs.  The pass runs when the number of
  * segments doubles since the last one, so it costs amortised O(1) per node.
- * A layer above the core that keeps per-tape state naming nodes registers
- * a hook (ta_tape_attach) to drop what the collector freed.
+ * A layer above the core that keeps per-tape state naming nodes attaches
+ * hooks to the tape to drop what the collector freed (tapead.h: ta_attach).
  *
  * Lifetime: C owns every tape.  A tape counts one reference for its thread
  * (dropped by a thread-exit destructor, thread.c) and one per hold;
@@ -66,7 +66,7 @@ static void ta_tape_free(ta_tape *T)
     if (T->spare) ta_seg_free(T->spare);
     free(T->segs); free(T->freeslots); free(T->order);
     if (T->ng) ta_tape_free(T->ng);
-    ta_guards_free(T);
+    if (T->hooks) T->hooks->release(T);
     ta_custom_free_all(T);
     free(T);
     TA_ALIVE(-1);
@@ -222,7 +222,7 @@ int ta_gc(ta_tape *T)
         T->order[w++] = k;
     }
     T->norder = w;
-    ta_guards_gc(T);
+    if (T->hooks) T->hooks->collected(T);
     T->collections++;
     T->gc_at = 2u * w > TA_GC_MIN ? 2u * w : TA_GC_MIN;
     return (int)freed;

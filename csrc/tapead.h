@@ -84,7 +84,8 @@ typedef struct ta_tape {
     int       nograd;            /* > 0 inside tapead.no_grad()             */
     int       anomaly;           /* > 0 inside tapead.detect_anomaly()      */
     struct ta_tape *ng;          /* leaf-only arena for no_grad results     */
-    struct ta_guards *guards;  /* replay.c: comparisons recorded as guards */
+    void     *attached;          /* state a layer above the core keeps here (ta_attach) */
+    const struct ta_attach *hooks;   /* what the collector and ta_tape_free call on it */
     struct ta_cnodes *cn;        /* custom.c: the custom nodes' side table  */
     struct ta_sweep  *sw;        /* set while backward() runs a Python rule */
     int64_t   err_node;          /* the custom node behind the last TA_ECUSTOM */
@@ -150,6 +151,17 @@ void ta_held_take(ta_tape *T, int64_t *h, size_t n);
 int  ta_new_seg(ta_tape *T);
 void ta_free_seg(ta_tape *T, ta_seg *s);
 int  ta_gc(ta_tape *T);          /* reclaim; returns segments freed */
+
+/* A layer above the core that keeps per-tape state naming nodes (guard.c:
+ * its guards) attaches it: T->attached is the state, T->hooks the calls
+ * the core makes on it, both set together in the tape's own thread.
+ * collected(T) runs at the end of every collection of T, to drop what
+ * names freed nodes; release(T) when T is freed, in whatever thread drops
+ * the last hold.  The core never looks inside. */
+struct ta_attach {
+    void (*collected)(ta_tape *T);
+    void (*release)(ta_tape *T);
+};
 
 /* ref <-> segment/offset; refs come from the tape itself, so unchecked. */
 #define TA_SEGOF(T, ref) ((T)->segs[(ref) >> TA_SHIFT])
@@ -260,9 +272,5 @@ int ta_custom_rule(int64_t node, int64_t key);
  * native.c; NULL: use ta_custom_rule, the cffi callback). */
 extern int (*ta_rule_hook)(int64_t node, int64_t key);
 
-/* replay.c: guards die with their nodes (called at the end of ta_gc) and
- * with the tape. */
-void ta_guards_gc(ta_tape *T);
-void ta_guards_free(ta_tape *T);
 
 #endif
