@@ -86,8 +86,8 @@ int ta_node(int64_t id, int *op, int64_t *x, int64_t *y, double *c)
     if (!T) return TA_ENOMEM;
     if ((st = ta_resolve(T, id, &s, &o)) != TA_OK) return st;
     *op = s->op[o] & TA_OPMASK; k = ta_kinds[*op];
-    *x = (k == TA_K_LEAF || k == TA_K_NARY) ? -1 : (int64_t)((T->tag << 32) | s->x[o]);
-    *y = k == TA_K_BIN ? (int64_t)((T->tag << 32) | s->aux[o].y) : -1;
+    *x = (k == TA_K_LEAF || k == TA_K_NARY) ? -1 : TA_ID(T, s->x[o]);
+    *y = k == TA_K_BIN ? TA_ID(T, s->aux[o].y) : -1;
     *c = k == TA_K_CST ? s->aux[o].c : 0.0;
     return TA_OK;
 }

@@ -116,7 +116,7 @@ static int ta_prog_copy(ta_tape *T, ta_prog *P, const int64_t *outs, const int64
             q = idx[(size_t)(p - lowpos) * TA_SEG + i];
             if (P->b[q]) continue;
             P->par[j] = q; P->pv[j] = s->val[i];
-            P->parid[j] = (int64_t)((T->tag << 32) | TA_REF(s, i)); j++;
+            P->parid[j] = TA_ID(T, TA_REF(s, i)); j++;
         }
     }
     for (k = 0; k < P->n; k++) if (P->op[k] == TA_LEAF) P->b[k] = 0;

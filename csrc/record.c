@@ -26,7 +26,16 @@ int64_t ta_append(ta_tape *T, int op, uint32_t x, ta_aux aux, double val)
     s->op[o] = (uint8_t)op; s->x[o] = x; s->aux[o] = aux;
     s->val[o] = val; s->adj[o] = 0.0;
     if (++T->nodes > T->peak) T->peak = T->nodes;
-    return (int64_t)((T->tag << 32) | TA_REF(s, o));
+    return TA_ID(T, TA_REF(s, o));
+}
+
+/* (The hot path is ta_append: recording ops hands ids to Python.) */
+int ta_push(ta_tape *T, int op, uint32_t x, ta_aux aux, double val, uint32_t *ref)
+{
+    int64_t id = ta_append(T, op, x, aux, val);
+    if (id < 0) return (int)id;
+    *ref = (uint32_t)id;                  /* an id's low 32 bits are its ref */
+    return TA_OK;
 }
 
 int ta_cur_hold(int arena, ta_seg **box, int64_t *key)
@@ -68,12 +77,8 @@ static int ta_dest_ok(const ta_tape *D, int64_t key, uint32_t need)
 static int ta_promote(ta_tape *T, double v, uint32_t *ref)
 {
     ta_aux aux;
-    int64_t id;
     aux.c = 0.0;
-    id = ta_append(T, TA_LEAF, 0, aux, v);
-    if (id < 0) return (int)id;
-    *ref = (uint32_t)id;
-    return TA_OK;
+    return ta_push(T, TA_LEAF, 0, aux, v, ref);
 }
 
 /* The rare case of ta_record_at: inputs from the no_grad arena enter as

@@ -86,7 +86,7 @@ TA_COLD int ta_run_rule(ta_tape *T, ta_seg *s, uint32_t i, uint64_t *pending)
     sw.at = ((uint64_t)s->pos << 32) | i;
     sw.pending = pending;
     T->sw = &sw;
-    rc = (ta_rule_hook ? ta_rule_hook : ta_custom_rule)((int64_t)((T->tag << 32) | TA_REF(s, i)),
+    rc = (ta_rule_hook ? ta_rule_hook : ta_custom_rule)(TA_ID(T, TA_REF(s, i)),
                                                        ta_cnode_of(T, s, i)->key);
     T->sw = NULL;
     return rc == 0 ? TA_OK : TA_EPYTHON;

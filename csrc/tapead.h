@@ -181,8 +181,10 @@ int ta_resolve_any(ta_tape *T, int64_t id, ta_seg **s, uint32_t *off, int *ng);
  * (resolved, or held by the caller: the native front's Value). */
 int ta_backward_at(ta_tape *T, ta_seg *rs, uint32_t ro);
 
-/* record.c: appending nodes.  Append one node; returns its id or a
- * negative status. */
+/* record.c: appending nodes.  Append one node: ta_push gives its ref and
+ * returns a status; ta_append, for callers that hand the node to Python,
+ * returns its id or a negative status. */
+int     ta_push(ta_tape *T, int op, uint32_t x, ta_aux aux, double val, uint32_t *ref);
 int64_t ta_append(ta_tape *T, int op, uint32_t x, ta_aux aux, double val);
 
 /* The key of a segment: the id of its first node >> TA_SHIFT (tape tag
