@@ -359,24 +359,3 @@ int ta_prog_load(const ta_flat_t *f, const double *params, ta_prog **out)
     *out = P;
     return TA_OK;
 }
-
-/* The reference for the forward sweep's cost (benchmarks/bench_replay.py):
- * the same arithmetic as a plain loop over flat arrays, one value per
- * node, no marks, no segments, reps times. */
-int ta_prog_ref(ta_prog *P, uint32_t reps)
-{
-    double *v;
-    uint32_t r, k;
-    int st = TA_OK;
-    if (!P) return TA_EARG;
-    if (!(v = (double *)ta_malloc(((size_t)P->n + 1) * sizeof *v))) return TA_ENOMEM;
-    for (k = 0; k < P->n; k++) if (P->op[k] == TA_LEAF) v[k] = P->c[k];
-    for (r = 0; r < reps; r++)
-        for (k = 0; k < P->n; k++) {
-            int op = P->op[k];
-            if (op == TA_LEAF) continue;
-            st |= ta_forward(op, v[P->a[k]], ta_kinds[op] == TA_K_BIN ? v[P->b[k]] : P->c[k], &v[k]);
-        }
-    free(v);
-    return st ? TA_EDOMAIN : TA_OK;
-}
