@@ -128,7 +128,7 @@ class _Stand(int):
 class _State:
     """One thread's records (key -> _Rec), the keys awaiting a scan, and
     out-arguments for C calls (one set per thread: cffi releases the GIL)."""
-    __slots__ = ("recs", "pending", "next_scan", "buf", "dead", "ok", "toks", "sweeping")
+    __slots__ = ("recs", "pending", "next_scan", "buf", "dead", "ok", "ib", "pb", "toks", "sweeping")
 
     def __init__(self) -> None:
         self.recs: Dict[int, _Rec] = {}
@@ -136,7 +136,14 @@ class _State:
         self.next_scan = 64
         self.buf: Any = None
         self.dead: Any = None
-        self.ok = ffi.new("int8_t[64]")   # ta_custom_rule_set's out-argument
+        # C arrays reused by each call (cffi makes a new one from a list on
+        # every call: half a recording's cost on PyPy).  A call takes one out
+        # of here while it uses it and puts it back after, so a finalizer that
+        # runs meanwhile (garbage collection, at any allocation) and records
+        # in this thread gets its own (_take).
+        self.ok: Any = ffi.new("int8_t[64]")   # ta_custom_rule_set's out-argument
+        self.ib: Any = ffi.new("int64_t[8]")   # a new node's input ids
+        self.pb: Any = ffi.new("double[8]")    # its partials (precomputed)
         self.toks: Dict[int, Any] = {}    # segment key -> token, inside backward() only
         self.sweeping = False             # (set by ta_custom_rule, cleared by swept())
 
@@ -230,27 +237,58 @@ _custom_rec = lib.ta_custom_rec
 _NULL = ffi.NULL
 
 
+# Filling them: no loop in the path of one or two inputs (most ops).  PyPy's
+# JIT does not inline a function that has a loop; the call it makes instead
+# costs ~100 ns, twice a whole op (a comprehension is such a function too).
+def _ids(S: _State, xs: Any, what: str) -> Any:
+    """The node ids of the Values xs (a tuple or list) in a C array: this
+    thread's S.ib, taken (the caller puts it back), or a new one for more
+    than 8.  TypeError for anything else, naming it (`what`)."""
+    n = len(xs)
+    buf = S.ib
+    if buf is None or n > 8:
+        buf = ffi.new("int64_t[]", n if n > 8 else 8)
+    else:
+        S.ib = None
+    V = _engine.Value
+    if n > 2:
+        for k in range(n):
+            buf[k] = _id(xs[k], V, what)
+    elif n:
+        buf[0] = _id(xs[0], V, what)
+        if n == 2:
+            buf[1] = _id(xs[1], V, what)
+    return buf
+
+
+def _id(c: Any, V: Any, what: str) -> int:
+    if not isinstance(c, V):
+        raise TypeError(f"{what}, not {type(c).__name__}")
+    return c._i   # type: ignore[no-any-return]
+
+
 def record(v: Any, data: float, children: Iterable[Any], op: Any) -> None:
     """Value(data, _children, _op) on the cffi front: make v the custom node.
 
     As an op is: one C call into the segment of this thread's current token
     (engine._rec2), no cffi objects made per node."""
     E = _engine
-    Value = E.Value
-    ids = []
-    for c in children:
-        if not isinstance(c, Value):
-            raise TypeError(f"Value(data, _children, _op): each child must be a Value, "
-                            f"not {type(c).__name__}")
-        ids.append(c._i)
+    try:
+        S = _tl.custom
+    except AttributeError:
+        S = _state()
+    kids = children if type(children) is tuple else tuple(children)
+    n = len(kids)
+    ids = _ids(S, kids, "Value(data, _children, _op): each child must be a Value")
     nm = _NAME_ID.get(op) if type(op) is str else None
     if nm is None:
         nm = name_id(op)
     t = E._tok
-    i = _custom_rec(ids, len(ids), data, _NULL, nm, t.key)
+    i = _custom_rec(ids, n, data, _NULL, nm, t.key)
     if i < 0:   # another segment, the node limit, an error: as every op (engine._slow)
-        w = E._slow(i, t, _custom_rec, ids, len(ids), data, _NULL, nm)
+        w = E._slow(i, t, _custom_rec, ids, n, data, _NULL, nm)
         i, t = w._i, w._t
+    S.ib = ids
     v._i = i
     v._t = t
 
@@ -271,41 +309,62 @@ def precomputed(value: SupportsFloat, inputs: Iterable[Any], partials: Iterable[
     >>> (h * 2).backward(); (h.data, h._op, x.grad, y.grad)
     (5.0, 'hypot', 1.2, 1.6)
     """
-    _real = _engine._real
-    x = value if type(value) is float else _real(value)
+    x = value if type(value) is float else _engine._real(value)
     try:
         vals = [inputs] if isinstance(inputs, _engine.Value) else list(inputs)
     except TypeError:
         raise TypeError(f"precomputed inputs must be a Value or an iterable of Values, "
                         f"not {type(inputs).__name__}") from None
     try:
-        ps = [p if type(p) is float else _real(p) for p in partials]
+        ps = partials if type(partials) is list or type(partials) is tuple else list(partials)
     except TypeError:
         raise TypeError("precomputed partials must be real numbers, one per input") from None
-    if len(ps) != len(vals):
-        raise ValueError(f"precomputed needs one partial per input: {len(vals)} inputs, "
-                         f"{len(ps)} partials")
+    n = len(vals)
+    if len(ps) != n:
+        raise ValueError(f"precomputed needs one partial per input: {n} inputs, {len(ps)} partials")
     if not isinstance(name, str):
         raise TypeError(f"precomputed name must be a str, not {type(name).__name__}")
     if _native_pre is not None:
-        return _native_pre(x, vals, ps, name_id(name))
+        return _native_pre(x, vals, [_partial(p) for p in ps], name_id(name))
     E = _engine
-    Value = E.Value
-    ids = []
-    for v in vals:
-        if not isinstance(v, Value):
-            raise TypeError(f"precomputed inputs must be Values, not {type(v).__name__}")
-        ids.append(v._i)
+    try:
+        S = _tl.custom
+    except AttributeError:
+        S = _state()
+    ids = _ids(S, vals, "precomputed inputs must be Values")
+    pb = S.pb               # (never NULL: NULL asks for a Python rule)
+    if pb is None or n > 8:
+        pb = ffi.new("double[]", n if n > 8 else 8)
+    else:
+        S.pb = None
+    if n > 2:               # (as _ids: no loop for one or two)
+        for k in range(n):
+            pb[k] = _partial(ps[k])
+    elif n:
+        pb[0] = _partial(ps[0])
+        if n == 2:
+            pb[1] = _partial(ps[1])
     nm = name_id(name)
-    ps = ps or [0.0]        # (never NULL: NULL asks for a Python rule)
     t = E._tok              # as record(): one C call, into the current token's segment
-    i = _custom_rec(ids, len(ids), x, ps, nm, t.key)
+    i = _custom_rec(ids, n, x, pb, nm, t.key)
     if i < 0:
-        return E._slow(i, t, _custom_rec, ids, len(ids), x, ps, nm)
-    out = _new(E.PyValue)
-    out._i = i
-    out._t = t
+        out = E._slow(i, t, _custom_rec, ids, n, x, pb, nm)
+    else:
+        out = _new(E.PyValue)
+        out._i = i
+        out._t = t
+    S.ib = ids
+    S.pb = pb
     return out
+
+
+def _partial(p: Any) -> float:
+    if type(p) is float:
+        return p
+    try:
+        return _engine._real(p)
+    except TypeError:
+        raise TypeError("precomputed partials must be real numbers, one per input") from None
 
 
 # --------------------------------------------------------- the _backward
@@ -349,10 +408,17 @@ def _rule_holders(v: Any, fn: Any) -> Optional[Tuple[int, Tuple[Any, ...], Tuple
             S = _tl.custom
         except AttributeError:
             S = _state()
-        ok = S.ok if n <= 64 else ffi.new("int8_t[]", n)
+        ok = S.ok
+        if ok is None or n > 64:
+            ok = ffi.new("int8_t[]", n if n > 64 else 64)
+        else:
+            S.ok = None      # taken (see _State), put back below
+        key = _rule_set(v._i, ids, n, ok)
+        oks: List[int] = ffi.unpack(ok, n)  # type: ignore[assignment]  # (a list of ints here)
+        S.ok = ok
     else:
-        ok = _NULL
-    key = _rule_set(v._i, ids, n, ok)
+        key = _rule_set(v._i, _NULL, 0, _NULL)   # (an empty list would cost a cffi array)
+        oks = []
     if key <= 0:
         if key == _ENOTCUSTOM or key == _ENOGRAD:
             return None
@@ -361,12 +427,10 @@ def _rule_holders(v: Any, fn: Any) -> Optional[Tuple[int, Tuple[Any, ...], Tuple
         return 0, (), ()
     if not callable(fn):
         raise TypeError(f"_backward must be callable, not {type(fn).__name__}")
-    for k in range(n):
-        if not ok[k]:   # later nodes, other threads', no_grad values: left alone
-            nc = len(cells)
-            cells = [c for j, c in enumerate(cells) if ok[j]]
-            defs = [d for j, d in enumerate(defs) if ok[nc + j]]
-            break
+    if not all(oks):   # later nodes, other threads', no_grad values: left alone
+        nc = len(cells)
+        cells = [c for j, c in enumerate(cells) if oks[j]]
+        defs = [d for j, d in enumerate(defs) if oks[nc + j]]
     return key, tuple(cells), tuple(defs)
 
 
