@@ -40,7 +40,7 @@ typedef struct {
     void (*d2)(double, double, double, double *, double *, double *);
 } ta_rules_t;
 const ta_rules_t ta_rule_table[TA_NOPS] = {
-#define TA_OP(NAME, KIND, SYM) { fwd_##NAME, d_##NAME, e_##NAME, d2_##NAME },
+#define TA_OP(NAME, KIND, SYM, ...) { fwd_##NAME, d_##NAME, e_##NAME, d2_##NAME },
 #include "ops.def"
 #undef TA_OP
 };

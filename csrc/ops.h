@@ -342,7 +342,7 @@ D2_NONE(CUSTOM)
 static inline int ta_forward(int op, double x, double y, double *r)
 {
     switch (op) {
-#define TA_OP(NAME, KIND, SYM) case TA_##NAME: return fwd_##NAME(x, y, r);
+#define TA_OP(NAME, KIND, SYM, ...) case TA_##NAME: return fwd_##NAME(x, y, r);
 #include "ops.def"
 #undef TA_OP
     }
@@ -352,7 +352,7 @@ static inline int ta_forward(int op, double x, double y, double *r)
 static inline void ta_partials(int op, double x, double y, double r, double *dx, double *dy)
 {
     switch (op) {
-#define TA_OP(NAME, KIND, SYM) case TA_##NAME: d_##NAME(x, y, r, dx, dy); return;
+#define TA_OP(NAME, KIND, SYM, ...) case TA_##NAME: d_##NAME(x, y, r, dx, dy); return;
 #include "ops.def"
 #undef TA_OP
     }
@@ -381,7 +381,7 @@ static inline void ta_partials_at(const ta_tape *T, const ta_seg *s, uint32_t i,
                                   double *dx, double *dy)
 {
     switch (op) {
-#define TA_OP(NAME, KIND, SYM) \
+#define TA_OP(NAME, KIND, SYM, ...) \
     case TA_##NAME: d_##NAME(TA_XV_##KIND, TA_YV_##KIND, s->val[i], dx, dy); return;
 #include "ops.def"
 #undef TA_OP

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 from ._tapead_c import ffi as ffi, lib as lib  # re-exported (the "as" tells type checkers)
 from .errors import AnomalyError as AnomalyError, GuardError as GuardError  # re-exported
 from .errors import TapeadError as TapeadError, TapeError as TapeError
+from ._opsurface import FORMS, IDENTS, POW_LIKE
 
 
 _CMP = ("<", "<=", ">", ">=")
@@ -37,8 +38,12 @@ OP_NAMES = tuple(ffi.string(lib.ta_op_name(i)).decode() for i in range(lib.ta_no
 OP_KINDS = tuple(lib.ta_op_kind(i) for i in range(lib.ta_nops()))
 
 
-# Python's Op codes come from the C table, the single source (csrc/ops.def).
+# Python's Op codes come from the C table, the single source (csrc/ops.def);
+# the op surface generated from the same table must agree with it.
 OP = {ffi.string(lib.ta_op_ident(i)).decode(): i for i in range(lib.ta_nops())}
+if tuple(OP) != IDENTS:  # pragma: no cover (a build from a table edited since the generation)
+    raise ImportError("tapead/_opsurface.py does not match the compiled op table (csrc/ops.def): "
+                      "run `python build_ext.py`, which regenerates it")
 
 # ------------------------------------------------------- hot-path bindings
 leaf = lib.ta_leaf
@@ -63,20 +68,17 @@ def _op_error(code: int) -> Exception:
 
 def op_error(code: int, op: int, x: float, y: float) -> Exception:
     """The exception for op error `code` of op `op` at inputs x, y (y: its constant, if any)."""
-    name = OP_NAMES[op]
-    pow_like = name in ("**", "**c", "c**")
-    if name == "c**":
-        x, y = y, x  # the constant is the base
+    pow_like = op in POW_LIKE
+    at = FORMS[op].format(x=repr(x), y=repr(y), c=repr(y))   # as the op shows: log(-1.0), 2.0 ** 0.5
     if code == lib.TA_EZERODIV:
         return ZeroDivisionError(_ZERO_POW if pow_like else "float division by zero")
     if code == lib.TA_EDOMAIN:
         if pow_like:
-            return ValueError(f"math domain error: negative number {x!r} cannot be raised "
-                              f"to the fractional power {y!r}")
-        return ValueError(f"math domain error: {name}({x!r})")
-    if pow_like:
-        return OverflowError(f"math range error: {x!r} ** {y!r} overflows")
-    return OverflowError(f"math range error: {name}({x!r}) overflows")
+            base, power = at.split(" ** ")
+            return ValueError(f"math domain error: negative number {base} cannot be raised "
+                              f"to the fractional power {power}")
+        return ValueError(f"math domain error: {at}")
+    return OverflowError(f"math range error: {at} overflows")
 
 
 def _inputs(op: int, x: float, y: float) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, SupportsFloat, Tuple
 
 from ._core import ffi, lib, error, OP_NAMES, OP_KINDS
+from ._opsurface import FORMS
 from .engine import Value
 from .forward import seeds
 from .nodedata import get_label, label_of_id, set_label
@@ -21,12 +22,6 @@ from .nodedata import get_label, label_of_id, set_label
 __all__ = ["wengert", "Wengert", "get_label", "set_label"]
 
 # ------------------------------------------------------------ the table
-_INFIX = {"+": "+", "-": "-", "*": "*", "/": "/", "**": "**"}
-_CONST = {"+c": "{x} + {c}", "c-": "{c} - {x}", "*c": "{x} * {c}", "/c": "{x} / {c}",
-          "c/": "{c} / {x}",
-          "**c": "{x} ** {c}", "c**": "{c} ** {x}"}
-
-
 def _num(x: float, digits: int) -> str:
     return format(x, f".{digits}g")
 
@@ -160,15 +155,10 @@ def _table(out: Any, n: int, has_tan: bool, has_adj: bool) -> Wengert:
         const = cs[k] if kind == 3 else None
         if kind == 0:
             args, expr = (), label or "input"
-        elif kind == 1:
-            args, expr = (xs[k],), f"{sym}({names[xs[k]]})"
-        elif kind == 2:
-            args = (xs[k], ys[k])
-            a, b = names[xs[k]], names[ys[k]]
-            expr = f"{a} {sym} {b}" if sym in _INFIX else f"{sym}({a}, {b})"
-        else:
-            args = (xs[k],)
-            expr = _CONST[sym].format(x=names[xs[k]], c=repr(const))
+        else:   # as the op table shows the op (csrc/ops.def: FORM)
+            args = (xs[k], ys[k]) if kind == 2 else (xs[k],)
+            expr = FORMS[o].format(x=names[xs[k]], y=names[ys[k]] if kind == 2 else "",
+                                   c=repr(const))
         row = {"index": k, "name": names[k], "label": label, "op": sym, "args": args,
                "const": const, "expr": expr, "value": vals[k]}
         if has_tan:

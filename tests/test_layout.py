@@ -1,5 +1,7 @@
 """The source tree's own promises: a row of the op table without all its
-rules does not compile, and the compiler names the missing rule."""
+rules does not compile, and the compiler names the missing rule; the Python
+op surface generated from the table (build_ext.py: opsurface) is current."""
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -18,7 +20,7 @@ def test_an_op_row_without_its_rules_is_a_compile_error_naming_them(tmp_path):
     src = tmp_path / "csrc"
     shutil.copytree(CSRC, src)
     with open(src / "ops.def", "a") as f:
-        f.write('TA_OP(NEWOP,   UN,   "newop")\n')
+        f.write('TA_OP(NEWOP, UN, "newop", "newop", "", MATH, "newop(x).", "0.0 -> (0.0, 1.0)")\n')
     out = subprocess.run([CC, "-std=c99", "-fsyntax-only", "-w", str(src / "higher.c")],
                          capture_output=True, text=True)
     assert out.returncode != 0
@@ -27,3 +29,46 @@ def test_an_op_row_without_its_rules_is_a_compile_error_naming_them(tmp_path):
     ok = subprocess.run([CC, "-std=c99", "-fsyntax-only", "-w", os.path.join(CSRC, "higher.c")],
                         capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
+
+
+def _build_ext():
+    spec = importlib.util.spec_from_file_location("build_ext", os.path.join(ROOT, "build_ext.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.skipif(not os.path.isfile(os.path.join(ROOT, "build_ext.py")),
+                    reason="needs the source tree")
+def test_the_generated_op_surface_is_current():
+    """A row added to csrc/ops.def without regenerating fails here, saying how."""
+    stale = []
+    for path, text in _build_ext().opsurface().items():
+        with open(os.path.join(ROOT, path)) as f:
+            if f.read() != text:
+                stale.append(path)
+    assert not stale, (f"{', '.join(stale)} no longer match csrc/ops.def: run "
+                       f"`python build_ext.py` (it regenerates them, then builds)")
+
+
+@pytest.mark.skipif(not os.path.isfile(os.path.join(ROOT, "build_ext.py")),
+                    reason="needs the source tree")
+def test_the_generator_reads_a_new_row_and_refuses_a_short_one(tmp_path, monkeypatch):
+    be = _build_ext()
+    shutil.copytree(CSRC, tmp_path / "csrc")
+    shutil.copytree(os.path.join(ROOT, "tapead"), tmp_path / "tapead",
+                    ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+    monkeypatch.setattr(be, "HERE", str(tmp_path))
+    with open(tmp_path / "csrc" / "ops.def", "a") as f:
+        f.write('TA_OP(NEWOP,   UN,   "newop", "newop", "", MATH,  /* r := newop x */\n'
+                '      "newop(x), a test op.", "1.0 -> (2.0, 3.0)")\n')
+    out = be.opsurface()
+    assert "NEWOP = %d" % len(be.op_rows()[:-1]) in out["tapead/_opsurface.py"]
+    assert "'newop({x})'" in out["tapead/_opsurface.py"]
+    assert "def newop(self) -> Value:" in out["tapead/engine.py"]
+    assert ">>> x = tapead.Value(1.0); y = tapead.newop(x)\n" in out["tapead/functions.py"]
+    assert "    (2.0, 3.0)\n" in out["tapead/functions.py"]
+    with open(tmp_path / "csrc" / "ops.def", "a") as f:
+        f.write('TA_OP(SHORT,   UN,   "short")\n')
+    with pytest.raises(ValueError, match="SHORT.*|columns"):
+        be.op_rows()
