@@ -256,6 +256,13 @@ static inline void d_LOG(double x, double y, double r, double *dx, double *dy)
 E_(LOG)   { a->dx = hi_div(E, a->g, a->x); }
 D2_(LOG)   { UNUSED(y); UNUSED(r); *xx = -1.0 / (x * x); *xy = *yy = 0.0; }
 
+static inline int fwd_LOG1P(double x, double y, double *r)
+{ UNUSED(y); if (x <= -1.0) return TA_EDOMAIN; *r = log1p(x); return TA_OK; }
+static inline void d_LOG1P(double x, double y, double r, double *dx, double *dy)
+{ UNUSED(y); UNUSED(r); *dx = 1.0 / (1.0 + x); *dy = 0; }
+E_(LOG1P) { a->dx = hi_div(E, a->g, NC(ADDC, a->x, 1.0)); }
+D2_(LOG1P) { UNUSED(y); UNUSED(r); *xx = -1.0 / ((1.0 + x) * (1.0 + x)); *xy = *yy = 0.0; }
+
 /* evaluated so that neither branch can overflow */
 static inline int fwd_SIGMOID(double x, double y, double *r)
 {

@@ -28,10 +28,11 @@ MAX = 22
 MIN = 23
 DIVC = 24
 CUSTOM = 25
+LOG1P = 26
 
 __all__ = ["LEAF", "DEAD", "ADD", "SUB", "MUL", "DIV", "POW", "ADDC", "RSUBC", "MULC", "RDIVC",
            "POWC", "RPOWC", "RELU", "TANH", "EXP", "LOG", "SIGMOID", "SIN", "COS", "SQRT", "ABS",
-           "MAX", "MIN", "DIVC", "CUSTOM"]
+           "MAX", "MIN", "DIVC", "CUSTOM", "LOG1P"]
 IDENTS = tuple(__all__)   # (checked against the compiled table at import: _core)
 
 # FORMS[op]: how a row of op shows in a Wengert list and an error message
@@ -63,6 +64,7 @@ FORMS = (
     'min({x}, {y})',   # MIN
     '{x} / {c}',       # DIVC
     '',                # CUSTOM
+    'log1p({x})',      # LOG1P
 )
 
 # The ops whose domain and range errors read as float ** 's, not math's.
@@ -79,4 +81,5 @@ UNARY = (
     ('cos', COS),
     ('sqrt', SQRT),
     ('abs', ABS),
+    ('log1p', LOG1P),
 )

@@ -363,6 +363,10 @@ class Value:
         """|x|; its derivative at 0 is taken as 0."""
         return _rec1(ABS, self)
 
+    def log1p(self) -> Value:
+        """ln(1 + x), exact for x near 0 (softplus: log1p(exp(x))); ValueError for x <= -1, as math.log1p."""
+        return _rec1(LOG1P, self)
+
     # </ops.def>
     def maximum(self, other: Operand) -> Value:
         """max(self, other); at a tie each input gets half the gradient."""

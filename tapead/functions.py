@@ -110,3 +110,14 @@ def abs(x: Operand) -> Value:  # noqa: A001 (shadows the builtin inside this mod
     (3.0, -1.0)
     """
     return as_value(x).abs()
+
+
+def log1p(x: Operand) -> Value:
+    """ln(1 + x), exact for x near 0 (softplus: log1p(exp(x))); ValueError for x <= -1, as math.log1p.
+
+    >>> import tapead
+    >>> x = tapead.Value(0.0); y = tapead.log1p(x)
+    >>> y.backward(); (y.data, x.grad)
+    (0.0, 1.0)
+    """
+    return as_value(x).log1p()
