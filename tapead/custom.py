@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from typing import Any, Callable, Dict, Iterable, List, Optional, SupportsFloat, Tuple
 
 from . import _core, engine as _engine   # (engine is still loading: used at call time only)
-from ._core import OP, ffi, lib
+from ._core import OP
 from .errors import ReleasedError, TapeadError
 
 CUSTOM = OP["CUSTOM"]
@@ -126,17 +126,14 @@ class _Stand(int):
 
 
 class _State:
-    """One thread's records (key -> _Rec), the keys awaiting a scan, and
-    out-arguments for C calls (one set per thread: cffi releases the GIL)."""
-    __slots__ = ("recs", "pending", "next_scan", "buf", "dead", "ok", "toks", "sweeping")
+    """One thread's records (key -> _Rec), the keys awaiting a scan, and the
+    segment tokens and sweeping flag of a running backward()."""
+    __slots__ = ("recs", "pending", "next_scan", "toks", "sweeping")
 
     def __init__(self) -> None:
         self.recs: Dict[int, _Rec] = {}
         self.pending: List[int] = []
         self.next_scan = 64
-        self.buf: Any = None
-        self.dead: Any = None
-        self.ok = ffi.new("int8_t[64]")   # ta_custom_rule_set's out-argument
         self.toks: Dict[int, Any] = {}    # segment key -> token, inside backward() only
         self.sweeping = False             # (set by ta_custom_rule, cleared by swept())
 
@@ -152,19 +149,7 @@ def _state() -> _State:
 def _raw_info(v: Any) -> Optional[Tuple[int, int, Tuple[int, ...]]]:
     """(key, name id, input ids) of v's node if it is a custom node, else None
     (the cffi front's; the native front replaces it by _native.custom_info)."""
-    S = _state()
-    if S.buf is None:
-        S.buf = (ffi.new("uint32_t *"), ffi.new("uint32_t *"), ffi.new("int64_t *"),
-                 ffi.new("int64_t[]", 16))
-    n, name, key, ins = S.buf
-    st = lib.ta_custom_info(v._i, n, ins, 16, name, key)
-    if st == lib.TA_ENOTCUSTOM or st == lib.TA_ENOGRAD:
-        return None
-    _core.check(st)
-    if n[0] > 16:
-        ins = ffi.new("int64_t[]", n[0])
-        _core.check(lib.ta_custom_info(v._i, n, ins, n[0], name, key))
-    return key[0], name[0], tuple(ins[k] for k in range(n[0]))
+    return _core.custom_info(v._i)
 
 
 def _held_ids(ids: List[int]) -> List[Any]:
@@ -226,8 +211,8 @@ def info(v: Any) -> Optional[Tuple[Tuple[int, ...], str, int]]:
 
 
 # ------------------------------------------------------------- recording
-_custom_rec = lib.ta_custom_rec
-_NULL = ffi.NULL
+_custom_rec = _core.custom_rec
+_NULL = _core.PYTHON_RULE
 
 
 def record(v: Any, data: float, children: Iterable[Any], op: Any) -> None:
@@ -309,8 +294,7 @@ def precomputed(value: SupportsFloat, inputs: Iterable[Any], partials: Iterable[
 
 
 # --------------------------------------------------------- the _backward
-_rule_set = lib.ta_custom_rule_set
-_ENOTCUSTOM, _ENOGRAD = lib.TA_ENOTCUSTOM, lib.TA_ENOGRAD
+_rule_set = _core.rule_set
 
 
 def _rule_holders(v: Any, fn: Any) -> Optional[Tuple[int, Tuple[Any, ...], Tuple[int, ...]]]:
@@ -344,20 +328,11 @@ def _rule_holders(v: Any, fn: Any) -> Optional[Tuple[int, Tuple[Any, ...], Tuple
                     defs.append(k)
                     ids.append(x._i)
     n = len(ids)
-    if n:
-        try:
-            S = _tl.custom
-        except AttributeError:
-            S = _state()
-        ok = S.ok if n <= 64 else ffi.new("int8_t[]", n)
-    else:
-        ok = _NULL
-    key = _rule_set(v._i, ids, n, ok)
-    if key <= 0:
-        if key == _ENOTCUSTOM or key == _ENOGRAD:
-            return None
-        if key < 0:
-            raise _core.error(key)
+    got = _rule_set(v._i, ids)
+    if got is None:
+        return None
+    key, ok = got
+    if key == 0:
         return 0, (), ()
     if not callable(fn):
         raise TypeError(f"_backward must be callable, not {type(fn).__name__}")
@@ -407,9 +382,7 @@ def backward_of(v: Any) -> Callable[[], None]:
 
 
 def _step(v: Any) -> None:
-    st = lib.ta_step(v._i)
-    if st:
-        raise _core.error(st)
+    _core.step(v._i)
 
 
 def _run(key: int, node: int) -> None:
@@ -451,7 +424,7 @@ def _run(key: int, node: int) -> None:
                 _put(h, k, x)
 
 
-@ffi.def_extern()
+@_core.on_custom_rule
 def ta_custom_rule(node: int, key: int) -> int:
     """Called by the C sweep at a node with a Python rule (csrc/sweep.c)."""
     try:
@@ -598,19 +571,15 @@ def _scan_shared(S: _State, pending: List[int]) -> None:
 def drain(S: Optional[_State] = None) -> int:
     """Drop the rules of custom nodes the tape has reclaimed; returns how many."""
     S = S or _state()
-    if S.dead is None:
-        S.dead = ffi.new("int64_t[256]")
-    buf = S.dead
     total = 0
     while True:
-        n = lib.ta_custom_dead(buf, 256)
-        if n <= 0:
+        keys = _core.custom_dead()
+        if not keys:
             return total
         pop = S.recs.pop
-        keys: List[int] = ffi.unpack(buf, n)  # type: ignore[assignment]  # (a list of ints here)
         for k in keys:   # (one list: no cdata indexing per key)
             pop(k, None)
-        total += n
+        total += len(keys)
 
 
 def settle() -> int:
@@ -628,21 +597,20 @@ def settle() -> int:
 
 
 # -------------------------------------------------------------- errors
-def refusal(code: int) -> Exception:
-    """The exception for TA_ECUSTOM, TA_EPYTHON or TA_EBUSY."""
-    if code == lib.TA_EPYTHON:
+def refusal(why: str) -> Exception:
+    """The exception for a refusal of C's (_core.error): "python" (TA_EPYTHON:
+    a rule raised), "busy" (TA_EBUSY) or "custom" (TA_ECUSTOM)."""
+    if why == "python":
         e = getattr(_tl, "custom_exc", None)
         _tl.custom_exc = None
         return e if e is not None else TapeadError("a custom node's _backward raised")
-    if code == lib.TA_EBUSY:
+    if why == "busy":
         return TapeadError("this cannot run inside a custom node's _backward while backward() "
                            "is running (it would disturb the sweep); call it after backward() "
                            "returns")
-    node = lib.ta_custom_failed()
-    n, name, key = ffi.new("uint32_t *"), ffi.new("uint32_t *"), ffi.new("int64_t *")
-    st = lib.ta_custom_info(node, n, ffi.NULL, 0, name, key)
-    nm = name_of(name[0]) if st == 0 else "?"
-    if st == 0 and key[0] == 0:
+    got = _core.custom_failed()
+    nm = name_of(got[1]) if got is not None else "?"
+    if got is not None and got[0] == 0:
         what = (f"the custom node {nm!r} (made by tapead.precomputed) carries only its value "
                 f"and partials at the point it was recorded")
     else:
