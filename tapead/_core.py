@@ -1,9 +1,10 @@
 """The one module that touches the compiled library (imports _tapead_c).
 
 It owns the FFI boundary: the C functions bound once as module globals (the
-per-op hot paths of engine.py and custom.py read them directly), one typed
-wrapper per bulk call (Python values and numpy arrays in and out: no other
-module makes cdata, sees NULL or checks a status), the mapping from C status
+hot paths of engine.py, custom.py, nodedata.py and modes.py bind them), one typed
+wrapper per bulk call (Python values, numpy arrays and C arrays made here in
+and out: off those hot paths no other module makes cdata, sees NULL or reads
+a status), the mapping from C status
 codes to Python exceptions, and the segment tokens through which the cffi
 front holds the segments its Values live in (csrc/tapead.h: holds).
 tests/test_layout.py keeps it the only one.
@@ -20,7 +21,7 @@ TYPE_CHECKING = False                  # typing is not imported at run time: `im
 if TYPE_CHECKING:
     from typing import Any, Callable, Dict, List, Optional, SupportsInt, Tuple
 
-from ._tapead_c import ffi as ffi, lib as lib  # re-exported (the "as" tells type checkers)
+from ._tapead_c import ffi as ffi, lib as lib  # re-exported for the tests (the "as" tells type checkers)
 from .errors import AnomalyError as AnomalyError, GuardError as GuardError  # re-exported
 from .errors import TapeadError as TapeadError, TapeError as TapeError
 
