@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from typing import Any, Callable, Dict, Iterable, List, Optional, SupportsFloat, Tuple
 
 from . import _core, engine as _engine   # (engine is still loading: used at call time only)
-from ._core import OP, ffi, lib
+from ._core import OP
 from .errors import ReleasedError, TapeadError
 
 CUSTOM = OP["CUSTOM"]
@@ -126,24 +126,14 @@ class _Stand(int):
 
 
 class _State:
-    """One thread's records (key -> _Rec), the keys awaiting a scan, and
-    out-arguments for C calls (one set per thread: cffi releases the GIL)."""
-    __slots__ = ("recs", "pending", "next_scan", "buf", "dead", "ok", "ib", "pb", "toks", "sweeping")
+    """One thread's records (key -> _Rec), the keys awaiting a scan, and the
+    segment tokens and sweeping flag of a running backward()."""
+    __slots__ = ("recs", "pending", "next_scan", "toks", "sweeping")
 
     def __init__(self) -> None:
         self.recs: Dict[int, _Rec] = {}
         self.pending: List[int] = []
         self.next_scan = 64
-        self.buf: Any = None
-        self.dead: Any = None
-        # C arrays reused by each call (cffi makes a new one from a list on
-        # every call: half a recording's cost on PyPy).  A call takes one out
-        # of here while it uses it and puts it back after, so a finalizer that
-        # runs meanwhile (garbage collection, at any allocation) and records
-        # in this thread gets its own (_take).
-        self.ok: Any = ffi.new("int8_t[64]")   # ta_custom_rule_set's out-argument
-        self.ib: Any = ffi.new("int64_t[8]")   # a new node's input ids
-        self.pb: Any = ffi.new("double[8]")    # its partials (precomputed)
         self.toks: Dict[int, Any] = {}    # segment key -> token, inside backward() only
         self.sweeping = False             # (set by ta_custom_rule, cleared by swept())
 
@@ -159,19 +149,7 @@ def _state() -> _State:
 def _raw_info(v: Any) -> Optional[Tuple[int, int, Tuple[int, ...]]]:
     """(key, name id, input ids) of v's node if it is a custom node, else None
     (the cffi front's; the native front replaces it by _native.custom_info)."""
-    S = _state()
-    if S.buf is None:
-        S.buf = (ffi.new("uint32_t *"), ffi.new("uint32_t *"), ffi.new("int64_t *"),
-                 ffi.new("int64_t[]", 16))
-    n, name, key, ins = S.buf
-    st = lib.ta_custom_info(v._i, n, ins, 16, name, key)
-    if st == lib.TA_ENOTCUSTOM or st == lib.TA_ENOGRAD:
-        return None
-    _core.check(st)
-    if n[0] > 16:
-        ins = ffi.new("int64_t[]", n[0])
-        _core.check(lib.ta_custom_info(v._i, n, ins, n[0], name, key))
-    return key[0], name[0], tuple(ins[k] for k in range(n[0]))
+    return _core.custom_info(v._i)
 
 
 def _held_ids(ids: List[int]) -> List[Any]:
@@ -233,38 +211,7 @@ def info(v: Any) -> Optional[Tuple[Tuple[int, ...], str, int]]:
 
 
 # ------------------------------------------------------------- recording
-_custom_rec = lib.ta_custom_rec
-_NULL = ffi.NULL
-
-
-# Filling them: no loop in the path of one or two inputs (most ops).  PyPy's
-# JIT does not inline a function that has a loop; the call it makes instead
-# costs ~100 ns, twice a whole op (a comprehension is such a function too).
-def _ids(S: _State, xs: Any, what: str) -> Any:
-    """The node ids of the Values xs (a tuple or list) in a C array: this
-    thread's S.ib, taken (the caller puts it back), or a new one for more
-    than 8.  TypeError for anything else, naming it (`what`)."""
-    n = len(xs)
-    buf = S.ib
-    if buf is None or n > 8:
-        buf = ffi.new("int64_t[]", n if n > 8 else 8)
-    else:
-        S.ib = None
-    V = _engine.Value
-    if n > 2:
-        for k in range(n):
-            buf[k] = _id(xs[k], V, what)
-    elif n:
-        buf[0] = _id(xs[0], V, what)
-        if n == 2:
-            buf[1] = _id(xs[1], V, what)
-    return buf
-
-
-def _id(c: Any, V: Any, what: str) -> int:
-    if not isinstance(c, V):
-        raise TypeError(f"{what}, not {type(c).__name__}")
-    return c._i   # type: ignore[no-any-return]
+_custom_rec = _core.custom_rec
 
 
 def record(v: Any, data: float, children: Iterable[Any], op: Any) -> None:
@@ -273,24 +220,21 @@ def record(v: Any, data: float, children: Iterable[Any], op: Any) -> None:
     As an op is: one C call into the segment of this thread's current token
     (engine._rec2), no cffi objects made per node."""
     E = _engine
-    try:
-        S = _tl.custom
-    except AttributeError:
-        S = _state()
     kids = children if type(children) is tuple else tuple(children)
-    n = len(kids)
-    ids = _ids(S, kids, "Value(data, _children, _op): each child must be a Value")
     nm = _NAME_ID.get(op) if type(op) is str else None
     if nm is None:
         nm = name_id(op)
     t = E._tok
-    i = _custom_rec(ids, n, data, _NULL, nm, t.key)
+    Value = E.Value
+    i = _custom_rec(kids, data, None, nm, Value, _NOT_A_CHILD, t.key)
     if i < 0:   # another segment, the node limit, an error: as every op (engine._slow)
-        w = E._slow(i, t, _custom_rec, ids, n, data, _NULL, nm)
+        w = E._slow(i, t, _custom_rec, kids, data, None, nm, Value, _NOT_A_CHILD)
         i, t = w._i, w._t
-    S.ib = ids
     v._i = i
     v._t = t
+
+
+_NOT_A_CHILD = "Value(data, _children, _op): each child must be a Value"
 
 
 def precomputed(value: SupportsFloat, inputs: Iterable[Any], partials: Iterable[SupportsFloat],
@@ -324,38 +268,27 @@ def precomputed(value: SupportsFloat, inputs: Iterable[Any], partials: Iterable[
         raise ValueError(f"precomputed needs one partial per input: {n} inputs, {len(ps)} partials")
     if not isinstance(name, str):
         raise TypeError(f"precomputed name must be a str, not {type(name).__name__}")
-    if _native_pre is not None:
-        return _native_pre(x, vals, [_partial(p) for p in ps], name_id(name))
-    E = _engine
-    try:
-        S = _tl.custom
-    except AttributeError:
-        S = _state()
-    ids = _ids(S, vals, "precomputed inputs must be Values")
-    pb = S.pb               # (never NULL: NULL asks for a Python rule)
-    if pb is None or n > 8:
-        pb = ffi.new("double[]", n if n > 8 else 8)
-    else:
-        S.pb = None
-    if n > 2:               # (as _ids: no loop for one or two)
-        for k in range(n):
-            pb[k] = _partial(ps[k])
+    if n > 2:               # (no loop for one or two: see _core.custom_rec)
+        ps = [_partial(p) for p in ps]
+    elif n == 2:
+        ps = [_partial(ps[0]), _partial(ps[1])]
     elif n:
-        pb[0] = _partial(ps[0])
-        if n == 2:
-            pb[1] = _partial(ps[1])
+        ps = [_partial(ps[0])]
+    if _native_pre is not None:
+        return _native_pre(x, vals, list(ps), name_id(name))
+    E = _engine
     nm = name_id(name)
     t = E._tok              # as record(): one C call, into the current token's segment
-    i = _custom_rec(ids, n, x, pb, nm, t.key)
+    i = _custom_rec(vals, x, ps, nm, E.Value, _NOT_AN_INPUT, t.key)
     if i < 0:
-        out = E._slow(i, t, _custom_rec, ids, n, x, pb, nm)
-    else:
-        out = _new(E.PyValue)
-        out._i = i
-        out._t = t
-    S.ib = ids
-    S.pb = pb
+        return E._slow(i, t, _custom_rec, vals, x, ps, nm, E.Value, _NOT_AN_INPUT)
+    out = _new(E.PyValue)
+    out._i = i
+    out._t = t
     return out
+
+
+_NOT_AN_INPUT = "precomputed inputs must be Values"
 
 
 def _partial(p: Any) -> float:
@@ -368,8 +301,7 @@ def _partial(p: Any) -> float:
 
 
 # --------------------------------------------------------- the _backward
-_rule_set = lib.ta_custom_rule_set
-_ENOTCUSTOM, _ENOGRAD = lib.TA_ENOTCUSTOM, lib.TA_ENOGRAD
+_rule_set = _core.rule_set
 
 
 def _rule_holders(v: Any, fn: Any) -> Optional[Tuple[int, Tuple[Any, ...], Tuple[int, ...]]]:
@@ -403,34 +335,18 @@ def _rule_holders(v: Any, fn: Any) -> Optional[Tuple[int, Tuple[Any, ...], Tuple
                     defs.append(k)
                     ids.append(x._i)
     n = len(ids)
-    if n:
-        try:
-            S = _tl.custom
-        except AttributeError:
-            S = _state()
-        ok = S.ok
-        if ok is None or n > 64:
-            ok = ffi.new("int8_t[]", n if n > 64 else 64)
-        else:
-            S.ok = None      # taken (see _State), put back below
-        key = _rule_set(v._i, ids, n, ok)
-        oks: List[int] = ffi.unpack(ok, n)  # type: ignore[assignment]  # (a list of ints here)
-        S.ok = ok
-    else:
-        key = _rule_set(v._i, _NULL, 0, _NULL)   # (an empty list would cost a cffi array)
-        oks = []
-    if key <= 0:
-        if key == _ENOTCUSTOM or key == _ENOGRAD:
-            return None
-        if key < 0:
-            raise _core.error(key)
+    got = _rule_set(v._i, ids)
+    if got is None:
+        return None
+    key, ok = got
+    if key == 0:
         return 0, (), ()
     if not callable(fn):
         raise TypeError(f"_backward must be callable, not {type(fn).__name__}")
-    if not all(oks):   # later nodes, other threads', no_grad values: left alone
+    if not all(ok):   # later nodes, other threads', no_grad values: left alone
         nc = len(cells)
-        cells = [c for j, c in enumerate(cells) if oks[j]]
-        defs = [d for j, d in enumerate(defs) if oks[nc + j]]
+        cells = [c for j, c in enumerate(cells) if ok[j]]
+        defs = [d for j, d in enumerate(defs) if ok[nc + j]]
     return key, tuple(cells), tuple(defs)
 
 
@@ -471,9 +387,7 @@ def backward_of(v: Any) -> Callable[[], None]:
 
 
 def _step(v: Any) -> None:
-    st = lib.ta_step(v._i)
-    if st:
-        raise _core.error(st)
+    _core.step(v._i)
 
 
 def _run(key: int, node: int) -> None:
@@ -515,7 +429,7 @@ def _run(key: int, node: int) -> None:
                 _put(h, k, x)
 
 
-@ffi.def_extern()
+@_core.on_custom_rule
 def ta_custom_rule(node: int, key: int) -> int:
     """Called by the C sweep at a node with a Python rule (csrc/sweep.c)."""
     try:
@@ -662,19 +576,15 @@ def _scan_shared(S: _State, pending: List[int]) -> None:
 def drain(S: Optional[_State] = None) -> int:
     """Drop the rules of custom nodes the tape has reclaimed; returns how many."""
     S = S or _state()
-    if S.dead is None:
-        S.dead = ffi.new("int64_t[256]")
-    buf = S.dead
     total = 0
     while True:
-        n = lib.ta_custom_dead(buf, 256)
-        if n <= 0:
+        keys = _core.custom_dead()
+        if not keys:
             return total
         pop = S.recs.pop
-        keys: List[int] = ffi.unpack(buf, n)  # type: ignore[assignment]  # (a list of ints here)
         for k in keys:   # (one list: no cdata indexing per key)
             pop(k, None)
-        total += n
+        total += len(keys)
 
 
 def settle() -> int:
@@ -692,21 +602,20 @@ def settle() -> int:
 
 
 # -------------------------------------------------------------- errors
-def refusal(code: int) -> Exception:
-    """The exception for TA_ECUSTOM, TA_EPYTHON or TA_EBUSY."""
-    if code == lib.TA_EPYTHON:
+def refusal(why: str) -> Exception:
+    """The exception for a refusal of C's (_core.error): "python" (TA_EPYTHON:
+    a rule raised), "busy" (TA_EBUSY) or "custom" (TA_ECUSTOM)."""
+    if why == "python":
         e = getattr(_tl, "custom_exc", None)
         _tl.custom_exc = None
         return e if e is not None else TapeadError("a custom node's _backward raised")
-    if code == lib.TA_EBUSY:
+    if why == "busy":
         return TapeadError("this cannot run inside a custom node's _backward while backward() "
                            "is running (it would disturb the sweep); call it after backward() "
                            "returns")
-    node = lib.ta_custom_failed()
-    n, name, key = ffi.new("uint32_t *"), ffi.new("uint32_t *"), ffi.new("int64_t *")
-    st = lib.ta_custom_info(node, n, ffi.NULL, 0, name, key)
-    nm = name_of(name[0]) if st == 0 else "?"
-    if st == 0 and key[0] == 0:
+    got = _core.custom_failed()
+    nm = name_of(got[1]) if got is not None else "?"
+    if got is not None and got[0] == 0:
         what = (f"the custom node {nm!r} (made by tapead.precomputed) carries only its value "
                 f"and partials at the point it was recorded")
     else:

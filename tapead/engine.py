@@ -41,15 +41,15 @@ else:
 _leaf, _op1, _op2, _opc = _core.leaf, _core.op1, _core.op2, _core.opc
 _val, _adj, _set_val, _set_adj = _core.val, _core.adj, _core.set_val, _core.set_adj
 _tl = _core._tl
-_backward = _core.lib.ta_backward
+_backward = _core.backward
 _swept = _custom.swept
-_recompute, _cmp2, _cmpc = _core.lib.ta_recompute, _core.lib.ta_cmp2, _core.lib.ta_cmpc
-_ta_check = _core.lib.ta_check
+_recompute, _cmp2, _cmpc = _core.recompute, _core.cmp2, _core.cmpc
+_ta_check = _core.check_node
 _new = object.__new__
-_peek = _core.lib.ta_peek
+_peek = _core.peek
 _OFFMASK = (1 << _core.SHIFT) - 1
-_ELIMIT = _core.lib.TA_ELIMIT
-_orphaned = _core.lib.ta_orphaned
+_ELIMIT = _core.ELIMIT
+_orphaned = _core.orphaned
 
 # The current token of one thread (the first to record) sits in a module
 # global, read by every recording call; other threads keep theirs in a
@@ -138,7 +138,7 @@ def held(ids: Iterable[int]) -> List[Value]:
     """Values for existing nodes of this thread (held by something else now)."""
     ids = list(ids)
     h = _core.held_list(len(ids))
-    _core.check(_core.lib.ta_held_ids(_core.ffi.new("int64_t[]", ids or [0]), len(ids), h))
+    _core.hold_ids(ids, h)
     return handles(h, len(ids))
 
 
@@ -156,7 +156,7 @@ def node_ids(values: Union[Value, Iterable[Value]], what: str = "values") -> Tup
     for v in vals:
         if not isinstance(v, Value):
             raise TypeError(f"{what} must be Values, not {type(v).__name__}")
-    return vals, _core.ffi.new("int64_t[]", [v._i for v in vals] or [0])
+    return vals, _core.int64s([v._i for v in vals])
 
 
 
@@ -509,14 +509,8 @@ _CUSTOM = OP["CUSTOM"]
 def _node(v: Value) -> Tuple[int, int, int, float]:
     """(op code, input x id or -1, input y id or -1, constant) of v's node.
     A no_grad result is a plain leaf."""
-    p = _core.ffi.new("int *"); x = _core.ffi.new("int64_t *"); y = _core.ffi.new("int64_t *")
-    c = _core.ffi.new("double *")
-    st = _core.lib.ta_node(v._i, p, x, y, c)
-    if st == _core.lib.TA_ENOGRAD:
-        return OP["LEAF"], -1, -1, 0.0
-    if st:
-        raise error(st)
-    return p[0], x[0], y[0], c[0]
+    got = _core.node(v._i)
+    return (OP["LEAF"], -1, -1, 0.0) if got is None else got
 
 
 # micrograd's name of an op with a constant: its form without the input ('**{c:g}', '{c:g}/')
@@ -546,7 +540,7 @@ def _compare(kind: int, a: Value, b: Operand) -> bool:
     return r == 1
 
 
-_ENOGRAD = _core.lib.TA_ENOGRAD
+_ENOGRAD = _core.ENOGRAD
 _FLIP = (2, 3, 0, 1)  # x < y is y > x, x <= y is y >= x, ...
 _PLAIN = (float.__lt__, float.__le__, float.__gt__, float.__ge__)
 
@@ -725,7 +719,7 @@ _DOCUMENTED = ("data", "grad", "backward", "maximum", "minimum", *(name for name
 
 def _native_front() -> Any:
     """The native Value type, or None where this build has none (PyPy)."""
-    if _core.lib.ta_native_install() != 0:
+    if not _core.native_install():
         return None
     _native: Any = sys.modules["tapead._native"]   # put there by ta_native_install
     docs = {k: getattr(PyValue, k).__doc__ or "" for k in _DOCUMENTED}

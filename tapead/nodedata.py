@@ -21,14 +21,14 @@ from __future__ import annotations
 
 from _weakref import ref as _weakref
 
-from ._core import _local, lib
+from ._core import _local, node_stamp
 
 TYPE_CHECKING = False   # typing is not imported at run time (see _core)
 if TYPE_CHECKING:
     from typing import Any, Callable, Dict, Optional
     from .engine import Value
 
-_stamp = lib.ta_node_stamp
+_stamp = node_stamp
 _tl = _local()
 
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, SupportsFloat, Tuple
 
-from ._core import ffi, lib, error, OP_NAMES, OP_KINDS
+from . import _core
+from ._core import OP_NAMES, OP_KINDS
 from ._opsurface import FORMS
 from .engine import Value
 from .forward import seeds
@@ -117,29 +118,17 @@ def wengert(output: Value, inputs: Optional[Iterable[Value]] = None,
     if inputs is not None:
         nin, ids, ts = seeds(inputs, tangents, "wengert")  # type: ignore[arg-type]  # (given together)
     else:
-        nin, ids, ts = 0, ffi.NULL, ffi.NULL
-    n = lib.ta_trace(output._i, 0, nin, ids, ts, ffi.NULL)
-    if n < 0:
-        raise error(n)
-    out: Any = ffi.new("ta_rows_t *")
-    keep = [ffi.new("int[]", n), ffi.new("int64_t[]", n), ffi.new("int64_t[]", n),
-            ffi.new("double[]", n), ffi.new("double[]", n), ffi.new("int64_t[]", n),
-            ffi.new("double[]", n) if inputs is not None else ffi.NULL,
-            ffi.new("double[]", n) if adjoints else ffi.NULL]
-    out.op, out.x, out.y, out.c, out.val, out.id, out.tan, out.adj = keep
-    m = lib.ta_trace(output._i, n, nin, ids, ts, out)
-    if m < 0:
-        raise error(m)
-    assert m == n
-    return _table(out, n, inputs is not None, bool(adjoints))
+        nin, ids, ts = 0, None, None
+    return _table(_core.trace(output._i, nin, ids, ts, bool(adjoints)))
 
 
-def _table(out: Any, n: int, has_tan: bool, has_adj: bool) -> Wengert:
-    ops = list(out.op[0:n])
-    xs, ys, cs = list(out.x[0:n]), list(out.y[0:n]), list(out.c[0:n])
-    vals, ids = list(out.val[0:n]), list(out.id[0:n])
-    tans = list(out.tan[0:n]) if has_tan else None
-    adjs = list(out.adj[0:n]) if has_adj else None
+def _table(out: Dict[str, List[Any]]) -> Wengert:
+    ops = out["op"]
+    n = len(ops)
+    xs, ys, cs = out["x"], out["y"], out["c"]
+    vals, ids = out["val"], out["id"]
+    tans, adjs = out.get("tan"), out.get("adj")
+    has_tan, has_adj = tans is not None, adjs is not None
     nleaf = sum(1 for o in ops if OP_KINDS[o] == 0)
     names, leaf_k, op_k = [], 1 - nleaf, 1
     for o in ops:

@@ -1,6 +1,7 @@
 """The source tree's own promises: a row of the op table without all its
 rules does not compile, and the compiler names the missing rule; the Python
-op surface generated from the table (build_ext.py: opsurface) is current."""
+op surface generated from the table (build_ext.py: opsurface) is current;
+and one module (tapead/_core.py) touches the compiled library."""
 import importlib.util
 import os
 import shutil
@@ -72,3 +73,54 @@ def test_the_generator_reads_a_new_row_and_refuses_a_short_one(tmp_path, monkeyp
         f.write('TA_OP(SHORT,   UN,   "short")\n')
     with pytest.raises(ValueError, match="SHORT.*|columns"):
         be.op_rows()
+
+
+# The FFI boundary is narrow: one module (tapead/_core.py) imports the
+# compiled library and touches its `lib` and `ffi`; every other module calls
+# the typed wrappers and hot-path names _core exports.
+BOUNDARY = "_core.py"
+
+
+def ffi_reaches(source):
+    """(line, what) for each place a module's source reaches the compiled
+    module: imports _tapead_c, imports `lib`/`ffi` from anywhere, or reads
+    an attribute `lib`/`ffi` (_core.lib, ...)."""
+    import ast
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, f"import {a.name}") for a in node.names if "_tapead_c" in a.name]
+        elif isinstance(node, ast.ImportFrom):
+            if "_tapead_c" in (node.module or ""):
+                found.append((node.lineno, f"from {node.module} import"))
+            found += [(node.lineno, f"from {node.module or '.'} import {a.name}")
+                      for a in node.names if a.name in ("lib", "ffi", "_tapead_c")]
+        elif isinstance(node, ast.Attribute) and node.attr in ("lib", "ffi", "_tapead_c"):
+            found.append((node.lineno, f".{node.attr}"))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and node.value.endswith("_tapead_c"):   # importlib.import_module("tapead._tapead_c")
+            found.append((node.lineno, repr(node.value)))
+    return sorted(found)
+
+
+def test_only_the_boundary_module_touches_the_compiled_library():
+    pkg = os.path.join(ROOT, "tapead")
+    bad = []
+    for name in sorted(os.listdir(pkg)):
+        if name.endswith(".py") and name != BOUNDARY:
+            with open(os.path.join(pkg, name)) as f:
+                bad += [f"tapead/{name}:{line}: {what}" for line, what in ffi_reaches(f.read())]
+    assert not bad, "only tapead/_core.py may touch the compiled library:\n" + "\n".join(bad)
+    with open(os.path.join(pkg, BOUNDARY)) as f:
+        assert ffi_reaches(f.read())            # (the check sees the boundary's own reach)
+
+
+def test_the_boundary_check_sees_every_kind_of_reach():
+    assert ffi_reaches("from ._core import ffi, lib") == [(1, "from _core import ffi"),
+                                                          (1, "from _core import lib")]
+    assert ffi_reaches("from ._tapead_c import ffi")
+    assert ffi_reaches("import tapead._tapead_c")
+    assert ffi_reaches("_lib = _core.lib")
+    assert ffi_reaches("x = tapead._core.ffi.NULL")
+    assert ffi_reaches("import importlib; importlib.import_module('tapead._tapead_c')")
+    assert not ffi_reaches("def f(lib: str):\n    return lib == 'micrograd'  # lib.x, ffi.new")
