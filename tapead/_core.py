@@ -152,10 +152,24 @@ def error(code: int, sweep: str = "") -> Exception:
         lib.ta_guard_info(lib.ta_guard_failed(), *out)
         return guard_error(out[0][0], out[4][0], out[5][0], out[6][0])
     if code in (lib.TA_ECUSTOM, lib.TA_EPYTHON, lib.TA_EBUSY):
-        from .custom import refusal
-        return refusal("python" if code == lib.TA_EPYTHON else
-                       "busy" if code == lib.TA_EBUSY else "custom")
+        return _refusal("python" if code == lib.TA_EPYTHON else
+                        "busy" if code == lib.TA_EBUSY else "custom")
     return TapeError(f"tapead: unexpected status {code}")
+
+
+def _no_refusal_yet(why: str) -> Exception:   # until tapead.custom registers its own
+    return TapeError(f"tapead: a custom node refused ({why})")
+
+
+_refusal: Callable[[str], Exception] = _no_refusal_yet
+
+
+def on_refusal(fn: Callable[[str], Exception]) -> None:
+    """Make fn(why) the exception for a custom node's refusals (TA_ECUSTOM,
+    TA_EPYTHON, TA_EBUSY): tapead.custom's, registered when it loads (it
+    sits above this module, which imports no feature module)."""
+    global _refusal
+    _refusal = fn
 
 
 def check(status: int) -> None:

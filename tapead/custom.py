@@ -38,7 +38,7 @@ TYPE_CHECKING = False   # typing is not imported at run time (see _core)
 if TYPE_CHECKING:
     from typing import Any, Callable, Dict, Iterable, List, Optional, SupportsFloat, Tuple
 
-from . import _core, engine as _engine   # (engine is still loading: used at call time only)
+from . import _core
 from ._core import OP
 from .errors import ReleasedError, TapeadError
 
@@ -160,7 +160,7 @@ def _held_ids(ids: List[int]) -> List[Any]:
     S = _tl.custom
     toks = S.toks
     V = _engine.PyValue
-    out = []
+    out: List[Any] = []
     for i in ids:
         t = toks.get(i >> _SHIFT)
         if t is None:
@@ -192,6 +192,18 @@ def swept() -> None:
 # the native front's C helpers (None on the cffi front)
 _native_pre: Optional[Callable[..., Any]] = None
 _stand_fast: Optional[Callable[..., List[int]]] = None
+
+
+# The front this module records through and hands Values out of: tapead.engine,
+# which imports this module and attaches itself once its Value is made (so
+# this module, below it, imports no front: no import cycle).
+_engine: Any = None
+
+
+def attach(front: Any) -> None:
+    """engine's last step: the front custom nodes are Values of."""
+    global _engine
+    _engine = front
 
 
 def bind_native(native: Any) -> None:
@@ -295,9 +307,10 @@ def _partial(p: Any) -> float:
     if type(p) is float:
         return p
     try:
-        return _engine._real(p)
+        x: float = _engine._real(p)
     except TypeError:
         raise TypeError("precomputed partials must be real numbers, one per input") from None
+    return x
 
 
 # --------------------------------------------------------- the _backward
@@ -627,3 +640,6 @@ def refusal(why: str) -> Exception:
         f"(backward() can). Write {nm!r} with tapead's built-in ops instead (for example "
         f"softplus as (1 + x.exp()).log(), cube as x**3): each carries its own rule")
 
+
+
+_core.on_refusal(refusal)

@@ -745,3 +745,7 @@ if not TYPE_CHECKING:
 
         def handles(h: Any, n: int) -> List[Value]:  # held() reaches it through this global
             return _adopt(_core.held_bytes(h), n)
+
+# The layers below, which import no front, learn which Value is in use.
+_custom.attach(sys.modules[__name__])
+_nd.attach(Value)

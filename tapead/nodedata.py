@@ -30,6 +30,15 @@ if TYPE_CHECKING:
 
 _stamp = node_stamp
 _tl = _local()
+# The Value type of the front in use: tapead.engine, which imports this
+# module, attaches it once made (this module, below it, imports no front).
+_Value: Any = None
+
+
+def attach(value_type: Any) -> None:
+    """engine's last step: the Value type whose nodes this module keeps data for."""
+    global _Value
+    _Value = value_type
 
 
 class _Entry:
@@ -148,8 +157,7 @@ def get_label(value: Value) -> str:
 
 
 def _check(value: Any, what: str) -> None:
-    from .engine import Value
-    if not isinstance(value, Value):
+    if not isinstance(value, _Value):
         raise TypeError(f"{what} needs a Value, not {type(value).__name__}")
 
 
@@ -200,7 +208,7 @@ def set_attr(v: Value, name: str, x: Any, delete: bool) -> None:
     t = type(v)
     if (name.startswith("__") and name.endswith("__")) or name in ("_i", "_t"):
         raise AttributeError(f"'Value' object attribute {name!r} is read-only")
-    from .engine import Value as base
+    base = _Value
     d = base.__dict__.get(name)
     if d is None:
         for k in t.__mro__:

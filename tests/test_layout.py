@@ -124,3 +124,74 @@ def test_the_boundary_check_sees_every_kind_of_reach():
     assert ffi_reaches("x = tapead._core.ffi.NULL")
     assert ffi_reaches("import importlib; importlib.import_module('tapead._tapead_c')")
     assert not ffi_reaches("def f(lib: str):\n    return lib == 'micrograd'  # lib.x, ffi.new")
+
+
+def runtime_imports(source):
+    """The tapead modules a module's source imports at run time, wherever
+    (top level or inside a function); `if TYPE_CHECKING:` blocks are for the
+    type checker only and do not count."""
+    import ast
+    tree = ast.parse(source)
+    skip = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            skip.update(id(n) for b in node.body for n in ast.walk(b))
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            found.update([node.module.split(".")[0]] if node.module else [a.name for a in node.names])
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tapead."):
+            found.add(node.module.split(".")[1])
+        elif isinstance(node, ast.Import):
+            found.update(a.name.split(".")[1] for a in node.names if a.name.startswith("tapead."))
+    return found
+
+
+def import_cycles(graph):
+    """The strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v); on.add(v)
+        for w in graph.get(v, ()):
+            if w not in graph:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = set()
+            while True:
+                w = stack.pop(); on.discard(w); comp.add(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycles():
+    """Each module imports only modules below it, at run time too (a lower
+    layer that needs the front is told it: engine attaches itself)."""
+    pkg = os.path.join(ROOT, "tapead")
+    graph = {}
+    for name in os.listdir(pkg):
+        if name.endswith(".py"):
+            with open(os.path.join(pkg, name)) as f:
+                graph[name[:-3]] = runtime_imports(f.read()) - {"__init__"}
+    assert import_cycles(graph) == []
+
+
+def test_the_cycle_check_finds_cycles():
+    assert runtime_imports("from . import engine\nif TYPE_CHECKING:\n    from .custom import x\n"
+                           "def f():\n    from .nodedata import y\n") == {"engine", "nodedata"}
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert import_cycles({"a": {"b"}, "b": set()}) == []
