@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from .engine import Value
 
 from . import _core
-from .engine import op_text
+from .engine import op_text, read_checked
 from .wengert import wengert
 
 
@@ -26,7 +26,7 @@ def _elements(root: Value) -> Iterator[Tuple[str, ...]]:
         return
     for r in wengert(root, adjoints=False).rows:
         nid = f"n{r['index']}"
-        grad = _core.adj(r["node"])
+        grad = read_checked(_core.adj, r["node"])
         label = r["label"] or ("" if r["op"] == "leaf" else r["name"])
         yield ("node", nid, f"{{ {_esc(label)} | data {r['value']:.4f} | grad {grad:.4f} }}", "record")
         if r["op"] != "leaf":

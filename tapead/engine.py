@@ -184,11 +184,15 @@ def _real(x: Any) -> float:
                     f"not {name}")
 
 
-def _checked(i: int) -> None:
-    """Raise for a handle whose id is unusable (foreign thread, forged)."""
-    st = _ta_check(i)
-    if st:
-        raise error(st)
+def read_checked(get: Callable[[int], float], i: int) -> float:
+    """get(i) (_core.val or _core.adj: node i's data or grad), where C's nan
+    means nan only for a usable id: a foreign thread's or forged one raises."""
+    x = get(i)
+    if x != x:
+        st = _ta_check(i)
+        if st:
+            raise error(st)
+    return x
 
 
 class Value:
@@ -234,10 +238,7 @@ class Value:
     # ------------------------------------------------------------ data, grad
     @property
     def data(self) -> float:
-        x = _val(self._i)
-        if x != x:
-            _checked(self._i)
-        return x
+        return read_checked(_val, self._i)
 
     @data.setter
     def data(self, x: SupportsFloat) -> None:
@@ -247,10 +248,7 @@ class Value:
 
     @property
     def grad(self) -> float:
-        x = _adj(self._i)
-        if x != x:
-            _checked(self._i)
-        return x
+        return read_checked(_adj, self._i)
 
     @grad.setter
     def grad(self, x: SupportsFloat) -> None:
