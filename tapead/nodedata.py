@@ -222,9 +222,3 @@ def set_attr(v: Value, name: str, x: Any, delete: bool) -> None:
         d.__delete__(v)
     else:
         d.__set__(v, x)
-
-
-def attrs_of(v: Any) -> Dict[str, Any]:
-    """The user attributes of v's node (a copy)."""
-    e = entry(v._i)
-    return dict(e.attrs) if (e is not None and e.attrs) else {}
