@@ -35,15 +35,12 @@ void ta_prog_free(ta_prog *P)
 }
 
 /* The flat arrays for P's sizes (one spare slot each: no zero-size
- * allocation), those not set yet (op, a, b, c may come from a ta_sub).
- * TA_OK or TA_ENOMEM (the caller frees P). */
+ * allocation).  TA_OK or TA_ENOMEM (the caller frees P). */
 static int ta_prog_alloc(ta_prog *P)
 {
     size_t n = (size_t)P->n + 1;
-    if (!P->op) P->op = (uint8_t *)ta_malloc(n);
-    if (!P->a) P->a = (uint32_t *)ta_malloc(n * 4);
-    if (!P->b) P->b = (uint32_t *)ta_malloc(n * 4);
-    if (!P->c) P->c = (double *)ta_malloc(n * 8);
+    P->op = (uint8_t *)ta_malloc(n); P->a = (uint32_t *)ta_malloc(n * 4);
+    P->b = (uint32_t *)ta_malloc(n * 4); P->c = (double *)ta_malloc(n * 8);
     P->in = (uint32_t *)ta_malloc(((size_t)P->nin + 1) * 4);
     P->out = (uint32_t *)ta_malloc(((size_t)P->nout + 1) * 4);
     P->wrt = (uint32_t *)ta_malloc(((size_t)P->nwrt + 1) * 4);
@@ -66,9 +63,8 @@ static int ta_leaf_ref(ta_tape *T, int64_t id)
     return (s->op[o] & TA_OPMASK) == TA_LEAF ? TA_OK : TA_EARG;
 }
 
-/* The rest of P from the sub-tape S behind the outputs, whose op, a, b, c
- * P has taken over and whose sizes are set.  TA_OK, TA_ENOMEM, or TA_EARG
- * (an input listed twice). */
+/* P from the sub-tape S behind the outputs; P's sizes are set.  TA_OK,
+ * TA_ENOMEM, or TA_EARG (an input listed twice). */
 static int ta_prog_copy(ta_tape *T, ta_prog *P, const ta_sub *S, const int64_t *outs,
                         const int64_t *ins, const int64_t *wrt)
 {
@@ -76,6 +72,8 @@ static int ta_prog_copy(ta_tape *T, ta_prog *P, const ta_sub *S, const int64_t *
     int st;
     if ((st = ta_prog_alloc(P)) != TA_OK) return st;
     if (!(P->parid = (int64_t *)ta_malloc(((size_t)P->npar + 1) * 8))) return TA_ENOMEM;
+    memcpy(P->op, S->op, P->n); memcpy(P->a, S->a, (size_t)P->n * 4);
+    memcpy(P->b, S->b, (size_t)P->n * 4); memcpy(P->c, S->c, (size_t)P->n * 8);
     for (k = 0; k < P->n; k++) if (P->op[k] == TA_LEAF) P->c[k] = S->v[k];   /* recorded value */
     for (j = 0; j < P->nout; j++) P->out[j] = ta_sub_row(S, (uint32_t)outs[j]);
     for (j = 0; j < P->nwrt; j++) P->wrt[j] = ta_sub_row(S, (uint32_t)wrt[j]);
@@ -137,8 +135,6 @@ int ta_prog_new(const int64_t *outs, uint32_t nout, const int64_t *ins, uint32_t
     /* a duplicate input makes this too small, but then the copy stops
      * with TA_EARG before it writes a parameter */
     P->npar = nleaf > nmarkin ? nleaf - nmarkin : 0;
-    P->op = S.op; P->a = S.a; P->b = S.b; P->c = S.c;     /* taken over */
-    S.op = NULL; S.a = S.b = NULL; S.c = NULL;
     st = ta_prog_copy(T, P, &S, outs, ins, wrt);
     ta_sub_free(&S);
     if (st == TA_OK) st = ta_code_new(P);

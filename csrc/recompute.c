@@ -10,6 +10,7 @@
  * trace.  A compared node need not be an input of root (z = x*x; y = x if
  * z > 1 else -x), so guard nodes are re-evaluated as extra roots. */
 #include <stdlib.h>
+#include <string.h>
 #include "replay.h"
 #include "ops.h"
 
@@ -50,19 +51,23 @@ static ta_plan *ta_plan_build(ta_tape *T, int64_t root, int *st)
 {
     struct ta_guards *G = T->guards;
     uint32_t k, gi;
+    size_t n;
     ta_sub S;
     ta_plan *L;
 
     if ((*st = ta_sub_extract(T, &root, 1, 1, &S)) != TA_OK) return NULL;
     *st = TA_ENOMEM;
     if (!(L = (ta_plan *)ta_calloc(1, sizeof *L))) goto fail;
-    L->root = root; L->ver = G->ver; L->n = S.n;
-    L->op = S.op; L->a = S.a; L->b = S.b; L->c = S.c; L->v = S.v;   /* taken over */
-    S.op = NULL; S.a = S.b = NULL; S.c = S.v = NULL;
-    L->vp = (double **)ta_malloc(((size_t)S.n + 1) * sizeof(double *));
+    L->root = root; L->ver = G->ver; L->n = n = S.n;
+    L->op = (uint8_t *)ta_malloc(n + 1);
+    L->a = (uint32_t *)ta_malloc((n + 1) * 4); L->b = (uint32_t *)ta_malloc((n + 1) * 4);
+    L->c = (double *)ta_malloc((n + 1) * 8); L->v = (double *)ta_malloc((n + 1) * 8);
+    L->vp = (double **)ta_malloc((n + 1) * sizeof(double *));
     L->g = (ta_guard *)ta_malloc(((size_t)G->n + 1) * sizeof *L->g);
     L->gidx = (uint32_t *)ta_malloc(((size_t)G->n + 1) * sizeof *L->gidx);
-    if (!L->gidx || !L->vp || !L->g) goto fail;
+    if (!L->gidx || !L->op || !L->a || !L->b || !L->c || !L->v || !L->vp || !L->g) goto fail;
+    memcpy(L->op, S.op, n); memcpy(L->a, S.a, n * 4); memcpy(L->b, S.b, n * 4);
+    memcpy(L->c, S.c, n * 8);
     for (k = 0; k < S.n; k++) L->vp[k] = &TA_SEGOF(T, S.ref[k])->val[TA_OFF(S.ref[k])];
     for (gi = 0; gi < G->n; gi++) {
         ta_guard g = G->g[gi];

@@ -12,6 +12,7 @@
 #ifndef TAPEAD_REPLAY_H
 #define TAPEAD_REPLAY_H
 #include "tapead.h"
+#include "ops.h"
 
 /* ------------------------------------------------------------ guards */
 typedef struct {
@@ -58,8 +59,7 @@ typedef struct {
 
 /* roots: nroots >= 1 ids, already resolved (ta_resolve); guards: also the
  * nodes of the guards that bind them.  TA_OK or TA_ENOMEM (then S holds
- * nothing); either way no mark is left.  Each array has n + 1 slots; a
- * caller may take one over (and set S's pointer to NULL). */
+ * nothing); either way no mark is left.  Each array has n + 1 slots. */
 int      ta_sub_extract(ta_tape *T, const int64_t *roots, uint32_t nroots, int guards, ta_sub *S);
 void     ta_sub_free(ta_sub *S);
 
@@ -73,8 +73,27 @@ static inline uint32_t ta_sub_row(const ta_sub *S, uint32_t ref)
     return m ? m[TA_OFF(ref)] : TA_NONE;
 }
 
+/* The local partials of row k (not a leaf) at the recorded values. */
+static inline void ta_sub_partials(const ta_sub *S, uint32_t k, int kind, double *dx, double *dy)
+{
+    ta_partials(S->op[k], S->v[S->a[k]], kind == TA_K_BIN ? S->v[S->b[k]] : S->c[k], S->v[k],
+                dx, dy);
+}
+
+/* The reverse sweep over S's rows, newest first: each row pushes its
+ * adjoint times its local partials into its inputs' (adj: n, seeded by
+ * the caller).  px, py (or NULL): each row's partials (0 for a leaf). */
+void     ta_sub_reverse(const ta_sub *S, double *adj, double *px, double *py);
+
+/* Give node (s, o) `bit`, counting it in *pending if it had none. */
+static inline void ta_mark(ta_seg *s, uint32_t o, uint8_t bit, uint64_t *pending)
+{
+    if (s->op[o] & bit) return;
+    s->op[o] |= bit;
+    ++*pending;
+}
+
 uint64_t ta_where(ta_tape *T, uint32_t ref);
-void     ta_mark(ta_seg *s, uint32_t o, uint8_t bit, uint64_t *pending);
 int      ta_guard_in(ta_tape *T, const ta_guard *g, uint64_t hi);
 uint64_t ta_mark_guards(ta_tape *T, uint64_t hi, uint8_t bit, uint64_t pending);
 

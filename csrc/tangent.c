@@ -9,7 +9,6 @@
  * its own), so a failed call changes nothing. */
 #include <stdlib.h>
 #include "replay.h"
-#include "ops.h"
 
 /* Resolve the root and take its sub-tape.  On failure S holds nothing. */
 static int ta_sub_open(ta_tape *T, ta_sub *S, int64_t root)
@@ -50,30 +49,13 @@ static void ta_tangent_sweep(const ta_sub *S, double *tdot)
 {
     uint32_t k;
     for (k = 0; k < S->n; k++) {
-        int op = S->op[k], kind = ta_kinds[op];
+        int kind = ta_kinds[S->op[k]];
         double dx, dy, t;
         if (kind == TA_K_LEAF || kind == TA_K_NARY) continue;   /* NARY: ta_plain keeps it out */
-        ta_partials(op, S->v[S->a[k]], kind == TA_K_BIN ? S->v[S->b[k]] : S->c[k], S->v[k], &dx, &dy);
+        ta_sub_partials(S, k, kind, &dx, &dy);
         t = ta_tmul(dx, tdot[S->a[k]]);
         if (kind == TA_K_BIN) t += ta_tmul(dy, tdot[S->b[k]]);
         tdot[k] += t;
-    }
-}
-
-/* One descending adjoint sweep from the root (the last row): adj[k] =
- * d root / d row k. */
-static void ta_adjoint_sweep(const ta_sub *S, double *adj)
-{
-    uint32_t k;
-    for (k = 0; k < S->n; k++) adj[k] = 0.0;
-    adj[S->n - 1] = 1.0;
-    for (k = S->n; k-- > 0;) {
-        int op = S->op[k], kind = ta_kinds[op];
-        double dx, dy;
-        if (kind == TA_K_LEAF || kind == TA_K_NARY) continue;
-        ta_partials(op, S->v[S->a[k]], kind == TA_K_BIN ? S->v[S->b[k]] : S->c[k], S->v[k], &dx, &dy);
-        adj[S->a[k]] += dx * adj[k];
-        if (kind == TA_K_BIN) adj[S->b[k]] += dy * adj[k];
     }
 }
 
@@ -126,7 +108,11 @@ int64_t ta_trace(int64_t root, int64_t cap, int nin, const int64_t *inputs,
         ta_seed(&S, nin, inputs, tangents, out->tan);
         ta_tangent_sweep(&S, out->tan);
     }
-    if (out->adj) ta_adjoint_sweep(&S, out->adj);   /* into out->adj only */
+    if (out->adj) {   /* a reverse sweep over the rows, into out->adj only */
+        for (k = 0; k < S.n; k++) out->adj[k] = 0.0;
+        out->adj[S.n - 1] = 1.0;
+        ta_sub_reverse(&S, out->adj, NULL, NULL);
+    }
     ta_sub_free(&S);
     return n;
 }
