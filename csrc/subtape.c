@@ -123,10 +123,13 @@ static int ta_sub_flat(ta_tape *T, ta_sub *S, uint64_t n)
         for (i = 0; i < s->n; i++) {
             uint8_t bits = s->op[i];
             int op = bits & TA_OPMASK, kind = ta_kinds[op];
-            if (!(bits & TA_MARK)) continue;
-            if (!m) {
+            if (!(bits & TA_MARK)) {
+                if (m) m[i] = TA_NONE;                    /* not in the sub-tape */
+                continue;
+            }
+            if (!m) {   /* (slots past s->n are never looked up: no ref names them) */
                 if (!(m = rowof[p - lowpos] = (uint32_t *)ta_malloc(TA_SEG * sizeof *m))) goto nomem;
-                memset(m, 0xFF, TA_SEG * sizeof *m);      /* TA_NONE: not in the sub-tape */
+                memset(m, 0xFF, i * sizeof *m);           /* TA_NONE for the unmarked before i */
             }
             s->op[i] = (uint8_t)op;
             m[i] = k;
