@@ -110,7 +110,7 @@ static int ta_fw_op(const ta_prog *P, ta_ws *W, const ta_ins *I, uint32_t off, u
     int bad = 0;
     UNUSED(yv); UNUSED(c);
     switch (I->op) {
-#define TA_OP(NAME, KIND, SYM) case TA_##NAME: FW_##KIND(NAME) break;
+#define TA_OP(NAME, KIND, SYM, ...) case TA_##NAME: FW_##KIND(NAME) break;
 #include "ops.def"
 #undef TA_OP
     }
@@ -259,7 +259,7 @@ static void ta_rv_op(const ta_prog *P, ta_ws *W, const ta_ins *I, uint32_t cb, i
     uint32_t s;
     UNUSED(yv); UNUSED(c);
     switch (I->op) {
-#define TA_OP(NAME, KIND, SYM) case TA_##NAME: RV_##KIND(NAME) break;
+#define TA_OP(NAME, KIND, SYM, ...) case TA_##NAME: RV_##KIND(NAME) break;
 #include "ops.def"
 #undef TA_OP
     }

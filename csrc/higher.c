@@ -2,20 +2,20 @@
  * recorded as tape nodes (create_graph), Hessian-vector products,
  * Hessians and Jacobians.
  *
- * Every sweep here keeps its adjoints in a scratch buffer of its own (one
- * lazily allocated block per tape segment it reaches, indexed by the
- * segment's position in T->order), never in the tape's adj[] and never in
- * the op bytes: leaves' .grad and intermediates' adjoints are untouched.
- * A block entry belongs to the current sweep when its epoch matches, so
- * one buffer serves many sweeps (a Hessian, a Jacobian) without clearing.
+ * Every sweep here runs over the sub-tape behind its roots, flat in tape
+ * order (ta_sub_extract, subtape.c), and keeps its adjoints in per-call
+ * arrays by row, never in the tape's adj[]: leaves' .grad and
+ * intermediates' adjoints are untouched.  The numeric reverse sweep is
+ * the one in subtape.c (ta_sub_reverse, also the Wengert table's).
  *
- * The recording sweep (hi_emit) walks the tape down from the roots like
+ * The recording sweep (hi_emit) walks the rows down from the roots like
  * ta_backward, but each node's adjoint is a term: a constant or a node
  * that this sweep recorded; the rules in higher.h record g * partial as
  * nodes and ADD accumulates.  Collection is off while it records (gc_at
- * and the node limit are saved and restored): positions and refs must not
- * move under it.  Recorded nodes have no Python handle until the caller
- * wraps the returned ids (engine.handles); those not returned are garbage
+ * and the node limit are saved and restored): the refs the rows hold must
+ * not move under it (the rows are a copy: what it records is not among
+ * them).  Recorded nodes have no Python handle until the caller wraps the
+ * returned ids (engine.handles); those not returned are garbage
  * the next collection frees.  A call that fails records nothing: the tape
  * is rolled back to where it started (ta_rollback).
  *
@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "higher.h"
+#include "replay.h"
 
 /* Every row of the op table (ops.def) has its four rules, forward and
  * partials (ops.h), derivative as ops and second partials (higher.h):
@@ -40,173 +41,56 @@ typedef struct {
     void (*d2)(double, double, double, double *, double *, double *);
 } ta_rules_t;
 const ta_rules_t ta_rule_table[TA_NOPS] = {
-#define TA_OP(NAME, KIND, SYM) { fwd_##NAME, d_##NAME, e_##NAME, d2_##NAME },
+#define TA_OP(NAME, KIND, SYM, ...) { fwd_##NAME, d_##NAME, e_##NAME, d2_##NAME },
 #include "ops.def"
 #undef TA_OP
 };
 
-/* -------------------------------------------------------------- scratch */
-
-typedef struct {
-    uint32_t ep[TA_SEG];     /* == sweep epoch: entry belongs to this sweep */
-    double   adj[TA_SEG];    /* numeric adjoint, or the constant of a term   */
-    int64_t  gid[TA_SEG];    /* node of a term (0: the term is constant)     */
-    double  *ext;            /* hvp only: HI_EXT doubles per node (below)    */
-} hi_blk;
-
-/* forward-over-reverse per node: partials px, py, tangent t, adjoint
- * tangent at, and whether the node is an input (tangent seeded) */
-enum { HI_PX, HI_PY, HI_T, HI_AT, HI_IN, HI_EXT };
-#define HI_X(b, o, f) ((b)->ext[(size_t)(o) * HI_EXT + (f)])
-
-typedef struct {
-    ta_tape *T;
-    hi_blk **b;              /* by segment position; NULL = not reached      */
-    uint32_t nb;
-    uint32_t ep;
-} hi_scr;
-
-static void hi_scr_free(hi_scr *S)
-{
-    uint32_t k;
-    for (k = 0; k < S->nb; k++) if (S->b[k]) { free(S->b[k]->ext); free(S->b[k]); }
-    free(S->b);
-    S->b = NULL; S->nb = 0;
-}
-
-static hi_blk *hi_blk_at(hi_scr *S, uint32_t pos)
-{
-    if (pos >= S->nb) {
-        uint32_t nb = S->T->norder > pos ? S->T->norder : pos + 1u;
-        hi_blk **p = (hi_blk **)ta_realloc(S->b, nb * sizeof *p);
-        if (!p) return NULL;
-        memset(p + S->nb, 0, (nb - S->nb) * sizeof *p);
-        S->b = p; S->nb = nb;
-    }
-    if (!S->b[pos]) S->b[pos] = (hi_blk *)ta_calloc(1, sizeof(hi_blk));
-    return S->b[pos];
-}
-
-static void hi_next_epoch(hi_scr *S)
-{
-    if (++S->ep == 0) {      /* wrapped: forget every old entry */
-        uint32_t k;
-        for (k = 0; k < S->nb; k++) if (S->b[k]) memset(S->b[k]->ep, 0, sizeof S->b[k]->ep);
-        S->ep = 1;
-    }
-}
-
-/* First arrival at (s, o) in this sweep: zero its entry, count it pending. */
-static int hi_reach(hi_scr *S, ta_seg *s, uint32_t o, uint64_t *pending, hi_blk **out)
-{
-    hi_blk *b = hi_blk_at(S, s->pos);
-    if (!b) return TA_ENOMEM;
-    if (b->ep[o] != S->ep) { b->ep[o] = S->ep; b->adj[o] = 0.0; b->gid[o] = 0; ++*pending; }
-    *out = b;
-    return TA_OK;
-}
-
-/* Push adjoint g of a node through its local partials L into its inputs'
- * adjoints (reaching them first). */
-static int hi_push(hi_scr *S, double g, const ta_local *L, uint64_t *pending)
-{
-    ta_tape *T = S->T;
-    hi_blk *bx;
-    int st;
-    if ((st = hi_reach(S, TA_SEGOF(T, L->xr), TA_OFF(L->xr), pending, &bx)) != TA_OK) return st;
-    bx->adj[TA_OFF(L->xr)] += L->dx * g;
-    if (L->kind == TA_K_BIN) {
-        if ((st = hi_reach(S, TA_SEGOF(T, L->yr), TA_OFF(L->yr), pending, &bx)) != TA_OK) return st;
-        bx->adj[TA_OFF(L->yr)] += L->dy * g;
-    }
-    return TA_OK;
-}
-
-/* Validate ids; hipos, hioff = the newest of them (the sweep's start). */
-static int hi_check(ta_tape *T, const int64_t *ids, int n, uint32_t *hipos, uint32_t *hioff)
+/* Validate ids. */
+static int hi_check(ta_tape *T, const int64_t *ids, int n)
 {
     int k, st;
     for (k = 0; k < n; k++) {
         ta_seg *s; uint32_t o;
         if ((st = ta_resolve(T, ids[k], &s, &o)) != TA_OK) return st;
-        if (hipos && (k == 0 || s->pos > *hipos || (s->pos == *hipos && o > *hioff))) {
-            *hipos = s->pos; *hioff = o;
-        }
     }
     return TA_OK;
 }
 
-/* This sweep's entry of node id, or NULL if the sweep did not reach it. */
-static hi_blk *hi_entry(hi_scr *S, int64_t id, uint32_t *o)
+/* The sub-tape behind roots (nr >= 1, checked) and per-row adjoints, each
+ * root's seeded with its weight (1 without w).  TA_OK or TA_ENOMEM (then
+ * nothing is held). */
+static int hi_open(ta_tape *T, const int64_t *roots, const double *w, int nr,
+                   ta_sub *S, double **adj)
 {
-    ta_seg *s;
-    hi_blk *b;
-    if (ta_resolve(S->T, id, &s, o) != TA_OK || s->pos >= S->nb) return NULL;
-    b = S->b[s->pos];
-    return (b && b->ep[*o] == S->ep) ? b : NULL;
+    int k, st;
+    if ((st = ta_sub_extract(T, roots, (uint32_t)nr, 0, S)) != TA_OK) return st;
+    if (!(*adj = (double *)ta_calloc((size_t)S->n, sizeof **adj))) {
+        ta_sub_free(S);
+        return TA_ENOMEM;
+    }
+    for (k = 0; k < nr; k++) (*adj)[ta_sub_row(S, (uint32_t)roots[k])] += w ? w[k] : 1.0;
+    return TA_OK;
 }
 
 /* ------------------------------------------------------- numeric sweep */
 
-/* The descending pass of both numeric sweeps: from node (hipos, hioff)
- * down, each node this epoch reached pushes its adjoint to its inputs,
- * until `pending` reached nodes are done.  With lowpos (forward over
- * reverse), each node's partials are also kept in its block's ext, and
- * *lowpos gets the oldest segment reached. */
-static int hi_reverse(hi_scr *S, uint32_t hipos, uint32_t hioff, uint64_t pending, uint32_t *lowpos)
-{
-    ta_tape *T = S->T;
-    uint32_t p;
-    int st;
-    for (p = hipos + 1; p-- > 0 && pending;) {
-        ta_seg *s = T->segs[T->order[p]];
-        hi_blk *b = p < S->nb ? S->b[p] : NULL;
-        uint32_t i = (p == hipos) ? hioff + 1 : s->n;
-        if (!b) continue;
-        if (lowpos) {
-            *lowpos = p;
-            if (!b->ext && !(b->ext = (double *)ta_malloc((size_t)TA_SEG * HI_EXT * sizeof(double))))
-                return TA_ENOMEM;
-        }
-        while (i-- > 0) {
-            ta_local L;
-            if (b->ep[i] != S->ep) continue;
-            --pending;
-            ta_local_at(T, s, i, &L);
-            if (L.kind != TA_K_LEAF && (st = hi_push(S, b->adj[i], &L, &pending)) != TA_OK)
-                return st;
-            if (lowpos) { HI_X(b, i, HI_PX) = L.dx; HI_X(b, i, HI_PY) = L.dy; HI_X(b, i, HI_IN) = 0.0; }
-            if (!pending) break;
-        }
-    }
-    return TA_OK;
-}
-
-/* d(sum_k w_k roots_k)/d ins_j into out[j], in S's buffer; ids checked by
- * the caller.  Roots with a zero id are skipped (constant gradients). */
-static int hi_sweep(hi_scr *S, const int64_t *roots, const double *w, int nr,
+/* d(sum_k w_k roots_k)/d ins_j into out[j]; ids checked by the caller. */
+static int hi_sweep(ta_tape *T, const int64_t *roots, const double *w, int nr,
                     const int64_t *ins, int nin, double *out)
 {
-    ta_tape *T = S->T;
-    uint64_t pending = 0;
-    uint32_t hipos = 0, hioff = 0;
-    int k, st, any = 0;
-    hi_next_epoch(S);
-    for (k = 0; k < nr; k++) {
-        ta_seg *s; uint32_t o; hi_blk *b;
-        if (!roots[k]) continue;
-        ta_resolve(T, roots[k], &s, &o);
-        if ((st = hi_reach(S, s, o, &pending, &b)) != TA_OK) return st;
-        b->adj[o] += w ? w[k] : 1.0;
-        if (!any || s->pos > hipos || (s->pos == hipos && o > hioff)) { hipos = s->pos; hioff = o; }
-        any = 1;
+    ta_sub S;
+    double *adj = NULL;
+    int k, st;
+    if (nr > 0) {
+        if ((st = hi_open(T, roots, w, nr, &S, &adj)) != TA_OK) return st;
+        ta_sub_reverse(&S, adj, NULL, NULL);
     }
-    if (any && (st = hi_reverse(S, hipos, hioff, pending, NULL)) != TA_OK) return st;
     for (k = 0; k < nin; k++) {
-        uint32_t o;
-        hi_blk *b = hi_entry(S, ins[k], &o);
-        out[k] = b ? b->adj[o] : 0.0;
+        uint32_t r = nr > 0 ? ta_sub_row(&S, (uint32_t)ins[k]) : TA_NONE;
+        out[k] = r != TA_NONE ? adj[r] : 0.0;
     }
+    if (nr > 0) { free(adj); ta_sub_free(&S); }
     return TA_OK;
 }
 
@@ -255,90 +139,71 @@ static int64_t hi_leaf(hi_em *E, double v)
 
 static int hi_is_op_error(int st) { return st == TA_EZERODIV || st == TA_EDOMAIN || st == TA_ERANGE; }
 
-/* Add term t to the adjoint entry (b, o). */
-static void hi_accum(hi_em *E, hi_blk *b, uint32_t o, hi_t t)
+/* Add term t to row r's adjoint term (gid[r], or the constant adj[r]). */
+static void hi_accum(hi_em *E, int64_t *gid, double *adj, uint32_t r, hi_t t)
 {
     hi_t cur;
-    cur.id = b->gid[o]; cur.c = cur.id ? 0.0 : b->adj[o];
+    cur.id = gid[r]; cur.c = cur.id ? 0.0 : adj[r];
     cur = hi_add(E, cur, t);
-    b->gid[o] = cur.id; b->adj[o] = cur.id ? 0.0 : cur.c;
+    gid[r] = cur.id; adj[r] = cur.id ? 0.0 : cur.c;
 }
 
 /* Record the gradient of sum_k w_k roots_k w.r.t. every node it reaches;
  * gids[j] (or gcs[j] when gids[j] == 0) = the term for ins[j].  Collection
  * must be off (the callers' job). */
-static int hi_emit(hi_scr *S, hi_em *E, const int64_t *roots, const double *w, int nr,
+static int hi_emit(ta_tape *T, hi_em *E, const int64_t *roots, const double *w, int nr,
                    const int64_t *ins, int nin, int64_t *gids, double *gcs)
 {
-    ta_tape *T = S->T;
-    uint64_t pending = 0;
-    uint32_t hipos = 0, hioff = 0, p;
-    int k, st;
-    hi_next_epoch(S);
-    for (k = 0; k < nr; k++) {
-        ta_seg *s; uint32_t o; hi_blk *b;
-        ta_resolve(T, roots[k], &s, &o);
-        if ((st = hi_reach(S, s, o, &pending, &b)) != TA_OK) return st;
-        b->adj[o] += w ? w[k] : 1.0;
-        if (k == 0 || s->pos > hipos || (s->pos == hipos && o > hioff)) { hipos = s->pos; hioff = o; }
+    ta_sub S;
+    double *adj = NULL;
+    int64_t *gid = NULL;
+    uint32_t k, x, y;
+    int j, st = TA_OK;
+    if (nr <= 0) {
+        for (j = 0; j < nin; j++) { gids[j] = 0; gcs[j] = 0.0; }
+        return TA_OK;
     }
-    /* the segment at hipos may be T->cur and grow as we record: start below
-     * hioff + 1, and read every other bound before recording can touch it */
-    for (p = hipos + 1; nr > 0 && p-- > 0 && pending;) {
-        ta_seg *s = T->segs[T->order[p]];
-        hi_blk *b = p < S->nb ? S->b[p] : NULL;
-        uint32_t i = (p == hipos) ? hioff + 1 : s->n;
-        if (!b) continue;
-        while (i-- > 0) {
-            int op, kind;
-            hi_arg a;
-            uint32_t xr, yr = 0;
-            hi_blk *bx, *by = NULL;
-            if (b->ep[i] != S->ep) continue;
-            --pending;
-            op = s->op[i] & TA_OPMASK;
-            kind = ta_kinds[op];
-            if (kind == TA_K_LEAF) { if (!pending) break; continue; }
-            a.g.id = b->gid[i]; a.g.c = a.g.id ? 0.0 : b->adj[i];
-            xr = s->x[i];
-            a.x = (int64_t)((T->tag << 32) | xr);
-            a.xv = TA_SEGOF(T, xr)->val[TA_OFF(xr)];
-            a.r = (int64_t)((T->tag << 32) | TA_REF(s, i));
-            a.rv = s->val[i];
-            a.y = 0; a.c = 0.0; a.yv = 0.0;
-            if (kind == TA_K_BIN) {
-                yr = s->aux[i].y;
-                a.y = (int64_t)((T->tag << 32) | yr);
-                a.yv = TA_SEGOF(T, yr)->val[TA_OFF(yr)];
-            } else if (kind == TA_K_CST) a.c = a.yv = s->aux[i].c;
-            if ((st = hi_reach(S, TA_SEGOF(T, xr), TA_OFF(xr), &pending, &bx)) != TA_OK) return st;
-            if (kind == TA_K_BIN &&
-                (st = hi_reach(S, TA_SEGOF(T, yr), TA_OFF(yr), &pending, &by)) != TA_OK) return st;
-            a.dx = a.dy = hi_zero;
-            if (!hi_is_zero(a.g)) {
-                hi_rule(E, op, &a);
-                if (hi_is_op_error(E->st)) {
-                    /* the partial is not expressible here: numeric constant */
-                    double dx, dy;
-                    E->st = TA_OK;
-                    ta_partials(op, a.xv, a.yv, a.rv, &dx, &dy);
-                    a.dx = hi_mulc(E, a.g, dx);
-                    a.dy = kind == TA_K_BIN ? hi_mulc(E, a.g, dy) : hi_zero;
-                }
-                hi_accum(E, bx, TA_OFF(xr), a.dx);
-                if (kind == TA_K_BIN) hi_accum(E, by, TA_OFF(yr), a.dy);
-                if (E->st) return E->st;
-            }
-            if (!pending) break;
+    if ((st = hi_open(T, roots, w, nr, &S, &adj)) != TA_OK) return st;
+    if (!(gid = (int64_t *)ta_calloc((size_t)S.n, sizeof *gid))) { st = TA_ENOMEM; goto done; }
+    for (k = S.n; k-- > 0;) {
+        int op = S.op[k], kind = ta_kinds[op];
+        hi_arg a;
+        if (kind == TA_K_LEAF || kind == TA_K_NARY) continue;   /* NARY: ta_plain keeps it out */
+        a.g.id = gid[k]; a.g.c = a.g.id ? 0.0 : adj[k];
+        if (hi_is_zero(a.g)) continue;
+        x = S.a[k]; y = S.b[k];
+        a.x = (int64_t)((T->tag << 32) | S.ref[x]);
+        a.xv = S.v[x];
+        a.r = (int64_t)((T->tag << 32) | S.ref[k]);
+        a.rv = S.v[k];
+        a.y = 0; a.c = 0.0; a.yv = 0.0;
+        if (kind == TA_K_BIN) {
+            a.y = (int64_t)((T->tag << 32) | S.ref[y]);
+            a.yv = S.v[y];
+        } else if (kind == TA_K_CST) a.c = a.yv = S.c[k];
+        a.dx = a.dy = hi_zero;
+        hi_rule(E, op, &a);
+        if (hi_is_op_error(E->st)) {
+            /* the partial is not expressible here: numeric constant */
+            double dx, dy;
+            E->st = TA_OK;
+            ta_partials(op, a.xv, a.yv, a.rv, &dx, &dy);
+            a.dx = hi_mulc(E, a.g, dx);
+            a.dy = kind == TA_K_BIN ? hi_mulc(E, a.g, dy) : hi_zero;
         }
+        hi_accum(E, gid, adj, x, a.dx);
+        if (kind == TA_K_BIN) hi_accum(E, gid, adj, y, a.dy);
+        if ((st = E->st) != TA_OK) goto done;
     }
-    for (k = 0; k < nin; k++) {
-        uint32_t o;
-        hi_blk *b = hi_entry(S, ins[k], &o);
-        gids[k] = b ? b->gid[o] : 0;
-        gcs[k] = (b && !gids[k]) ? b->adj[o] : 0.0;
+    for (j = 0; j < nin; j++) {
+        uint32_t r = ta_sub_row(&S, (uint32_t)ins[j]);
+        gids[j] = r != TA_NONE ? gid[r] : 0;
+        gcs[j] = (r != TA_NONE && !gids[j]) ? adj[r] : 0.0;
     }
-    return TA_OK;
+done:
+    free(gid); free(adj);
+    ta_sub_free(&S);
+    return st;
 }
 
 /* Collection off while recording (gc would clear and move what we hold). */
@@ -360,17 +225,12 @@ int ta_grad(const int64_t *outs, const double *w, int nout,
             const int64_t *ins, int nin, double *g)
 {
     ta_tape *T = ta_self();
-    hi_scr S;
-    uint32_t hp = 0, ho = 0;
     int st;
     if (!T) return TA_ENOMEM;
     if ((st = ta_plain(T, outs, (size_t)(nout > 0 ? nout : 0), 0)) != TA_OK) return st;
-    if ((st = hi_check(T, outs, nout, &hp, &ho)) != TA_OK) return st;
-    if ((st = hi_check(T, ins, nin, NULL, NULL)) != TA_OK) return st;
-    memset(&S, 0, sizeof S); S.T = T;
-    st = hi_sweep(&S, outs, w, nout, ins, nin, g);
-    hi_scr_free(&S);
-    return st;
+    if ((st = hi_check(T, outs, nout)) != TA_OK) return st;
+    if ((st = hi_check(T, ins, nin)) != TA_OK) return st;
+    return hi_sweep(T, outs, w, nout, ins, nin, g);
 }
 
 int ta_grad_graph(const int64_t *outs, const double *w, int nout,
@@ -378,148 +238,134 @@ int ta_grad_graph(const int64_t *outs, const double *w, int nout,
 {
     ta_tape *T = ta_self();
     int64_t *gids;
-    hi_scr S;
     hi_em E;
     hi_saved sv;
     ta_pos start;
     double *gcs;
-    uint32_t hp = 0, ho = 0;
     int st, k;
     if (nin < 0 || !ta_held_fits(h, (size_t)nin)) return TA_EARG;
     if (!T) return TA_ENOMEM;
     if ((st = ta_plain(T, outs, (size_t)(nout > 0 ? nout : 0), 0)) != TA_OK) return st;
-    if ((st = hi_check(T, outs, nout, &hp, &ho)) != TA_OK) return st;
-    if ((st = hi_check(T, ins, nin, NULL, NULL)) != TA_OK) return st;
+    if ((st = hi_check(T, outs, nout)) != TA_OK) return st;
+    if ((st = hi_check(T, ins, nin)) != TA_OK) return st;
     gids = TA_HELD_IDS(h);
     memset(gids, 0, (size_t)nin * sizeof *gids);   /* 0: no node yet (a list may be reused) */
     gcs = (double *)ta_malloc((size_t)(nin > 0 ? nin : 1) * sizeof *gcs);
     if (!gcs) return TA_ENOMEM;
-    memset(&S, 0, sizeof S); S.T = T;
     sv = hi_gc_off(T, &E);
     ta_tell(T, &start);
-    st = hi_emit(&S, &E, outs, w, nout, ins, nin, gids, gcs);
+    st = hi_emit(T, &E, outs, w, nout, ins, nin, gids, gcs);
     /* constant gradients become leaves, so every result is a node */
     for (k = 0; st == TA_OK && k < nin; k++)
         if (!gids[k]) { gids[k] = hi_leaf(&E, gcs[k]); st = E.st; }
     if (st != TA_OK) ta_rollback(T, &start);   /* a failed call records nothing */
     else ta_held_take(T, h, (size_t)nin);
     hi_gc_on(T, sv);
-    hi_scr_free(&S);
     free(gcs);
     return st;
 }
 
 /* ------------------------------------------- forward over reverse */
 
-/* Pass A: the reverse sweep from out (adjoints), storing each reached
- * node's partials; *lowpos = the oldest segment it reached. */
-static int hi_for_setup(hi_scr *S, int64_t out, uint32_t *lowpos, uint32_t *hipos, uint32_t *hioff)
+/* Per row: the adjoint, the partials px, py, the tangent t, the adjoint
+ * tangent at, and whether the row is an input (tangent seeded). */
+typedef struct {
+    ta_sub   S;
+    double  *adj, *px, *py, *t, *at;
+    uint8_t *in;
+} hi_for;
+
+static void hi_for_free(hi_for *F)
 {
-    uint64_t pending = 0;
-    ta_seg *rs; uint32_t ro;
-    hi_blk *b;
+    free(F->adj); free(F->px); free(F->py); free(F->t); free(F->at); free(F->in);
+    ta_sub_free(&F->S);
+}
+
+/* Pass A: the reverse sweep from out (adjoints), keeping each row's
+ * partials.  TA_OK or TA_ENOMEM (then F holds nothing). */
+static int hi_for_setup(ta_tape *T, hi_for *F, int64_t out)
+{
+    size_t n;
     int st;
-    hi_next_epoch(S);
-    ta_resolve(S->T, out, &rs, &ro);
-    if ((st = hi_reach(S, rs, ro, &pending, &b)) != TA_OK) return st;
-    b->adj[ro] = 1.0;
-    *hipos = *lowpos = rs->pos; *hioff = ro;
-    return hi_reverse(S, rs->pos, ro, pending, lowpos);
+    F->px = F->py = F->t = F->at = NULL; F->in = NULL;
+    if ((st = hi_open(T, &out, NULL, 1, &F->S, &F->adj)) != TA_OK) return st;
+    n = (size_t)F->S.n;
+    F->px = (double *)ta_malloc(n * sizeof *F->px); F->py = (double *)ta_malloc(n * sizeof *F->py);
+    F->t = (double *)ta_malloc(n * sizeof *F->t); F->at = (double *)ta_malloc(n * sizeof *F->at);
+    F->in = (uint8_t *)ta_calloc(n, 1);
+    if (!F->px || !F->py || !F->t || !F->at || !F->in) { hi_for_free(F); return TA_ENOMEM; }
+    ta_sub_reverse(&F->S, F->adj, F->px, F->py);
+    return TA_OK;
 }
 
 /* Passes B and C for one direction v: tangents forward from the inputs,
  * then adjoint tangents back; hv[j] = (H v)_j.  Needs hi_for_setup. */
-static void hi_for_column(hi_scr *S, const int64_t *ins, int nin, const double *v, double *hv,
-                          uint32_t lowpos, uint32_t hipos, uint32_t hioff)
+static void hi_for_column(hi_for *F, const int64_t *ins, int nin, const double *v, double *hv)
 {
-    ta_tape *T = S->T;
-    uint32_t p, i, o;
-    int k;
-    hi_blk *b;
-    for (k = 0; k < nin; k++)
-        if ((b = hi_entry(S, ins[k], &o))) { HI_X(b, o, HI_IN) = 1.0; HI_X(b, o, HI_T) = 0.0; }
-    for (k = 0; k < nin; k++)
-        if ((b = hi_entry(S, ins[k], &o))) HI_X(b, o, HI_T) += v[k];
+    const ta_sub *S = &F->S;
+    double *t = F->t, *at = F->at;
+    uint32_t k, r;
+    int j;
+    for (j = 0; j < nin; j++)
+        if ((r = ta_sub_row(S, (uint32_t)ins[j])) != TA_NONE) { F->in[r] = 1; t[r] = 0.0; }
+    for (j = 0; j < nin; j++)
+        if ((r = ta_sub_row(S, (uint32_t)ins[j])) != TA_NONE) t[r] += v[j];
     /* B: tangents, oldest first */
-    for (p = lowpos; p <= hipos; p++) {
-        ta_seg *s = T->segs[T->order[p]];
-        uint32_t n = (p == hipos) ? hioff + 1 : s->n;
-        b = S->b[p];
-        if (!b) continue;
-        for (i = 0; i < n; i++) {
-            int kind;
-            double t;
-            if (b->ep[i] != S->ep) continue;
-            HI_X(b, i, HI_AT) = 0.0;
-            if (HI_X(b, i, HI_IN) != 0.0) continue;
-            kind = ta_kinds[s->op[i] & TA_OPMASK];
-            t = 0.0;
-            if (kind != TA_K_LEAF) {
-                uint32_t xr = s->x[i];
-                t = ta_tmul(HI_X(b, i, HI_PX), HI_X(S->b[TA_SEGOF(T, xr)->pos], TA_OFF(xr), HI_T));
-                if (kind == TA_K_BIN) {
-                    uint32_t yr = s->aux[i].y;
-                    t += ta_tmul(HI_X(b, i, HI_PY), HI_X(S->b[TA_SEGOF(T, yr)->pos], TA_OFF(yr), HI_T));
-                }
-            }
-            HI_X(b, i, HI_T) = t;
+    for (k = 0; k < S->n; k++) {
+        int kind;
+        double tk;
+        at[k] = 0.0;
+        if (F->in[k]) continue;
+        kind = ta_kinds[S->op[k]];
+        tk = 0.0;
+        if (kind != TA_K_LEAF) {
+            tk = ta_tmul(F->px[k], t[S->a[k]]);
+            if (kind == TA_K_BIN) tk += ta_tmul(F->py[k], t[S->b[k]]);
         }
+        t[k] = tk;
     }
     /* C: adjoint tangents, newest first */
-    for (p = hipos + 1; p-- > lowpos;) {
-        ta_seg *s = T->segs[T->order[p]];
-        b = S->b[p];
-        if (!b) continue;
-        for (i = (p == hipos) ? hioff + 1 : s->n; i-- > 0;) {
-            int op, kind;
-            double a, at, xv, yv, xx, xy, yy, tx, ty = 0.0, cx, cy = 0.0;
-            uint32_t xr, yr = 0;
-            hi_blk *bx, *by = NULL;
-            if (b->ep[i] != S->ep) continue;
-            op = s->op[i] & TA_OPMASK;
-            kind = ta_kinds[op];
-            if (kind == TA_K_LEAF) continue;
-            a = b->adj[i]; at = HI_X(b, i, HI_AT);
-            xr = s->x[i]; bx = S->b[TA_SEGOF(T, xr)->pos];
-            xv = TA_SEGOF(T, xr)->val[TA_OFF(xr)];
-            tx = HI_X(bx, TA_OFF(xr), HI_T);
-            yv = 0.0;
-            if (kind == TA_K_BIN) {
-                yr = s->aux[i].y; by = S->b[TA_SEGOF(T, yr)->pos];
-                yv = TA_SEGOF(T, yr)->val[TA_OFF(yr)];
-                ty = HI_X(by, TA_OFF(yr), HI_T);
-            } else if (kind == TA_K_CST) yv = s->aux[i].c;
-            /* tangent products go through ta_tmul: an exact zero factor adds nothing */
-            cx = ta_tmul(HI_X(b, i, HI_PX), at);
-            if (kind == TA_K_BIN) cy = ta_tmul(HI_X(b, i, HI_PY), at);
-            if (a != 0.0) {     /* as create_graph: a zero adjoint records nothing */
-                hi_partials2(op, xv, yv, s->val[i], &xx, &xy, &yy);
-                cx += ta_tmul(a, kind == TA_K_BIN ? ta_tmul(xx, tx) + ta_tmul(xy, ty) : ta_tmul(xx, tx));
-                if (kind == TA_K_BIN) cy += ta_tmul(a, ta_tmul(xy, tx) + ta_tmul(yy, ty));
-            }
-            HI_X(bx, TA_OFF(xr), HI_AT) += cx;
-            if (kind == TA_K_BIN) HI_X(by, TA_OFF(yr), HI_AT) += cy;
+    for (k = S->n; k-- > 0;) {
+        int op = S->op[k], kind = ta_kinds[op];
+        double a, atk, xv, yv, xx, xy, yy, tx, ty = 0.0, cx, cy = 0.0;
+        uint32_t x = S->a[k], y = S->b[k];
+        if (kind == TA_K_LEAF) continue;
+        a = F->adj[k]; atk = at[k];
+        xv = S->v[x];
+        tx = t[x];
+        yv = 0.0;
+        if (kind == TA_K_BIN) {
+            yv = S->v[y];
+            ty = t[y];
+        } else if (kind == TA_K_CST) yv = S->c[k];
+        /* tangent products go through ta_tmul: an exact zero factor adds nothing */
+        cx = ta_tmul(F->px[k], atk);
+        if (kind == TA_K_BIN) cy = ta_tmul(F->py[k], atk);
+        if (a != 0.0) {     /* as create_graph: a zero adjoint records nothing */
+            hi_partials2(op, xv, yv, S->v[k], &xx, &xy, &yy);
+            cx += ta_tmul(a, kind == TA_K_BIN ? ta_tmul(xx, tx) + ta_tmul(xy, ty) : ta_tmul(xx, tx));
+            if (kind == TA_K_BIN) cy += ta_tmul(a, ta_tmul(xy, tx) + ta_tmul(yy, ty));
         }
+        at[x] += cx;
+        if (kind == TA_K_BIN) at[y] += cy;
     }
-    for (k = 0; k < nin; k++)
-        hv[k] = (b = hi_entry(S, ins[k], &o)) ? HI_X(b, o, HI_AT) : 0.0;
+    for (j = 0; j < nin; j++)
+        hv[j] = (r = ta_sub_row(S, (uint32_t)ins[j])) != TA_NONE ? at[r] : 0.0;
 }
 
 int ta_hvp(int64_t out, const int64_t *ins, int nin, const double *v, double *hv)
 {
     ta_tape *T = ta_self();
-    hi_scr S;
-    uint32_t lp = 0, hp = 0, ho = 0;
+    hi_for F;
     int st;
     if (!T) return TA_ENOMEM;
     if ((st = ta_plain(T, &out, 1, 0)) != TA_OK) return st;
-    if ((st = hi_check(T, &out, 1, &hp, &ho)) != TA_OK) return st;
-    if ((st = hi_check(T, ins, nin, NULL, NULL)) != TA_OK) return st;
-    memset(&S, 0, sizeof S); S.T = T;
-    st = hi_for_setup(&S, out, &lp, &hp, &ho);
-    if (st == TA_OK) hi_for_column(&S, ins, nin, v, hv, lp, hp, ho);
-    hi_scr_free(&S);
-    return st;
+    if ((st = hi_check(T, &out, 1)) != TA_OK) return st;
+    if ((st = hi_check(T, ins, nin)) != TA_OK) return st;
+    if ((st = hi_for_setup(T, &F, out)) != TA_OK) return st;
+    hi_for_column(&F, ins, nin, v, hv);
+    hi_for_free(&F);
+    return TA_OK;
 }
 
 /* n forward-over-reverse columns over one adjoint sweep: column k is
@@ -532,24 +378,22 @@ int ta_hvp(int64_t out, const int64_t *ins, int nin, const double *v, double *hv
 int ta_hessian(int64_t out, const int64_t *ins, int nin, double *H)
 {
     ta_tape *T = ta_self();
-    hi_scr S;
-    uint32_t lp = 0, hp = 0, ho = 0;
+    hi_for F;
     double *e;
     int st, k;
     if (!T) return TA_ENOMEM;
     if ((st = ta_plain(T, &out, 1, 0)) != TA_OK) return st;
-    if ((st = hi_check(T, &out, 1, &hp, &ho)) != TA_OK) return st;
-    if ((st = hi_check(T, ins, nin, NULL, NULL)) != TA_OK) return st;
+    if ((st = hi_check(T, &out, 1)) != TA_OK) return st;
+    if ((st = hi_check(T, ins, nin)) != TA_OK) return st;
     if (nin <= 0) return TA_OK;
     if (!(e = (double *)ta_calloc((size_t)nin, sizeof *e))) return TA_ENOMEM;
-    memset(&S, 0, sizeof S); S.T = T;
-    st = hi_for_setup(&S, out, &lp, &hp, &ho);
-    for (k = 0; st == TA_OK && k < nin; k++) {
+    if ((st = hi_for_setup(T, &F, out)) != TA_OK) { free(e); return st; }
+    for (k = 0; k < nin; k++) {
         e[k] = 1.0;
-        hi_for_column(&S, ins, nin, e, H + (size_t)k * nin, lp, hp, ho);
+        hi_for_column(&F, ins, nin, e, H + (size_t)k * nin);
         e[k] = 0.0;
     }
-    for (k = 0; st == TA_OK && k < nin; k++) {
+    for (k = 0; k < nin; k++) {
         int j;
         for (j = 0; j < k; j++) {
             double *a = &H[(size_t)k * nin + j], *b = &H[(size_t)j * nin + k];
@@ -558,24 +402,20 @@ int ta_hessian(int64_t out, const int64_t *ins, int nin, double *H)
             else { *a = cb; *b = ca; }     /* from rows to columns */
         }
     }
-    hi_scr_free(&S);
+    hi_for_free(&F);
     free(e);
-    return st;
+    return TA_OK;
 }
 
 int ta_jacobian(const int64_t *outs, int nout, const int64_t *ins, int nin, double *J)
 {
     ta_tape *T = ta_self();
-    hi_scr S;
-    uint32_t hp = 0, ho = 0;
     int st = TA_OK, k;
     if (!T) return TA_ENOMEM;
     if ((st = ta_plain(T, outs, (size_t)(nout > 0 ? nout : 0), 0)) != TA_OK) return st;
-    if ((st = hi_check(T, outs, nout, &hp, &ho)) != TA_OK) return st;
-    if ((st = hi_check(T, ins, nin, NULL, NULL)) != TA_OK) return st;
-    memset(&S, 0, sizeof S); S.T = T;
+    if ((st = hi_check(T, outs, nout)) != TA_OK) return st;
+    if ((st = hi_check(T, ins, nin)) != TA_OK) return st;
     for (k = 0; st == TA_OK && k < nout; k++)
-        st = hi_sweep(&S, &outs[k], NULL, 1, ins, nin, J + (size_t)k * nin);
-    hi_scr_free(&S);
+        st = hi_sweep(T, &outs[k], NULL, 1, ins, nin, J + (size_t)k * nin);
     return st;
 }

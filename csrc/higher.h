@@ -8,7 +8,7 @@
 static inline void hi_partials2(int op, double x, double y, double r, double *xx, double *xy, double *yy)
 {
     switch (op) {
-#define TA_OP(NAME, KIND, SYM) case TA_##NAME: d2_##NAME(x, y, r, xx, xy, yy); return;
+#define TA_OP(NAME, KIND, SYM, ...) case TA_##NAME: d2_##NAME(x, y, r, xx, xy, yy); return;
 #include "ops.def"
 #undef TA_OP
     }
@@ -18,7 +18,7 @@ static inline void hi_partials2(int op, double x, double y, double r, double *xx
 static inline void hi_rule(hi_em *E, int op, hi_arg *a)
 {
     switch (op) {
-#define TA_OP(NAME, KIND, SYM) case TA_##NAME: e_##NAME(E, a); return;
+#define TA_OP(NAME, KIND, SYM, ...) case TA_##NAME: e_##NAME(E, a); return;
 #include "ops.def"
 #undef TA_OP
     }

@@ -260,16 +260,15 @@ static PyObject *va_minmax(PyObject *a, PyObject *b, int op)
 static PyObject *va_maximum(PyObject *a, PyObject *b) { return va_minmax(a, b, TA_MAX); }
 static PyObject *va_minimum(PyObject *a, PyObject *b) { return va_minmax(a, b, TA_MIN); }
 
-/* One method per unary op of ops.def, generated from the table; its
- * Python name (the op's name in lower case) and doc are filled in when
- * the type is made. */
+/* One method per unary op of ops.def, generated from the table under its
+ * PY name; its doc is filled in when the type is made. */
 #define VA_UN_UN(NAME) \
     static PyObject *va_m_##NAME(PyObject *s, PyObject *u) { (void)u; return va_rec(TA_##NAME, s, NULL, 0.0); }
 #define VA_UN_LEAF(NAME)
 #define VA_UN_BIN(NAME)
 #define VA_UN_CST(NAME)
 #define VA_UN_NARY(NAME)
-#define TA_OP(NAME, KIND, SYM) VA_UN_##KIND(NAME)
+#define TA_OP(NAME, KIND, SYM, ...) VA_UN_##KIND(NAME)
 #include "ops.def"
 #undef TA_OP
 
@@ -500,13 +499,13 @@ static PyObject *va_reduce(PyObject *self, PyObject *u)
     return Py_BuildValue("O(dd)", va_restore_hook, s->val[VA_OFF(v->node)], s->adj[VA_OFF(v->node)]);
 }
 
-#define VA_MD_UN(NAME) {NULL, va_m_##NAME, METH_NOARGS, NULL},
-#define VA_MD_LEAF(NAME)
-#define VA_MD_BIN(NAME)
-#define VA_MD_CST(NAME)
-#define VA_MD_NARY(NAME)
+#define VA_MD_UN(NAME, PY) {PY, va_m_##NAME, METH_NOARGS, NULL},
+#define VA_MD_LEAF(NAME, PY)
+#define VA_MD_BIN(NAME, PY)
+#define VA_MD_CST(NAME, PY)
+#define VA_MD_NARY(NAME, PY)
 static PyMethodDef va_methods[] = {
-#define TA_OP(NAME, KIND, SYM) VA_MD_##KIND(NAME)
+#define TA_OP(NAME, KIND, SYM, PY, ...) VA_MD_##KIND(NAME, PY)
 #include "ops.def"
 #undef TA_OP
     {"maximum", va_maximum, METH_O, NULL},
@@ -515,18 +514,6 @@ static PyMethodDef va_methods[] = {
     {"__reduce__", va_reduce, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL}
 };
-static const char *const va_un_idents[] = {
-#define VA_ID_UN(NAME) #NAME,
-#define VA_ID_LEAF(NAME)
-#define VA_ID_BIN(NAME)
-#define VA_ID_CST(NAME)
-#define VA_ID_NARY(NAME)
-#define TA_OP(NAME, KIND, SYM) VA_ID_##KIND(NAME)
-#include "ops.def"
-#undef TA_OP
-    NULL
-};
-
 static PyGetSetDef va_getset[] = {
     {"data", va_get, va_set, NULL, NULL},
     {"grad", va_get, va_set, NULL, (void *)1},
@@ -556,7 +543,6 @@ static char *va_doc_of(PyObject *docs, const char *name)
 
 static PyObject *va_make_type(PyObject *mod, PyObject *docs)
 {
-    static char lower[TA_NOPS][16];
     PyType_Slot slots[] = {
         {Py_tp_dealloc, va_dealloc}, {Py_tp_new, va_new}, {Py_tp_init, va_init},
         {Py_tp_setattro, va_setattro},
@@ -568,17 +554,9 @@ static PyObject *va_make_type(PyObject *mod, PyObject *docs)
     PyType_Spec spec = {"tapead.engine.Value", sizeof(va_obj), 0,
                         Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, slots};
     PyMethodDef *m;
-    int k;
     (void)mod;
     if (va_type) { Py_INCREF(va_type); return (PyObject *)va_type; }
     if (!PyDict_Check(docs)) { PyErr_SetString(PyExc_TypeError, "make_type needs a dict of docs"); return NULL; }
-    for (k = 0, m = va_methods; va_un_idents[k]; k++, m++) {
-        size_t i;
-        for (i = 0; va_un_idents[k][i] && i < sizeof lower[k] - 1; i++)
-            lower[k][i] = (char)(va_un_idents[k][i] | 0x20);
-        lower[k][i] = '\0';
-        m->ml_name = lower[k];
-    }
     for (m = va_methods; m->ml_name; m++) m->ml_doc = va_doc_of(docs, m->ml_name);
     va_getset[0].doc = va_doc_of(docs, "data");
     va_getset[1].doc = va_doc_of(docs, "grad");

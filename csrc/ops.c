@@ -5,19 +5,19 @@
 #include "tapead.h"
 
 const uint8_t ta_kinds[TA_NOPS] = {
-#define TA_OP(NAME, KIND, SYM) TA_K_##KIND,
+#define TA_OP(NAME, KIND, SYM, ...) TA_K_##KIND,
 #include "ops.def"
 #undef TA_OP
 };
 
 static const char *const ta_names[TA_NOPS] = {
-#define TA_OP(NAME, KIND, SYM) SYM,
+#define TA_OP(NAME, KIND, SYM, ...) SYM,
 #include "ops.def"
 #undef TA_OP
 };
 
 static const char *const ta_idents[TA_NOPS] = {
-#define TA_OP(NAME, KIND, SYM) #NAME,
+#define TA_OP(NAME, KIND, SYM, ...) #NAME,
 #include "ops.def"
 #undef TA_OP
 };

@@ -256,6 +256,13 @@ static inline void d_LOG(double x, double y, double r, double *dx, double *dy)
 E_(LOG)   { a->dx = hi_div(E, a->g, a->x); }
 D2_(LOG)   { UNUSED(y); UNUSED(r); *xx = -1.0 / (x * x); *xy = *yy = 0.0; }
 
+static inline int fwd_LOG1P(double x, double y, double *r)
+{ UNUSED(y); if (x <= -1.0) return TA_EDOMAIN; *r = log1p(x); return TA_OK; }
+static inline void d_LOG1P(double x, double y, double r, double *dx, double *dy)
+{ UNUSED(y); UNUSED(r); *dx = 1.0 / (1.0 + x); *dy = 0; }
+E_(LOG1P) { a->dx = hi_div(E, a->g, NC(ADDC, a->x, 1.0)); }
+D2_(LOG1P) { UNUSED(y); UNUSED(r); *xx = -1.0 / ((1.0 + x) * (1.0 + x)); *xy = *yy = 0.0; }
+
 /* evaluated so that neither branch can overflow */
 static inline int fwd_SIGMOID(double x, double y, double *r)
 {
@@ -342,7 +349,7 @@ D2_NONE(CUSTOM)
 static inline int ta_forward(int op, double x, double y, double *r)
 {
     switch (op) {
-#define TA_OP(NAME, KIND, SYM) case TA_##NAME: return fwd_##NAME(x, y, r);
+#define TA_OP(NAME, KIND, SYM, ...) case TA_##NAME: return fwd_##NAME(x, y, r);
 #include "ops.def"
 #undef TA_OP
     }
@@ -352,7 +359,7 @@ static inline int ta_forward(int op, double x, double y, double *r)
 static inline void ta_partials(int op, double x, double y, double r, double *dx, double *dy)
 {
     switch (op) {
-#define TA_OP(NAME, KIND, SYM) case TA_##NAME: d_##NAME(x, y, r, dx, dy); return;
+#define TA_OP(NAME, KIND, SYM, ...) case TA_##NAME: d_##NAME(x, y, r, dx, dy); return;
 #include "ops.def"
 #undef TA_OP
     }
@@ -381,7 +388,7 @@ static inline void ta_partials_at(const ta_tape *T, const ta_seg *s, uint32_t i,
                                   double *dx, double *dy)
 {
     switch (op) {
-#define TA_OP(NAME, KIND, SYM) \
+#define TA_OP(NAME, KIND, SYM, ...) \
     case TA_##NAME: d_##NAME(TA_XV_##KIND, TA_YV_##KIND, s->val[i], dx, dy); return;
 #include "ops.def"
 #undef TA_OP

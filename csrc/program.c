@@ -63,74 +63,46 @@ static int ta_leaf_ref(ta_tape *T, int64_t id)
     return (s->op[o] & TA_OPMASK) == TA_LEAF ? TA_OK : TA_EARG;
 }
 
-/* Copy the marked nodes of positions lowpos..hipos (idx: scratch, one
- * slot per node of those segments) into P, whose sizes are set.  TA_OK,
+/* P from the sub-tape S behind the outputs; P's sizes are set.  TA_OK,
  * TA_ENOMEM, or TA_EARG (an input listed twice). */
-static int ta_prog_copy(ta_tape *T, ta_prog *P, const int64_t *outs, const int64_t *ins,
-                        const int64_t *wrt, uint32_t *idx, uint32_t lowpos, uint32_t hipos,
-                        uint64_t hi)
+static int ta_prog_copy(ta_tape *T, ta_prog *P, const ta_sub *S, const int64_t *outs,
+                        const int64_t *ins, const int64_t *wrt)
 {
     const struct ta_guards *G;
-    uint32_t p, i, j, k = 0, gk = 0;
+    uint32_t j, k, gk = 0;
     int st;
-#define IDX(ref) idx[(size_t)(TA_SEGOF(T, ref)->pos - lowpos) * TA_SEG + TA_OFF(ref)]
     if ((st = ta_prog_alloc(P)) != TA_OK) return st;
     if (!(P->parid = (int64_t *)ta_malloc(((size_t)P->npar + 1) * 8))) return TA_ENOMEM;
-    for (p = lowpos; p <= hipos; p++) {
-        ta_seg *s = T->segs[T->order[p]];
-        for (i = 0; i < s->n; i++) {
-            uint8_t bits = s->op[i];
-            int op = bits & TA_OPMASK, kind = ta_kinds[op];
-            if (!(bits & TA_MARK)) continue;
-            idx[(size_t)(p - lowpos) * TA_SEG + i] = k;
-            P->op[k] = (uint8_t)op; P->a[k] = 0; P->b[k] = 0; P->c[k] = 0.0;
-            if (kind == TA_K_LEAF) P->c[k] = s->val[i];   /* recorded value */
-            else {
-                P->a[k] = IDX(s->x[i]);
-                if (kind == TA_K_BIN) P->b[k] = IDX(s->aux[i].y);
-                else if (kind == TA_K_CST) P->c[k] = s->aux[i].c;
-            }
-            k++;
-        }
-    }
-    for (j = 0; j < P->nout; j++) P->out[j] = IDX((uint32_t)outs[j]);
-    for (j = 0; j < P->nwrt; j++) {
-        uint32_t r = (uint32_t)wrt[j];
-        P->wrt[j] = (TA_SEGOF(T, r)->op[TA_OFF(r)] & TA_MARK) ? IDX(r) : TA_NONE;
-    }
-    /* a leaf's column, if the outputs reach it; b = 1 marks the inputs for
-     * now (a leaf has no b) */
+    memcpy(P->op, S->op, P->n); memcpy(P->a, S->a, (size_t)P->n * 4);
+    memcpy(P->b, S->b, (size_t)P->n * 4); memcpy(P->c, S->c, (size_t)P->n * 8);
+    for (k = 0; k < P->n; k++) if (P->op[k] == TA_LEAF) P->c[k] = S->v[k];   /* recorded value */
+    for (j = 0; j < P->nout; j++) P->out[j] = ta_sub_row(S, (uint32_t)outs[j]);
+    for (j = 0; j < P->nwrt; j++) P->wrt[j] = ta_sub_row(S, (uint32_t)wrt[j]);
+    /* a leaf's column, if the outputs reach it (else TA_NONE); b = 1 marks
+     * the inputs for now (a leaf has no b) */
     for (j = 0; j < P->nin; j++) {
-        uint32_t r = (uint32_t)ins[j];
-        P->in[j] = (TA_SEGOF(T, r)->op[TA_OFF(r)] & TA_MARK) ? IDX(r) : TA_NONE;
+        P->in[j] = ta_sub_row(S, (uint32_t)ins[j]);
         if (P->in[j] == TA_NONE) continue;
         if (P->b[P->in[j]]) return TA_EARG;   /* the same leaf twice */
         P->b[P->in[j]] = 1;
     }
     /* parameters: the other leaves, with their tape ids, in tape order */
-    for (j = 0, p = lowpos; p <= hipos; p++) {
-        ta_seg *s = T->segs[T->order[p]];
-        for (i = 0; i < s->n; i++) {
-            uint32_t q;
-            if (!(s->op[i] & TA_MARK) || (s->op[i] & TA_OPMASK) != TA_LEAF) continue;
-            q = idx[(size_t)(p - lowpos) * TA_SEG + i];
-            if (P->b[q]) continue;
-            P->par[j] = q; P->pv[j] = s->val[i];
-            P->parid[j] = TA_ID(T, TA_REF(s, i)); j++;
-        }
+    for (j = 0, k = 0; k < P->n; k++) {
+        if (P->op[k] != TA_LEAF || P->b[k]) continue;
+        P->par[j] = k; P->pv[j] = S->v[k];
+        P->parid[j] = TA_ID(T, S->ref[k]); j++;
     }
     for (k = 0; k < P->n; k++) if (P->op[k] == TA_LEAF) P->b[k] = 0;
     if ((G = ta_guards_if_any(T)) != NULL) {
         uint32_t gi;
         for (gi = 0; gi < G->n; gi++) {
             ta_guard g = G->g[gi];
-            if (!ta_guard_in(T, &g, hi)) continue;
-            g.a = IDX(g.a);
-            if (!g.cst) g.b = IDX(g.b);
+            if (!ta_guard_in(T, &g, S->hi)) continue;
+            g.a = ta_sub_row(S, g.a);
+            if (!g.cst) g.b = ta_sub_row(S, g.b);
             P->g[gk++] = g;
         }
     }
-#undef IDX
     return TA_OK;
 }
 
@@ -140,9 +112,8 @@ int ta_prog_new(const int64_t *outs, uint32_t nout, const int64_t *ins, uint32_t
     ta_tape *T = ta_self();
     const struct ta_guards *G;
     ta_prog *P;
-    uint32_t j, hipos = 0, lowpos, gi, p, i;
-    uint64_t hi = 0, pending = 0, nmark = 0, nleaf = 0, nmarkin = 0;
-    uint32_t *idx = NULL;
+    ta_sub S;
+    uint32_t j, k, gi, nleaf = 0, nmarkin = 0;
     int st;
     *out = NULL;
     if (!T) return TA_ENOMEM;
@@ -151,41 +122,23 @@ int ta_prog_new(const int64_t *outs, uint32_t nout, const int64_t *ins, uint32_t
     for (j = 0; j < nwrt; j++) if ((st = ta_leaf_ref(T, wrt[j])) != TA_OK) return st;
     if ((st = ta_plain(T, outs, nout, 1)) != TA_OK) return st;
     for (j = 0; j < nout; j++) {
-        ta_seg *s; uint32_t o; uint64_t w;
+        ta_seg *s; uint32_t o;
         if ((st = ta_resolve(T, outs[j], &s, &o)) != TA_OK) return st;
-        w = ((uint64_t)s->pos << 32) | o;
-        if (w > hi) { hi = w; hipos = s->pos; }
     }
     P = (ta_prog *)ta_calloc(1, sizeof *P);
     if (!P) return TA_ENOMEM;
     P->nin = nin; P->nout = nout; P->nwrt = nwrt; P->live = 1;
-    for (j = 0; j < nout; j++) {
-        uint32_t r = (uint32_t)outs[j];
-        ta_mark(TA_SEGOF(T, r), TA_OFF(r), TA_MARK, &pending);
-    }
-    pending = ta_mark_guards(T, hi, TA_MARK, pending);
+    if ((st = ta_sub_extract(T, outs, nout, 1, &S)) != TA_OK) { ta_prog_free(P); return st; }
     if ((G = ta_guards_if_any(T)) != NULL)
-        for (gi = 0; gi < G->n; gi++) P->ng += ta_guard_in(T, &G->g[gi], hi);
-    lowpos = ta_mark_down(T, hipos, TA_MARK, pending);
-    for (p = lowpos; p <= hipos; p++) {
-        ta_seg *s = T->segs[T->order[p]];
-        for (i = 0; i < s->n; i++) {
-            nmark += (s->op[i] & TA_MARK) != 0;
-            nleaf += s->op[i] == (TA_LEAF | TA_MARK);
-        }
-    }
-    for (j = 0; j < nin; j++) {
-        uint32_t r = (uint32_t)ins[j];
-        nmarkin += (TA_SEGOF(T, r)->op[TA_OFF(r)] & TA_MARK) != 0;
-    }
-    P->n = (uint32_t)nmark;
+        for (gi = 0; gi < G->n; gi++) P->ng += ta_guard_in(T, &G->g[gi], S.hi);
+    for (k = 0; k < S.n; k++) nleaf += S.op[k] == TA_LEAF;
+    for (j = 0; j < nin; j++) nmarkin += ta_sub_row(&S, (uint32_t)ins[j]) != TA_NONE;
+    P->n = S.n;
     /* a duplicate input makes this too small, but then the copy stops
      * with TA_EARG before it writes a parameter */
-    P->npar = nleaf > nmarkin ? (uint32_t)(nleaf - nmarkin) : 0;
-    idx = (uint32_t *)ta_malloc((size_t)(hipos - lowpos + 1) * TA_SEG * sizeof *idx);
-    st = idx ? ta_prog_copy(T, P, outs, ins, wrt, idx, lowpos, hipos, hi) : TA_ENOMEM;
-    free(idx);
-    ta_unmark(T, lowpos, hipos);
+    P->npar = nleaf > nmarkin ? nleaf - nmarkin : 0;
+    st = ta_prog_copy(T, P, &S, outs, ins, wrt);
+    ta_sub_free(&S);
     if (st == TA_OK) st = ta_code_new(P);
     if (st != TA_OK) { ta_prog_free(P); return st; }
     *out = P;

@@ -1,8 +1,8 @@
 /* recompute.c: v.recompute(), the recorded graph re-evaluated in place.
  *
- * ta_recompute(root) marks every node root depends on (as ta_backward
- * does), plus the nodes of the guards that bind root (guard.c), and copies
- * them, in tape order, into a flat plan cached per root; each recompute is
+ * ta_recompute(root) takes the sub-tape behind root, plus the nodes of the
+ * guards that bind root (guard.c), flat in tape order (ta_sub_extract,
+ * subtape.c), into a plan cached per root; each recompute is
  * then one ascending sweep over the plan from the leaves' current values
  * into a scratch buffer, a guard check, and a commit of the new values to
  * the tape.  An error (a domain error at the new point, or a flipped
@@ -10,6 +10,7 @@
  * trace.  A compared node need not be an input of root (z = x*x; y = x if
  * z > 1 else -x), so guard nodes are re-evaluated as extra roots. */
 #include <stdlib.h>
+#include <string.h>
 #include "replay.h"
 #include "ops.h"
 
@@ -46,68 +47,42 @@ void ta_plans_drop(struct ta_guards *G)
     for (k = 0; k < TA_NPLANS; k++) { ta_plan_free(G->plans[k]); G->plans[k] = NULL; }
 }
 
-static ta_plan *ta_plan_build(ta_tape *T, ta_seg *rs, uint32_t ro, int64_t root, int *st)
+static ta_plan *ta_plan_build(ta_tape *T, int64_t root, int *st)
 {
     struct ta_guards *G = ta_guards_if_any(T);
-    uint64_t hi = ((uint64_t)rs->pos << 32) | ro, pending, n = 0;
-    uint32_t lowpos, lowg, p, i, k, gi;
-    uint32_t *idx = NULL;
+    uint32_t k, gi;
+    size_t n;
+    ta_sub S;
     ta_plan *L;
 
-    rs->op[ro] |= TA_MARK;
-    lowpos = ta_mark_down(T, rs->pos, TA_MARK, 1);
-    pending = ta_mark_guards(T, hi, TA_LIVE, 0);
-    lowg = ta_mark_down(T, rs->pos, TA_LIVE, pending);
-    if (lowg < lowpos) lowpos = lowg;
-    for (p = lowpos; p <= rs->pos; p++) {
-        ta_seg *s = T->segs[T->order[p]];
-        for (i = 0; i < s->n; i++) n += (s->op[i] & (TA_MARK | TA_LIVE)) != 0;
-    }
+    if ((*st = ta_sub_extract(T, &root, 1, 1, &S)) != TA_OK) return NULL;
     *st = TA_ENOMEM;
-    L = (ta_plan *)ta_calloc(1, sizeof *L);
-    idx = (uint32_t *)ta_malloc((size_t)(rs->pos - lowpos + 1) * TA_SEG * sizeof *idx);
-    if (!L || !idx) goto fail;
-    L->root = root; L->ver = G->ver; L->n = (uint32_t)n;
-    L->op = (uint8_t *)ta_malloc(n);
-    L->a = (uint32_t *)ta_malloc(n * 4); L->b = (uint32_t *)ta_malloc(n * 4);
-    L->c = (double *)ta_malloc(n * 8); L->v = (double *)ta_malloc(n * 8);
-    L->vp = (double **)ta_malloc(n * sizeof(double *));
+    if (!(L = (ta_plan *)ta_calloc(1, sizeof *L))) goto fail;
+    L->root = root; L->ver = G->ver; L->n = n = S.n;
+    L->op = (uint8_t *)ta_malloc(n + 1);
+    L->a = (uint32_t *)ta_malloc((n + 1) * 4); L->b = (uint32_t *)ta_malloc((n + 1) * 4);
+    L->c = (double *)ta_malloc((n + 1) * 8); L->v = (double *)ta_malloc((n + 1) * 8);
+    L->vp = (double **)ta_malloc((n + 1) * sizeof(double *));
     L->g = (ta_guard *)ta_malloc(((size_t)G->n + 1) * sizeof *L->g);
     L->gidx = (uint32_t *)ta_malloc(((size_t)G->n + 1) * sizeof *L->gidx);
     if (!L->gidx || !L->op || !L->a || !L->b || !L->c || !L->v || !L->vp || !L->g) goto fail;
-#define IDX(ref) idx[(size_t)(TA_SEGOF(T, ref)->pos - lowpos) * TA_SEG + TA_OFF(ref)]
-    for (k = 0, p = lowpos; p <= rs->pos; p++) {
-        ta_seg *s = T->segs[T->order[p]];
-        for (i = 0; i < s->n; i++) {
-            uint8_t bits = s->op[i];
-            int op = bits & TA_OPMASK, kind = ta_kinds[op];
-            if (!(bits & (TA_MARK | TA_LIVE))) continue;
-            idx[(size_t)(p - lowpos) * TA_SEG + i] = k;
-            L->op[k] = (uint8_t)op;
-            L->vp[k] = &s->val[i];
-            L->a[k] = kind == TA_K_LEAF ? 0 : IDX(s->x[i]);
-            L->b[k] = kind == TA_K_BIN ? IDX(s->aux[i].y) : 0;
-            L->c[k] = kind == TA_K_CST ? s->aux[i].c : 0.0;
-            k++;
-        }
-    }
+    memcpy(L->op, S.op, n); memcpy(L->a, S.a, n * 4); memcpy(L->b, S.b, n * 4);
+    memcpy(L->c, S.c, n * 8);
+    for (k = 0; k < S.n; k++) L->vp[k] = &TA_SEGOF(T, S.ref[k])->val[TA_OFF(S.ref[k])];
     for (gi = 0; gi < G->n; gi++) {
         ta_guard g = G->g[gi];
-        if (!ta_guard_in(T, &g, hi)) continue;
-        g.a = IDX(g.a);
-        if (!g.cst) g.b = IDX(g.b);
+        if (!ta_guard_in(T, &g, S.hi)) continue;
+        g.a = ta_sub_row(&S, g.a);
+        if (!g.cst) g.b = ta_sub_row(&S, g.b);
         L->gidx[L->ng] = gi;
         L->g[L->ng++] = g;
     }
-#undef IDX
     *st = TA_OK;
-    free(idx);
-    ta_unmark(T, lowpos, rs->pos);
+    ta_sub_free(&S);
     return L;
 fail:
-    free(idx);
+    ta_sub_free(&S);
     ta_plan_free(L);
-    ta_unmark(T, lowpos, rs->pos);
     return NULL;
 }
 
@@ -136,7 +111,7 @@ int ta_recompute(int64_t root)
     if ((st = ta_resolve(T, root, &rs, &ro)) != TA_OK) return st;
     if (!(G = ta_guards_of(T))) return TA_ENOMEM;
     if (!(L = ta_plan_find(G, root))) {
-        if (!(L = ta_plan_build(T, rs, ro, root, &st))) return st;
+        if (!(L = ta_plan_build(T, root, &st))) return st;
         ta_plan_free(G->plans[G->next]);
         G->plans[G->next] = L;
         G->next = (G->next + 1) % TA_NPLANS;

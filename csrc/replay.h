@@ -1,7 +1,8 @@
 /* replay.h: what the replay files share.
  *
  *   guard.c      comparisons of Values recorded as guards (bounded: see there)
- *   subtape.c    marking the sub-tape behind some roots (and the guards on it)
+ *   subtape.c    the sub-tape behind some roots (and the guards on it), flat
+ *                (also used by tangent.c: forward mode and the Wengert export)
  *   recompute.c  v.recompute(): plans over the tape, in place
  *   program.c    compiled Programs: copied out of the tape, or loaded (pickle)
  *   code.c       a Program's execution code: uniform values, fused dots, slots
@@ -11,6 +12,7 @@
 #ifndef TAPEAD_REPLAY_H
 #define TAPEAD_REPLAY_H
 #include "tapead.h"
+#include "ops.h"
 
 /* ------------------------------------------------------------ guards */
 typedef struct {
@@ -42,15 +44,65 @@ static inline struct ta_guards *ta_guards_if_any(const ta_tape *T)
 void ta_plans_drop(struct ta_guards *G);    /* recompute.c */
 
 /* ----------------------------------------------------------- subtape */
+#define TA_NONE UINT32_MAX
+
+/* A sub-tape, flat: the nodes behind some roots in tape order (rows
+ * 0..n-1, every input row below its node's own, the newest root last). */
+typedef struct {
+    ta_tape   *T;
+    uint32_t   n;
+    uint32_t   lowpos, hipos;   /* the segment positions it spans          */
+    uint64_t   hi;              /* ta_where of the newest root             */
+    uint8_t   *op;              /* op codes, marks cleared                 */
+    uint32_t  *a, *b;           /* input rows (0 where the op has none)    */
+    double    *c;               /* the constant of a CST op, else 0        */
+    double    *v;               /* recorded values                         */
+    uint32_t  *ref;             /* the node on the tape                    */
+    uint32_t **rowof;           /* by pos - lowpos: the row of each offset,
+                                   TA_NONE if not in; NULL: none there     */
+} ta_sub;
+
+/* roots: nroots >= 1 ids, already resolved (ta_resolve); guards: also the
+ * nodes of the guards that bind them.  TA_OK or TA_ENOMEM (then S holds
+ * nothing); either way no mark is left.  Each array has n + 1 slots. */
+int      ta_sub_extract(ta_tape *T, const int64_t *roots, uint32_t nroots, int guards, ta_sub *S);
+void     ta_sub_free(ta_sub *S);
+
+/* The row of a tape ref, or TA_NONE if it is not in S. */
+static inline uint32_t ta_sub_row(const ta_sub *S, uint32_t ref)
+{
+    const ta_seg *s = TA_SEGOF(S->T, ref);
+    const uint32_t *m;
+    if (s->pos < S->lowpos || s->pos > S->hipos) return TA_NONE;
+    m = S->rowof[s->pos - S->lowpos];
+    return m ? m[TA_OFF(ref)] : TA_NONE;
+}
+
+/* The local partials of row k (not a leaf) at the recorded values. */
+static inline void ta_sub_partials(const ta_sub *S, uint32_t k, int kind, double *dx, double *dy)
+{
+    ta_partials(S->op[k], S->v[S->a[k]], kind == TA_K_BIN ? S->v[S->b[k]] : S->c[k], S->v[k],
+                dx, dy);
+}
+
+/* The reverse sweep over S's rows, newest first: each row pushes its
+ * adjoint times its local partials into its inputs' (adj: n, seeded by
+ * the caller).  px, py (or NULL): each row's partials (0 for a leaf). */
+void     ta_sub_reverse(const ta_sub *S, double *adj, double *px, double *py);
+
+/* Give node (s, o) `bit`, counting it in *pending if it had none. */
+static inline void ta_mark(ta_seg *s, uint32_t o, uint8_t bit, uint64_t *pending)
+{
+    if (s->op[o] & bit) return;
+    s->op[o] |= bit;
+    ++*pending;
+}
+
 uint64_t ta_where(ta_tape *T, uint32_t ref);
-void     ta_mark(ta_seg *s, uint32_t o, uint8_t bit, uint64_t *pending);
 int      ta_guard_in(ta_tape *T, const ta_guard *g, uint64_t hi);
-uint32_t ta_mark_down(ta_tape *T, uint32_t hip, uint8_t bit, uint64_t pending);
-void     ta_unmark(ta_tape *T, uint32_t lo, uint32_t hi);
 uint64_t ta_mark_guards(ta_tape *T, uint64_t hi, uint8_t bit, uint64_t pending);
 
 /* ---------------------------------------------------------- programs */
-#define TA_NONE UINT32_MAX
 #define TA_BLOCK 1024u              /* rows per block: gradients are summed per block */
 #define TA_NWS  8                   /* workspaces a Program keeps for reuse */
 

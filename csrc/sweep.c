@@ -176,7 +176,7 @@ int ta_backward_at(ta_tape *T, ta_seg *rs, uint32_t ro)
             pending--;
             g = s->adj[i];
             switch (b & TA_OPMASK) {
-#define TA_OP(NAME, KIND, SYM) case TA_##NAME: TA_SW_##KIND(NAME)
+#define TA_OP(NAME, KIND, SYM, ...) case TA_##NAME: TA_SW_##KIND(NAME)
 #include "ops.def"
 #undef TA_OP
             default: continue;             /* (no such op is ever recorded) */

@@ -36,7 +36,7 @@
 enum ta_kind { TA_K_LEAF, TA_K_UN, TA_K_BIN, TA_K_CST, TA_K_NARY };   /* (sweep.c relies on this order) */
 
 enum ta_op {
-#define TA_OP(NAME, KIND, SYM) TA_##NAME,
+#define TA_OP(NAME, KIND, SYM, ...) TA_##NAME,
 #include "ops.def"
 #undef TA_OP
     TA_NOPS

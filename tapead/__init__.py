@@ -19,13 +19,14 @@ if TYPE_CHECKING:
     from typing import Any, List
 
 from ._core import set_limit
+from ._opsurface import UNARY as _UNARY
 from .errors import AnomalyError, GuardError, TapeadError, TapeError
 from ._core import stats as tape_stats
 from .engine import Value, maximum, minimum, collect, FRONT as FRONT
 
 __all__ = ["Value", "maximum", "minimum", "tape_stats", "collect", "set_limit",
            "no_grad", "detect_anomaly", "TapeadError", "TapeError", "AnomalyError",
-           "sin", "cos", "sqrt", "abs", "exp", "log", "tanh", "relu", "sigmoid",
+           *(name for name, _ in _UNARY),   # the unary ops' functions (csrc/ops.def)
            "jvp", "wengert", "Wengert", "set_label", "get_label",
            "draw_dot", "to_dot", "values", "data", "grads",
            "GuardError", "recompute", "compile", "Program", "clear_guards", "guard_count",
@@ -33,8 +34,7 @@ __all__ = ["Value", "maximum", "minimum", "tape_stats", "collect", "set_limit",
 
 # public name -> the submodule that defines it, imported on first use
 _LAZY = {**dict.fromkeys(("no_grad", "detect_anomaly"), "modes"),
-         **dict.fromkeys(("sin", "cos", "sqrt", "abs", "exp", "log", "tanh", "relu", "sigmoid"),
-                         "functions"),
+         **dict.fromkeys((name for name, _ in _UNARY), "functions"),
          "jvp": "forward", "precomputed": "custom", "wengert": "wengert", "Wengert": "wengert",
          "set_label": "nodedata", "get_label": "nodedata", "draw_dot": "draw", "to_dot": "draw",
          **dict.fromkeys(("values", "data", "grads", "set_data"), "arrays"),

@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     import numpy.typing as npt
     from numpy.typing import ArrayLike
 
-_ffi, _lib = _core.ffi, _core.lib
 
 # numpy is imported on first use, not with tapead: `from tapead import Value`
 # stays as quick to import as micrograd (numpy's import is ~170 ms and, with
@@ -47,9 +46,7 @@ def values(arr: ArrayLike) -> List[Value]:
     import numpy as np
     a = floats(arr, "values()").ravel()
     h = _core.held_list(a.size)
-    n = _core.within_limit(_lib.ta_leaves, _ffi.from_buffer("double[]", a), a.size, h)
-    if n < 0:
-        raise _core.error(n)
+    _core.leaves(a, h)
     return handles(h, a.size)
 
 
@@ -57,8 +54,7 @@ def _gather(vals: Iterable[Value], what: int) -> npt.NDArray[np.float64]:
     import numpy as np
     vals, ids = node_ids(vals)
     out = np.empty(len(vals), dtype=np.float64)
-    _core.check(_lib.ta_gather(ids, len(vals), what,
-                               _ffi.from_buffer("double[]", out)))
+    _core.gather(ids, len(vals), what, out)
     return out
 
 
@@ -95,5 +91,4 @@ def set_data(vals: Iterable[Value], arr: ArrayLike) -> None:
     a = floats(arr, "set_data()")
     if a.shape != (len(vals),):
         raise ValueError(f"set_data: need an array of shape ({len(vals)},), not {a.shape}")
-    _core.check(_lib.ta_scatter(ids, len(vals), 0,
-                                _ffi.from_buffer("double[]", a)))
+    _core.scatter(ids, len(vals), a)

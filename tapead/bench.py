@@ -126,18 +126,6 @@ def readme(V: Any, reps: int) -> Tuple[Roots, int]:
     return Roots([readme_expr(V)[2] for _ in range(reps)]), reps * 24  # 24 ops in micrograd's spelling
 
 
-def timed(fn: Callable[[], object], repeats: int) -> float:
-    """Median wall time of fn() over repeats, with the graph it returns kept until timed."""
-    ts = []
-    for _ in range(repeats):
-        gc.collect()
-        t0 = time.perf_counter()
-        r = fn()
-        ts.append(time.perf_counter() - t0)
-        del r
-    return statistics.median(ts)
-
-
 def fwd_bwd_once(V: Any, build: Callable[[Any], Tuple[Any, ...]],
                  backward: bool = True) -> Tuple[float, Optional[float]]:
     """Forward seconds per op and backward seconds per node of one recording by build()."""

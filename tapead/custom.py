@@ -38,8 +38,8 @@ TYPE_CHECKING = False   # typing is not imported at run time (see _core)
 if TYPE_CHECKING:
     from typing import Any, Callable, Dict, Iterable, List, Optional, SupportsFloat, Tuple
 
-from . import _core, engine as _engine   # (engine is still loading: used at call time only)
-from ._core import OP, ffi, lib
+from . import _core
+from ._core import OP
 from .errors import ReleasedError, TapeadError
 
 CUSTOM = OP["CUSTOM"]
@@ -126,17 +126,14 @@ class _Stand(int):
 
 
 class _State:
-    """One thread's records (key -> _Rec), the keys awaiting a scan, and
-    out-arguments for C calls (one set per thread: cffi releases the GIL)."""
-    __slots__ = ("recs", "pending", "next_scan", "buf", "dead", "ok", "toks", "sweeping")
+    """One thread's records (key -> _Rec), the keys awaiting a scan, and the
+    segment tokens and sweeping flag of a running backward()."""
+    __slots__ = ("recs", "pending", "next_scan", "toks", "sweeping")
 
     def __init__(self) -> None:
         self.recs: Dict[int, _Rec] = {}
         self.pending: List[int] = []
         self.next_scan = 64
-        self.buf: Any = None
-        self.dead: Any = None
-        self.ok = ffi.new("int8_t[64]")   # ta_custom_rule_set's out-argument
         self.toks: Dict[int, Any] = {}    # segment key -> token, inside backward() only
         self.sweeping = False             # (set by ta_custom_rule, cleared by swept())
 
@@ -152,19 +149,7 @@ def _state() -> _State:
 def _raw_info(v: Any) -> Optional[Tuple[int, int, Tuple[int, ...]]]:
     """(key, name id, input ids) of v's node if it is a custom node, else None
     (the cffi front's; the native front replaces it by _native.custom_info)."""
-    S = _state()
-    if S.buf is None:
-        S.buf = (ffi.new("uint32_t *"), ffi.new("uint32_t *"), ffi.new("int64_t *"),
-                 ffi.new("int64_t[]", 16))
-    n, name, key, ins = S.buf
-    st = lib.ta_custom_info(v._i, n, ins, 16, name, key)
-    if st == lib.TA_ENOTCUSTOM or st == lib.TA_ENOGRAD:
-        return None
-    _core.check(st)
-    if n[0] > 16:
-        ins = ffi.new("int64_t[]", n[0])
-        _core.check(lib.ta_custom_info(v._i, n, ins, n[0], name, key))
-    return key[0], name[0], tuple(ins[k] for k in range(n[0]))
+    return _core.custom_info(v._i)
 
 
 def _held_ids(ids: List[int]) -> List[Any]:
@@ -175,7 +160,7 @@ def _held_ids(ids: List[int]) -> List[Any]:
     S = _tl.custom
     toks = S.toks
     V = _engine.PyValue
-    out = []
+    out: List[Any] = []
     for i in ids:
         t = toks.get(i >> _SHIFT)
         if t is None:
@@ -209,6 +194,18 @@ _native_pre: Optional[Callable[..., Any]] = None
 _stand_fast: Optional[Callable[..., List[int]]] = None
 
 
+# The front this module records through and hands Values out of: tapead.engine,
+# which imports this module and attaches itself once its Value is made (so
+# this module, below it, imports no front: no import cycle).
+_engine: Any = None
+
+
+def attach(front: Any) -> None:
+    """engine's last step: the front custom nodes are Values of."""
+    global _engine
+    _engine = front
+
+
 def bind_native(native: Any) -> None:
     """The native front's C versions of the hot helpers (engine._native_front)."""
     global _raw_info, _held_ids, _native_pre, _rule_holders, _stand_fast
@@ -226,8 +223,7 @@ def info(v: Any) -> Optional[Tuple[Tuple[int, ...], str, int]]:
 
 
 # ------------------------------------------------------------- recording
-_custom_rec = lib.ta_custom_rec
-_NULL = ffi.NULL
+_custom_rec = _core.custom_rec
 
 
 def record(v: Any, data: float, children: Iterable[Any], op: Any) -> None:
@@ -236,23 +232,21 @@ def record(v: Any, data: float, children: Iterable[Any], op: Any) -> None:
     As an op is: one C call into the segment of this thread's current token
     (engine._rec2), no cffi objects made per node."""
     E = _engine
-    Value = E.Value
-    ids = []
-    for c in children:
-        if not isinstance(c, Value):
-            raise TypeError(f"Value(data, _children, _op): each child must be a Value, "
-                            f"not {type(c).__name__}")
-        ids.append(c._i)
+    kids = children if type(children) is tuple else tuple(children)
     nm = _NAME_ID.get(op) if type(op) is str else None
     if nm is None:
         nm = name_id(op)
     t = E._tok
-    i = _custom_rec(ids, len(ids), data, _NULL, nm, t.key)
+    Value = E.Value
+    i = _custom_rec(kids, data, None, nm, Value, _NOT_A_CHILD, t.key)
     if i < 0:   # another segment, the node limit, an error: as every op (engine._slow)
-        w = E._slow(i, t, _custom_rec, ids, len(ids), data, _NULL, nm)
+        w = E._slow(i, t, _custom_rec, kids, data, None, nm, Value, _NOT_A_CHILD)
         i, t = w._i, w._t
     v._i = i
     v._t = t
+
+
+_NOT_A_CHILD = "Value(data, _children, _op): each child must be a Value"
 
 
 def precomputed(value: SupportsFloat, inputs: Iterable[Any], partials: Iterable[SupportsFloat],
@@ -271,46 +265,56 @@ def precomputed(value: SupportsFloat, inputs: Iterable[Any], partials: Iterable[
     >>> (h * 2).backward(); (h.data, h._op, x.grad, y.grad)
     (5.0, 'hypot', 1.2, 1.6)
     """
-    _real = _engine._real
-    x = value if type(value) is float else _real(value)
+    x = value if type(value) is float else _engine._real(value)
     try:
         vals = [inputs] if isinstance(inputs, _engine.Value) else list(inputs)
     except TypeError:
         raise TypeError(f"precomputed inputs must be a Value or an iterable of Values, "
                         f"not {type(inputs).__name__}") from None
     try:
-        ps = [p if type(p) is float else _real(p) for p in partials]
+        ps = partials if type(partials) is list or type(partials) is tuple else list(partials)
     except TypeError:
         raise TypeError("precomputed partials must be real numbers, one per input") from None
-    if len(ps) != len(vals):
-        raise ValueError(f"precomputed needs one partial per input: {len(vals)} inputs, "
-                         f"{len(ps)} partials")
+    n = len(vals)
+    if len(ps) != n:
+        raise ValueError(f"precomputed needs one partial per input: {n} inputs, {len(ps)} partials")
     if not isinstance(name, str):
         raise TypeError(f"precomputed name must be a str, not {type(name).__name__}")
+    if n > 2:               # (no loop for one or two: see _core.custom_rec)
+        ps = [_partial(p) for p in ps]
+    elif n == 2:
+        ps = [_partial(ps[0]), _partial(ps[1])]
+    elif n:
+        ps = [_partial(ps[0])]
     if _native_pre is not None:
-        return _native_pre(x, vals, ps, name_id(name))
+        return _native_pre(x, vals, list(ps), name_id(name))
     E = _engine
-    Value = E.Value
-    ids = []
-    for v in vals:
-        if not isinstance(v, Value):
-            raise TypeError(f"precomputed inputs must be Values, not {type(v).__name__}")
-        ids.append(v._i)
     nm = name_id(name)
-    ps = ps or [0.0]        # (never NULL: NULL asks for a Python rule)
     t = E._tok              # as record(): one C call, into the current token's segment
-    i = _custom_rec(ids, len(ids), x, ps, nm, t.key)
+    i = _custom_rec(vals, x, ps, nm, E.Value, _NOT_AN_INPUT, t.key)
     if i < 0:
-        return E._slow(i, t, _custom_rec, ids, len(ids), x, ps, nm)
+        return E._slow(i, t, _custom_rec, vals, x, ps, nm, E.Value, _NOT_AN_INPUT)
     out = _new(E.PyValue)
     out._i = i
     out._t = t
     return out
 
 
+_NOT_AN_INPUT = "precomputed inputs must be Values"
+
+
+def _partial(p: Any) -> float:
+    if type(p) is float:
+        return p
+    try:
+        x: float = _engine._real(p)
+    except TypeError:
+        raise TypeError("precomputed partials must be real numbers, one per input") from None
+    return x
+
+
 # --------------------------------------------------------- the _backward
-_rule_set = lib.ta_custom_rule_set
-_ENOTCUSTOM, _ENOGRAD = lib.TA_ENOTCUSTOM, lib.TA_ENOGRAD
+_rule_set = _core.rule_set
 
 
 def _rule_holders(v: Any, fn: Any) -> Optional[Tuple[int, Tuple[Any, ...], Tuple[int, ...]]]:
@@ -344,29 +348,18 @@ def _rule_holders(v: Any, fn: Any) -> Optional[Tuple[int, Tuple[Any, ...], Tuple
                     defs.append(k)
                     ids.append(x._i)
     n = len(ids)
-    if n:
-        try:
-            S = _tl.custom
-        except AttributeError:
-            S = _state()
-        ok = S.ok if n <= 64 else ffi.new("int8_t[]", n)
-    else:
-        ok = _NULL
-    key = _rule_set(v._i, ids, n, ok)
-    if key <= 0:
-        if key == _ENOTCUSTOM or key == _ENOGRAD:
-            return None
-        if key < 0:
-            raise _core.error(key)
+    got = _rule_set(v._i, ids)
+    if got is None:
+        return None
+    key, ok = got
+    if key == 0:
         return 0, (), ()
     if not callable(fn):
         raise TypeError(f"_backward must be callable, not {type(fn).__name__}")
-    for k in range(n):
-        if not ok[k]:   # later nodes, other threads', no_grad values: left alone
-            nc = len(cells)
-            cells = [c for j, c in enumerate(cells) if ok[j]]
-            defs = [d for j, d in enumerate(defs) if ok[nc + j]]
-            break
+    if not all(ok):   # later nodes, other threads', no_grad values: left alone
+        nc = len(cells)
+        cells = [c for j, c in enumerate(cells) if ok[j]]
+        defs = [d for j, d in enumerate(defs) if ok[nc + j]]
     return key, tuple(cells), tuple(defs)
 
 
@@ -407,9 +400,7 @@ def backward_of(v: Any) -> Callable[[], None]:
 
 
 def _step(v: Any) -> None:
-    st = lib.ta_step(v._i)
-    if st:
-        raise _core.error(st)
+    _core.step(v._i)
 
 
 def _run(key: int, node: int) -> None:
@@ -451,7 +442,7 @@ def _run(key: int, node: int) -> None:
                 _put(h, k, x)
 
 
-@ffi.def_extern()
+@_core.on_custom_rule
 def ta_custom_rule(node: int, key: int) -> int:
     """Called by the C sweep at a node with a Python rule (csrc/sweep.c)."""
     try:
@@ -598,19 +589,15 @@ def _scan_shared(S: _State, pending: List[int]) -> None:
 def drain(S: Optional[_State] = None) -> int:
     """Drop the rules of custom nodes the tape has reclaimed; returns how many."""
     S = S or _state()
-    if S.dead is None:
-        S.dead = ffi.new("int64_t[256]")
-    buf = S.dead
     total = 0
     while True:
-        n = lib.ta_custom_dead(buf, 256)
-        if n <= 0:
+        keys = _core.custom_dead()
+        if not keys:
             return total
         pop = S.recs.pop
-        keys: List[int] = ffi.unpack(buf, n)  # type: ignore[assignment]  # (a list of ints here)
         for k in keys:   # (one list: no cdata indexing per key)
             pop(k, None)
-        total += n
+        total += len(keys)
 
 
 def settle() -> int:
@@ -628,21 +615,20 @@ def settle() -> int:
 
 
 # -------------------------------------------------------------- errors
-def refusal(code: int) -> Exception:
-    """The exception for TA_ECUSTOM, TA_EPYTHON or TA_EBUSY."""
-    if code == lib.TA_EPYTHON:
+def refusal(why: str) -> Exception:
+    """The exception for a refusal of C's (_core.error): "python" (TA_EPYTHON:
+    a rule raised), "busy" (TA_EBUSY) or "custom" (TA_ECUSTOM)."""
+    if why == "python":
         e = getattr(_tl, "custom_exc", None)
         _tl.custom_exc = None
         return e if e is not None else TapeadError("a custom node's _backward raised")
-    if code == lib.TA_EBUSY:
+    if why == "busy":
         return TapeadError("this cannot run inside a custom node's _backward while backward() "
                            "is running (it would disturb the sweep); call it after backward() "
                            "returns")
-    node = lib.ta_custom_failed()
-    n, name, key = ffi.new("uint32_t *"), ffi.new("uint32_t *"), ffi.new("int64_t *")
-    st = lib.ta_custom_info(node, n, ffi.NULL, 0, name, key)
-    nm = name_of(name[0]) if st == 0 else "?"
-    if st == 0 and key[0] == 0:
+    got = _core.custom_failed()
+    nm = name_of(got[1]) if got is not None else "?"
+    if got is not None and got[0] == 0:
         what = (f"the custom node {nm!r} (made by tapead.precomputed) carries only its value "
                 f"and partials at the point it was recorded")
     else:
@@ -654,3 +640,6 @@ def refusal(code: int) -> Exception:
         f"(backward() can). Write {nm!r} with tapead's built-in ops instead (for example "
         f"softplus as (1 + x.exp()).log(), cube as x**3): each carries its own rule")
 
+
+
+_core.on_refusal(refusal)

@@ -14,20 +14,19 @@ from typing import TYPE_CHECKING, Any, Iterator, Tuple
 if TYPE_CHECKING:
     from .engine import Value
 
-from ._core import ffi, lib
-from .engine import op_text
+from . import _core
+from .engine import op_text, read_checked
 from .wengert import wengert
 
 
 def _elements(root: Value) -> Iterator[Tuple[str, ...]]:
     """The drawing as ('node', name, label, shape) and ('edge', tail, head) items."""
-    roots = ffi.new("int64_t[]", [root._i])
-    if lib.ta_custom_plain(roots, 1) == lib.TA_ECUSTOM:   # the tape rows cannot hold a custom node
+    if not _core.custom_plain([root._i]):   # the tape rows cannot hold a custom node
         yield from _elements_walk(root)
         return
     for r in wengert(root, adjoints=False).rows:
         nid = f"n{r['index']}"
-        grad = lib.ta_adj(r["node"])
+        grad = read_checked(_core.adj, r["node"])
         label = r["label"] or ("" if r["op"] == "leaf" else r["name"])
         yield ("node", nid, f"{{ {_esc(label)} | data {r['value']:.4f} | grad {grad:.4f} }}", "record")
         if r["op"] != "leaf":

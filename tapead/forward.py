@@ -7,15 +7,15 @@ data or grad.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, SupportsFloat, Tuple
+from typing import Any, Iterable, List, SupportsFloat, Tuple
 
-from ._core import ffi, lib, error
+from . import _core
 from .engine import Value, _real, node_ids
 
 
 def seeds(inputs: Iterable[Value], tangents: Iterable[SupportsFloat],
-          who: str = "jvp") -> Tuple[int, Any, Any]:
-    """(n, int64 ids, double tangents) for C, checking the Python side; `who` names the caller."""
+          who: str = "jvp") -> Tuple[int, Any, List[float]]:
+    """(n, int64 ids, tangents as floats) for C, checking the Python side; `who` names the caller."""
     vals, ids = node_ids(inputs, f"{who}: inputs")
     try:
         ts = [_real(t) for t in tangents]
@@ -23,7 +23,7 @@ def seeds(inputs: Iterable[Value], tangents: Iterable[SupportsFloat],
         raise TypeError(f"{who}: tangents must be real numbers ({e})") from None
     if len(vals) != len(ts):
         raise ValueError(f"{who}: {len(vals)} inputs but {len(ts)} tangents")
-    return len(vals), ids, ffi.new("double[]", ts or [0.0])
+    return len(vals), ids, ts
 
 
 def jvp(output: Value, inputs: Iterable[Value], tangents: Iterable[SupportsFloat]) -> float:
@@ -39,8 +39,4 @@ def jvp(output: Value, inputs: Iterable[Value], tangents: Iterable[SupportsFloat
     if not isinstance(output, Value):
         raise TypeError(f"jvp: output must be a Value, not {type(output).__name__}")
     n, ids, ts = seeds(inputs, tangents)
-    out = ffi.new("double *")
-    st = lib.ta_jvp(output._i, n, ids, ts, out)
-    if st:
-        raise error(st)
-    return out[0]  # type: ignore[no-any-return]  # (a cdata double: a float)
+    return _core.jvp(output._i, n, ids, ts)

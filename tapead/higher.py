@@ -14,7 +14,7 @@ any Value's .grad: they return their results instead of accumulating.
 from __future__ import annotations
 
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Iterable, SupportsFloat, Tuple, Union
+from typing import TYPE_CHECKING, Any, Iterable, List, SupportsFloat, Tuple, Union
 
 if TYPE_CHECKING:
     import numpy
@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from numpy.typing import ArrayLike
     _F64Array = npt.NDArray[numpy.float64]
 
-from ._core import ffi, lib, error, held_list, within_limit
+from . import _core
+from ._core import held_list
 from .arrays import floats
 from .engine import Value, handles, node_ids
 
@@ -35,11 +36,6 @@ def _ids(values: Union[Value, Iterable[Value]], what: str) -> Tuple[Any, int]:
 def _np() -> ModuleType:
     import numpy
     return numpy
-
-
-def _check(st: int) -> None:
-    if st:
-        raise error(st)
 
 
 def grad(outputs: Union[Value, Iterable[Value]], inputs: Union[Value, Iterable[Value]],
@@ -61,20 +57,19 @@ def grad(outputs: Union[Value, Iterable[Value]], inputs: Union[Value, Iterable[V
     single = isinstance(inputs, Value)
     outs, nout = _ids(outputs, "outputs")
     ins, nin = _ids(inputs, "inputs")
-    w = ffi.NULL
+    w = None
     if grad_outputs is not None:
         ws = floats(grad_outputs, "grad(): grad_outputs").ravel().tolist()  # type: ignore[arg-type]
         if len(ws) != nout:
             raise ValueError(f"grad_outputs has {len(ws)} weights for {nout} outputs")
-        w = ffi.new("double[]", ws)
+        w = ws
+    res: List[Any]
     if create_graph:
         h = held_list(nin)
-        _check(within_limit(lib.ta_grad_graph, outs, w, nout, ins, nin, h))
+        _core.grad(outs, w, nout, ins, nin, h)
         res = handles(h, nin)
     else:
-        g = ffi.new("double[]", max(nin, 1))
-        _check(lib.ta_grad(outs, w, nout, ins, nin, g))
-        res = list(g[0:nin])
+        res = _core.grad(outs, w, nout, ins, nin)
     return res[0] if single else res
 
 
@@ -99,8 +94,7 @@ def hvp(output: Value, inputs: Iterable[Value], v: ArrayLike) -> _F64Array:
     if vv.size != nin:
         raise ValueError(f"v has {vv.size} entries for {nin} inputs")
     hv: _F64Array = np.zeros(nin)
-    _check(lib.ta_hvp(out[0], ins, nin, ffi.from_buffer("double[]", vv),
-                      ffi.from_buffer("double[]", hv)))
+    _core.hvp(out[0], ins, nin, vv, hv)
     return hv
 
 
@@ -126,7 +120,7 @@ def hessian(output: Value, inputs: Iterable[Value]) -> _F64Array:
         raise ValueError("hessian needs one scalar output")
     ins, nin = _ids(inputs, "inputs")
     H: _F64Array = np.zeros((nin, nin))
-    _check(lib.ta_hessian(out[0], ins, nin, ffi.from_buffer("double[]", H)))
+    _core.hessian(out[0], ins, nin, H)
     return H
 
 
@@ -143,5 +137,5 @@ def jacobian(outputs: Union[Value, Iterable[Value]], inputs: Iterable[Value]) ->
     outs, nout = _ids(outputs, "outputs")
     ins, nin = _ids(inputs, "inputs")
     J: _F64Array = np.zeros((nout, nin))
-    _check(lib.ta_jacobian(outs, nout, ins, nin, ffi.from_buffer("double[]", J)))
+    _core.jacobian(outs, nout, ins, nin, J)
     return J

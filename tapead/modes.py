@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     _P = ParamSpec("_P")
 _R = TypeVar("_R")
 _M = TypeVar("_M", bound="_Mode")
-_ffi, _lib = _core.ffi, _core.lib
 
 
 class _ExitSlot:
@@ -54,7 +53,7 @@ class _ExitSlot:
 
 
 def _token() -> Any:
-    return _ffi.gc(_ffi.new("ta_mode_tok *"), _lib.ta_mode_leave)   # unarmed until C arms it
+    return _core.mode_token()   # unarmed until C arms it
 
 
 class _Mode:
@@ -71,24 +70,22 @@ class _Mode:
         if by_hand:
             tok = _token()
         try:
-            st = _lib.ta_mode_enter(tok, self._mode)
-            if st >= 0:
-                if by_hand:
-                    self._held.append(tok)
-                return self        # nothing that can be interrupted after the arming but this
-        except BaseException:      # KeyboardInterrupt as a call returned: undo, in C
-            _lib.ta_mode_leave(tok)
+            _core.mode_enter(tok, self._mode)
+            if by_hand:
+                self._held.append(tok)
+            return self            # nothing that can be interrupted after the arming but this
+        except BaseException:      # refused, or KeyboardInterrupt as a call returned: undo, in C
+            _core.mode_leave(tok)
             if self._held and self._held[-1] is tok:
                 self._held.pop()
             raise
-        raise _core.error(st)
 
     __exit__ = _ExitSlot()
 
     def _leave(self, *exc: object) -> Literal[False]:
         """__exit__ of a block entered by hand: disarm (in C) before anything can be interrupted."""
         if self._held:
-            _lib.ta_mode_leave(self._held[-1])
+            _core.mode_leave(self._held[-1])
             self._held.pop()
         return False
 

@@ -24,7 +24,6 @@ import random
 from . import _core
 from .engine import Operand, Value, handles
 
-_ffi, _lib = _core.ffi, _core.lib
 fuse_layers = True  # False: every Layer records op by op, exactly micrograd's Python loop
 
 
@@ -40,8 +39,7 @@ class Module:
 
     def zero_grad(self) -> None:
         params = self.parameters()
-        ids = _core.ffi.new("int64_t[]", [p._i for p in params])
-        _core.check(_core.lib.ta_fill_adj(ids, len(params), 0.0))
+        _core.fill_adj(_core.int64s([p._i for p in params]), len(params))
 
     def parameters(self) -> List[Value]:
         return []
@@ -130,10 +128,10 @@ class _FusedLayer:
         if not self.ok:
             return
         self.relu = int(bool(neurons[0].nonlin))
-        self.w = _ffi.new("int64_t[]", [p._i for n in neurons for p in n.w] or [0])
-        self.b = _ffi.new("int64_t[]", [n.b._i for n in neurons])
-        self.xid = _ffi.new("int64_t[]", max(self.nin, 1))
-        self.xc = _ffi.new("double[]", max(self.nin, 1))
+        self.w = _core.int64s([p._i for n in neurons for p in n.w])
+        self.b = _core.int64s([n.b._i for n in neurons])
+        self.xid = _core.int64s(self.nin)
+        self.xc = _core.doubles(self.nin)
         self.out = _core.held_list(self.nout)   # filled and emptied by each fused call
 
     def current(self, layer: Layer) -> bool:
@@ -157,7 +155,7 @@ class _FusedLayer:
         ids = [v._i for v in x if type(v) is Value]
         if len(ids) == self.nin:
             self.xid[0:self.nin] = ids
-            xc = _ffi.NULL
+            xc = None
         else:
             xc = self.xc
             for i, v in enumerate(x):  # plain numbers among the inputs
@@ -167,12 +165,8 @@ class _FusedLayer:
                     self.xid[i], xc[i] = -1, v
                 else:  # anything else (duck-typed `_i` included): micrograd's loop decides
                     return None
-        st = _core.within_limit(_lib.ta_layer, self.w, self.b, self.nout, self.nin, self.xid, xc,
-                                self.relu, self.out)
-        if st:
-            if st in (_lib.TA_EMODEPATH, _lib.TA_ENOGRAD):
-                return None
-            raise _core.error(st)
+        if not _core.layer(self.w, self.b, self.nout, self.nin, self.xid, xc, self.relu, self.out):
+            return None
         return handles(self.out, self.nout)
 
 

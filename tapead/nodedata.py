@@ -21,15 +21,24 @@ from __future__ import annotations
 
 from _weakref import ref as _weakref
 
-from ._core import _local, lib
+from ._core import _local, node_stamp
 
 TYPE_CHECKING = False   # typing is not imported at run time (see _core)
 if TYPE_CHECKING:
     from typing import Any, Callable, Dict, Optional
     from .engine import Value
 
-_stamp = lib.ta_node_stamp
+_stamp = node_stamp
 _tl = _local()
+# The Value type of the front in use: tapead.engine, which imports this
+# module, attaches it once made (this module, below it, imports no front).
+_Value: Any = None
+
+
+def attach(value_type: Any) -> None:
+    """engine's last step: the Value type whose nodes this module keeps data for."""
+    global _Value
+    _Value = value_type
 
 
 class _Entry:
@@ -148,8 +157,7 @@ def get_label(value: Value) -> str:
 
 
 def _check(value: Any, what: str) -> None:
-    from .engine import Value
-    if not isinstance(value, Value):
+    if not isinstance(value, _Value):
         raise TypeError(f"{what} needs a Value, not {type(value).__name__}")
 
 
@@ -200,7 +208,7 @@ def set_attr(v: Value, name: str, x: Any, delete: bool) -> None:
     t = type(v)
     if (name.startswith("__") and name.endswith("__")) or name in ("_i", "_t"):
         raise AttributeError(f"'Value' object attribute {name!r} is read-only")
-    from .engine import Value as base
+    base = _Value
     d = base.__dict__.get(name)
     if d is None:
         for k in t.__mro__:
@@ -214,9 +222,3 @@ def set_attr(v: Value, name: str, x: Any, delete: bool) -> None:
         d.__delete__(v)
     else:
         d.__set__(v, x)
-
-
-def attrs_of(v: Any) -> Dict[str, Any]:
-    """The user attributes of v's node (a copy)."""
-    e = entry(v._i)
-    return dict(e.attrs) if (e is not None and e.attrs) else {}

@@ -22,7 +22,6 @@ from typing import Any, Dict, Iterable, NoReturn, Optional, SupportsFloat, Tuple
 from . import _core
 from .engine import Value, _real, node_ids
 
-_ffi, _lib = _core.ffi, _core.lib
 
 
 class Params(Tuple[Value, ...]):
@@ -90,11 +89,11 @@ class Optimizer:
         return len(self._params)
 
     def _buffer(self) -> Any:
-        return _ffi.new("double[]", max(self.n, 1))
+        return _core.doubles(self.n)
 
     def zero_grad(self) -> None:
         """Set every parameter's grad to 0 (one C call)."""
-        _core.check(_lib.ta_fill_adj(self._ids, self.n, 0.0))
+        _core.fill_adj(self._ids, self.n)
 
     # ------------------------------------------------ pickle, copy (checkpoints)
     def __getstate__(self) -> Dict[str, Any]:
@@ -131,8 +130,8 @@ class SGD(Optimizer):
 
     def step(self) -> None:
         """One update of every parameter from its .grad (one C call)."""
-        _core.check(_lib.ta_sgd_step(self._ids, self.n, self.lr, self.momentum,
-                                     self.weight_decay, self._buf, self._t == 0))
+        _core.sgd_step(self._ids, self.n, self.lr, self.momentum, self.weight_decay, self._buf,
+                       self._t == 0)
         self._t += 1
 
 
@@ -172,7 +171,7 @@ class Adam(Optimizer):
     def step(self) -> None:
         """One update of every parameter from its .grad (one C call)."""
         b1, b2 = self.betas
-        _core.check(_lib.ta_adam_step(self._ids, self.n, self.lr, b1, b2, self.eps,
-                                      self.weight_decay, self._t + 1, self._m, self._v))
+        _core.adam_step(self._ids, self.n, self.lr, b1, b2, self.eps, self.weight_decay,
+                        self._t + 1, self._m, self._v)
         self._t += 1
 

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     _F64Array = npt.NDArray[numpy.float64]
 
 from . import _core
-from ._core import OP, GuardError, error, ffi, guard_error, lib
+from ._core import OP, GuardError
 from .engine import Value, node_ids
 
 __all__ = ["GuardError", "recompute", "compile", "Program", "clear_guards", "guard_count"]
@@ -61,7 +61,7 @@ def clear_guards() -> None:
     >>> tapead.clear_guards(); tapead.guard_count()
     0
     """
-    _core.check(lib.ta_guard_clear())
+    _core.guard_clear()
 
 
 def guard_count() -> int:
@@ -72,7 +72,7 @@ def guard_count() -> int:
     >>> x < 2.0, tapead.guard_count() - n
     (True, 1)
     """
-    return lib.ta_guard_count()
+    return _core.guard_count()
 
 
 # -------------------------------------------------------------- programs
@@ -106,18 +106,6 @@ def _vector(a: Any, n: int, what: str) -> Any:
     return a
 
 
-def _prog_box() -> Any:
-    """An empty box a C call puts a new program in, owned before the call
-    (csrc/cdef.h: ta_prog_drop)."""
-    return ffi.gc(ffi.new("ta_prog *[1]"), lib.ta_prog_drop)
-
-
-def _ptr(a: Optional[_F64Array], ctype: str = "double[]") -> Any:
-    """A C pointer into the contiguous array a (which it keeps alive): ~0.3 us, a fifth of
-    ffi.cast(a.ctypes.data)."""
-    return ffi.NULL if a is None else ffi.from_buffer(ctype, a)
-
-
 def cores() -> int:
     """The cores this process may run on (its CPU affinity), what threads=None uses.
 
@@ -142,20 +130,11 @@ _FLAT = (("op", "u1", "n"), ("a", "u4", "n"), ("b", "u4", "n"), ("c", "f8", "n")
          ("par", "u4", "npar"), ("gab", "u4", "2ng"), ("gc", "f8", "ng"),
          ("gkind", "u1", "ng"))
 _SIZES = ("n", "nin", "nout", "nwrt", "npar", "ng")
-_CTYPE = {"u1": "uint8_t[]", "u4": "uint32_t[]", "f8": "double[]"}
 _FORMAT = 1
 
 
 def _flat_len(size: str, sizes: Dict[str, int]) -> int:
     return 2 * sizes["ng"] if size == "2ng" else sizes[size]
-
-
-def _point(f: Any, arrs: Dict[str, Any]) -> List[Any]:
-    """Point f's arrays at arrs; returns the pointers (which keep arrs alive)."""
-    keep = [_ptr(arrs[name], _CTYPE[t]) for name, t, _ in _FLAT]
-    for (name, _, _), ptr in zip(_FLAT, keep):
-        setattr(f, name, ptr)
-    return keep
 
 
 def _load(state: Dict[str, Any]) -> "Program":
@@ -183,17 +162,9 @@ def _load(state: Dict[str, Any]) -> "Program":
             raise bad
     except (KeyError, TypeError, ValueError) as e:
         raise bad from e
-    f: Any = ffi.new("ta_flat_t *")
-    for k in _SIZES:
-        setattr(f, k, sizes[k])
-    keep = _point(f, arrs)
-    p = _prog_box()
-    st = lib.ta_prog_load(f, _ptr(pv), p)
-    del keep
-    if st == lib.TA_EARG:
+    p = _core.prog_load(sizes, arrs, pv)
+    if p is None:
         raise bad
-    if st:
-        raise error(st)
     prog = Program.__new__(Program)
     prog._own(p)
     return prog
@@ -237,28 +208,22 @@ class Program:
         outs, oid = node_ids(outputs, "outputs")
         ins, iid = node_ids(inputs, "inputs")
         wrts, wid = node_ids(wrt, "wrt")
-        p = _prog_box()
-        st = lib.ta_prog_new(oid, len(outs), iid, len(ins), wid, len(wrts), p)
-        if st == lib.TA_EARG:
+        p = _core.prog_new(oid, len(outs), iid, len(ins), wid, len(wrts))
+        if p is None:
             raise ValueError("compile: outputs must be non-empty; inputs and wrt must be leaf "
                              "Values (made by Value(x), not by an operation), inputs distinct")
-        if st:
-            raise error(st)
         self._own(p)
-        npar = self._dims[3]
-        pid = ffi.new("int64_t[]", max(npar, 1))
-        lib.ta_prog_params(self._p, pid)
         from .engine import held
-        self._params = held([pid[k] for k in range(npar)])  # keeps their segments alive
+        self._params = held(_core.prog_params(self._p, self._dims[3]))  # keeps their segments alive
 
     def _own(self, box: Any) -> None:
-        """Take the C program in box (_prog_box); its sizes are read once
-        (they never change)."""
+        """Take the C program in box (_core.prog_new, prog_load); its sizes
+        are read once (they never change)."""
         self._box = box
         self._p = box[0]          # valid while self._box lives
         self._params = []
-        self._dims = tuple(lib.ta_prog_size(self._p, w) for w in (
-            lib.TA_PS_INPUTS, lib.TA_PS_OUTPUTS, lib.TA_PS_WRT, lib.TA_PS_PARAMS, lib.TA_PS_NODES))
+        self._dims = tuple(_core.prog_size(self._p, w) for w in (
+            "inputs", "outputs", "wrt", "params", "nodes"))
 
     @property
     def n_inputs(self) -> int:
@@ -281,7 +246,7 @@ class Program:
 
     @property
     def guards(self) -> int:
-        return lib.ta_prog_size(self._p, lib.TA_PS_GUARDS)
+        return _core.prog_size(self._p, "guards")
 
     @property
     def params(self) -> _F64Array:
@@ -292,23 +257,23 @@ class Program:
         runs in another thread races with it: pass params= to calls instead.)"""
         np = _np()
         out: _F64Array = np.empty(self._dims[3])
-        _core.check(lib.ta_prog_param_values(self._p, _ptr(out), self._dims[3]))
+        _core.prog_param_values(self._p, out)
         return out
 
     @params.setter
     def params(self, values: Optional[ArrayLike]) -> None:
         if values is None:
-            if lib.ta_prog_follow(self._p):
+            if not _core.prog_follow(self._p):
                 raise ValueError("this Program has no parameter Values to follow "
                                  "(it was unpickled): assign values instead")
             return
         v = _vector(values, self._dims[3], "params")
-        _core.check(lib.ta_prog_set_params(self._p, _ptr(v), self._dims[3]))
+        _core.prog_set_params(self._p, v)
 
     @property
     def follows_values(self) -> bool:
         """True while parameters are read from their Values at each call."""
-        return lib.ta_prog_size(self._p, lib.TA_PS_LIVE) == 1
+        return _core.prog_size(self._p, "live") == 1
 
     def _threads(self, threads: Optional[int], B: int) -> int:
         if threads is None:
@@ -331,14 +296,12 @@ class Program:
         nin, nout, nwrt, npar, _ = self._dims
         X = _rows(X, nin)
         B = X.shape[0]
-        r: Any = ffi.new("ta_run_t *")
-        r.B, r.nin, r.nout, r.nwrt, r.npar = B, nin, nout, nwrt, npar
-        r.threads = self._threads(threads, B)
+        r: Dict[str, Any] = {"B": B, "nin": nin, "nout": nout, "nwrt": nwrt, "npar": npar,
+                             "threads": self._threads(threads, B)}
         Y = np.empty((B, nout))
-        r.X, r.Y = _ptr(X), _ptr(Y)
+        r["X"], r["Y"] = X, Y
         if params is not None:
-            pv = _vector(params, npar, "params")
-            r.params = _ptr(pv)
+            r["params"] = _vector(params, npar, "params")
         G = P = sp = None
         if grad is not None:
             if seed is None:
@@ -347,34 +310,18 @@ class Program:
                 sp = _c_array(seed, np.float64)
                 if sp.shape not in ((nout,), (B, nout)):
                     raise ValueError(f"seed must have shape ({nout},) or ({B}, {nout}), not {sp.shape}")
-            r.seed, r.seedmode = _ptr(sp), 1 if sp.ndim == 1 else 2
+            r["seed"], r["seedmode"] = sp, 1 if sp.ndim == 1 else 2
             if grad == "per_sample":
                 G = np.zeros((B, nwrt))
-                r.per_sample = 1
+                r["per_sample"] = 1
             else:
                 G = np.zeros(nwrt)
-                block = lib.ta_prog_size(self._p, lib.TA_PS_BLOCK)
+                block = _core.prog_size(self._p, "block")
                 P = np.empty((-(-B // block), nwrt))
-                r.parts, r.nblocks = _ptr(P), P.shape[0]
-            r.G = _ptr(G)
-        f: Any = ffi.new("ta_fail_t *")
-        st = lib.ta_prog_run(self._p, r, f)
-        if st:
-            raise self._failure(st, f, row0)
+                r["parts"], r["nblocks"] = P, P.shape[0]
+            r["G"] = G
+        _core.prog_run(self._p, r, row0)
         return Y, (P if parts else G)
-
-    def _failure(self, st: int, f: Any, row0: int) -> Exception:
-        where = f" at row {f.row + row0}"
-        if st == lib.TA_EGUARD:
-            return guard_error(f.kind, f.outcome, f.x, f.y, where)
-        if st in (lib.TA_EZERODIV, lib.TA_EDOMAIN, lib.TA_ERANGE):
-            e = _core.op_error(st, f.op, f.x, f.y)
-        elif st == lib.TA_EARG:
-            return ValueError("Program: an argument does not match the program's sizes")
-        else:
-            return error(st)
-        e.args = (f"{e.args[0]} ({where.strip()})",)
-        return e
 
     def __call__(self, X: ArrayLike, threads: Optional[int] = None,
                  params: Optional[ArrayLike] = None) -> _F64Array:
@@ -394,13 +341,9 @@ class Program:
 
     def __reduce__(self) -> Tuple[Any, Tuple[Dict[str, Any]]]:
         np = _np()
-        f: Any = ffi.new("ta_flat_t *")
-        _core.check(lib.ta_prog_flat(self._p, f))
-        sizes = {k: getattr(f, k) for k in _SIZES}
+        sizes = _core.prog_flat_sizes(self._p, _SIZES)
         arrs = {name: np.zeros(max(_flat_len(size, sizes), 1), dtype=t) for name, t, size in _FLAT}
-        keep = _point(f, arrs)
-        _core.check(lib.ta_prog_flat(self._p, f))
-        del keep
+        _core.prog_flat(self._p, sizes, arrs)
         state: Dict[str, Any] = {"format": _FORMAT, "ops": tuple(OP), **sizes}
         for name, t, size in _FLAT:
             state[name] = arrs[name][:_flat_len(size, sizes)].astype("<" + t).tobytes()

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, SupportsFloat, Tuple
 
-from ._core import ffi, lib, error, OP_NAMES, OP_KINDS
+from . import _core
+from ._core import OP_NAMES, OP_KINDS
+from ._opsurface import FORMS
 from .engine import Value
 from .forward import seeds
 from .nodedata import get_label, label_of_id, set_label
@@ -21,12 +23,6 @@ from .nodedata import get_label, label_of_id, set_label
 __all__ = ["wengert", "Wengert", "get_label", "set_label"]
 
 # ------------------------------------------------------------ the table
-_INFIX = {"+": "+", "-": "-", "*": "*", "/": "/", "**": "**"}
-_CONST = {"+c": "{x} + {c}", "c-": "{c} - {x}", "*c": "{x} * {c}", "/c": "{x} / {c}",
-          "c/": "{c} / {x}",
-          "**c": "{x} ** {c}", "c**": "{c} ** {x}"}
-
-
 def _num(x: float, digits: int) -> str:
     return format(x, f".{digits}g")
 
@@ -122,29 +118,17 @@ def wengert(output: Value, inputs: Optional[Iterable[Value]] = None,
     if inputs is not None:
         nin, ids, ts = seeds(inputs, tangents, "wengert")  # type: ignore[arg-type]  # (given together)
     else:
-        nin, ids, ts = 0, ffi.NULL, ffi.NULL
-    n = lib.ta_trace(output._i, 0, nin, ids, ts, ffi.NULL)
-    if n < 0:
-        raise error(n)
-    out: Any = ffi.new("ta_rows_t *")
-    keep = [ffi.new("int[]", n), ffi.new("int64_t[]", n), ffi.new("int64_t[]", n),
-            ffi.new("double[]", n), ffi.new("double[]", n), ffi.new("int64_t[]", n),
-            ffi.new("double[]", n) if inputs is not None else ffi.NULL,
-            ffi.new("double[]", n) if adjoints else ffi.NULL]
-    out.op, out.x, out.y, out.c, out.val, out.id, out.tan, out.adj = keep
-    m = lib.ta_trace(output._i, n, nin, ids, ts, out)
-    if m < 0:
-        raise error(m)
-    assert m == n
-    return _table(out, n, inputs is not None, bool(adjoints))
+        nin, ids, ts = 0, None, None
+    return _table(_core.trace(output._i, nin, ids, ts, bool(adjoints)))
 
 
-def _table(out: Any, n: int, has_tan: bool, has_adj: bool) -> Wengert:
-    ops = list(out.op[0:n])
-    xs, ys, cs = list(out.x[0:n]), list(out.y[0:n]), list(out.c[0:n])
-    vals, ids = list(out.val[0:n]), list(out.id[0:n])
-    tans = list(out.tan[0:n]) if has_tan else None
-    adjs = list(out.adj[0:n]) if has_adj else None
+def _table(out: Dict[str, List[Any]]) -> Wengert:
+    ops = out["op"]
+    n = len(ops)
+    xs, ys, cs = out["x"], out["y"], out["c"]
+    vals, ids = out["val"], out["id"]
+    tans, adjs = out.get("tan"), out.get("adj")
+    has_tan, has_adj = tans is not None, adjs is not None
     nleaf = sum(1 for o in ops if OP_KINDS[o] == 0)
     names, leaf_k, op_k = [], 1 - nleaf, 1
     for o in ops:
@@ -160,15 +144,10 @@ def _table(out: Any, n: int, has_tan: bool, has_adj: bool) -> Wengert:
         const = cs[k] if kind == 3 else None
         if kind == 0:
             args, expr = (), label or "input"
-        elif kind == 1:
-            args, expr = (xs[k],), f"{sym}({names[xs[k]]})"
-        elif kind == 2:
-            args = (xs[k], ys[k])
-            a, b = names[xs[k]], names[ys[k]]
-            expr = f"{a} {sym} {b}" if sym in _INFIX else f"{sym}({a}, {b})"
-        else:
-            args = (xs[k],)
-            expr = _CONST[sym].format(x=names[xs[k]], c=repr(const))
+        else:   # as the op table shows the op (csrc/ops.def: FORM)
+            args = (xs[k], ys[k]) if kind == 2 else (xs[k],)
+            expr = FORMS[o].format(x=names[xs[k]], y=names[ys[k]] if kind == 2 else "",
+                                   c=repr(const))
         row = {"index": k, "name": names[k], "label": label, "op": sym, "args": args,
                "const": const, "expr": expr, "value": vals[k]}
         if has_tan:

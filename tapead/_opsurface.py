@@ -1,0 +1,85 @@
+"""The op table's Python half, generated from csrc/ops.def by build_ext.py
+(`python build_ext.py` rewrites it): edit the table, not this file."""
+
+# The op codes, in row order (tapes store them: never renumbered).
+LEAF = 0
+DEAD = 1
+ADD = 2
+SUB = 3
+MUL = 4
+DIV = 5
+POW = 6
+ADDC = 7
+RSUBC = 8
+MULC = 9
+RDIVC = 10
+POWC = 11
+RPOWC = 12
+RELU = 13
+TANH = 14
+EXP = 15
+LOG = 16
+SIGMOID = 17
+SIN = 18
+COS = 19
+SQRT = 20
+ABS = 21
+MAX = 22
+MIN = 23
+DIVC = 24
+CUSTOM = 25
+LOG1P = 26
+
+__all__ = ["LEAF", "DEAD", "ADD", "SUB", "MUL", "DIV", "POW", "ADDC", "RSUBC", "MULC", "RDIVC",
+           "POWC", "RPOWC", "RELU", "TANH", "EXP", "LOG", "SIGMOID", "SIN", "COS", "SQRT", "ABS",
+           "MAX", "MIN", "DIVC", "CUSTOM", "LOG1P"]
+IDENTS = tuple(__all__)   # (checked against the compiled table at import: _core)
+
+# FORMS[op]: how a row of op shows in a Wengert list and an error message
+# ({x}, {y} its inputs, {c} its constant).
+FORMS = (
+    '',                # LEAF
+    '',                # DEAD
+    '{x} + {y}',       # ADD
+    '{x} - {y}',       # SUB
+    '{x} * {y}',       # MUL
+    '{x} / {y}',       # DIV
+    '{x} ** {y}',      # POW
+    '{x} + {c}',       # ADDC
+    '{c} - {x}',       # RSUBC
+    '{x} * {c}',       # MULC
+    '{c} / {x}',       # RDIVC
+    '{x} ** {c}',      # POWC
+    '{c} ** {x}',      # RPOWC
+    'ReLU({x})',       # RELU
+    'tanh({x})',       # TANH
+    'exp({x})',        # EXP
+    'log({x})',        # LOG
+    'sigmoid({x})',    # SIGMOID
+    'sin({x})',        # SIN
+    'cos({x})',        # COS
+    'sqrt({x})',       # SQRT
+    'abs({x})',        # ABS
+    'max({x}, {y})',   # MAX
+    'min({x}, {y})',   # MIN
+    '{x} / {c}',       # DIVC
+    '',                # CUSTOM
+    'log1p({x})',      # LOG1P
+)
+
+# The ops whose domain and range errors read as float ** 's, not math's.
+POW_LIKE = frozenset((POW, POWC, RPOWC))
+
+# The unary ops' Value methods and tapead functions: (name, op).
+UNARY = (
+    ('relu', RELU),
+    ('tanh', TANH),
+    ('exp', EXP),
+    ('log', LOG),
+    ('sigmoid', SIGMOID),
+    ('sin', SIN),
+    ('cos', COS),
+    ('sqrt', SQRT),
+    ('abs', ABS),
+    ('log1p', LOG1P),
+)
