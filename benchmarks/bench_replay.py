@@ -9,20 +9,21 @@ in alternation so the load of a shared machine hits both alike).
    vs the same model/loss/SGD in PyTorch float64 CPU, torch.set_num_threads(1)
    (skipped if torch is not installed).
 3. forward-replay sweep cost per node: loss.recompute() on the 65.8k-node demo graph
-   vs a plain C loop doing the same arithmetic over flat arrays (ta_prog_ref).
+   vs a plain C loop doing the same arithmetic over flat arrays (benchmarks/prog_ref.c,
+   compiled here with cffi from the Program's flat form).
 
 Run: python benchmarks/bench_replay.py [--quick]
 """
 import os
 import statistics
 import sys
+import tempfile
 import time
 
 
 import tapead
 import tapead.nn
 from tapead import demo
-from tapead._core import lib
 from tapead.bench import torch_step
 
 QUICK = "--quick" in sys.argv
@@ -71,11 +72,39 @@ def _trainer(make):
     return run
 
 
+def prog_ref():
+    """benchmarks/prog_ref.c, compiled with cffi into a temporary directory: (ffi, lib)."""
+    import importlib.util
+
+    from cffi import FFI
+    here = os.path.dirname(os.path.abspath(__file__))
+    csrc = os.path.join(here, os.pardir, "csrc")
+    ffi = FFI()
+    ffi.cdef("int prog_ref(uint32_t n, const uint8_t *op, const uint32_t *a, const uint32_t *b,"
+             " const double *c, uint32_t reps);")
+    ffi.set_source("_prog_ref", "#include <stdint.h>\n"
+                   "int prog_ref(uint32_t n, const uint8_t *op, const uint32_t *a,"
+                   " const uint32_t *b, const double *c, uint32_t reps);",
+                   sources=[os.path.join(here, "prog_ref.c"), os.path.join(csrc, "ops.c")],
+                   include_dirs=[csrc], define_macros=[("TA_NO_NATIVE", None)],
+                   extra_compile_args=["-O3", "-std=c99", "-fno-strict-aliasing", "-ffp-contract=off"],
+                   extra_link_args=["-lm"])
+    path = ffi.compile(tmpdir=tempfile.mkdtemp(prefix="prog_ref"))
+    spec = importlib.util.spec_from_file_location("_prog_ref", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.ffi, mod.lib
+
+
 def bench_sweep(loss):
     prog = tapead.compile(loss, [])
     nodes = prog.nodes
     reps = 20
-    t_ref, t_rec = paired(lambda: lib.ta_prog_ref(prog._p, reps), 1, loss.recompute, reps, 15)
+    ffi, ref = prog_ref()
+    flat = prog.__reduce__()[1][0]          # the flat form, as pickling carries it
+    arrs = [ffi.from_buffer(t, flat[k]) for t, k in (("uint8_t[]", "op"), ("uint32_t[]", "a"),
+                                                     ("uint32_t[]", "b"), ("double[]", "c"))]
+    t_ref, t_rec = paired(lambda: ref.prog_ref(flat["n"], *arrs, reps), 1, loss.recompute, reps, 15)
     t_ref /= reps
     return nodes, t_rec, t_ref
 

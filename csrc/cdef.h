@@ -285,9 +285,6 @@ typedef struct {
 } ta_flat_t;
 int     ta_prog_flat(ta_prog *P, ta_flat_t *f);
 int     ta_prog_load(const ta_flat_t *f, const double *params, ta_prog **out);
-/* Benchmark reference: the program's forward arithmetic as a plain scalar
- * loop over flat arrays, reps times. */
-int     ta_prog_ref(ta_prog *P, uint32_t reps);
 
 /* higher.c: higher-order derivatives.  None of these touches any node's
  * adjoint (.grad): they return their results.  ids must be this thread's. */

@@ -217,7 +217,7 @@ int ta_custom_info(int64_t id, uint32_t *n, int64_t *ins, uint32_t cap, uint32_t
     if ((s->op[o] & TA_OPMASK) != TA_CUSTOM) return TA_ENOTCUSTOM;
     e = ta_cnode_of(T, s, o);
     *n = e->nuser; *name = e->name; *key = e->key;
-    for (k = 0; ins && k < e->nuser && k < cap; k++) ins[k] = (int64_t)((T->tag << 32) | e->in[k]);
+    for (k = 0; ins && k < e->nuser && k < cap; k++) ins[k] = TA_ID(T, e->in[k]);
     return TA_OK;
 }
 
@@ -275,7 +275,7 @@ int ta_plain(ta_tape *T, const int64_t *roots, size_t n, int guards)
             if (kind == TA_K_NARY) {
                 ta_cnode *e = ta_cnode_of(T, s, i);
                 uint32_t k;
-                if (st == TA_OK) { st = TA_ECUSTOM; T->err_node = (int64_t)((T->tag << 32) | TA_REF(s, i)); }
+                if (st == TA_OK) { st = TA_ECUSTOM; T->err_node = TA_ID(T, TA_REF(s, i)); }
                 for (k = 0; k < e->n; k++) ta_plain_mark(T, e->in[k], &pending);
             } else if (kind != TA_K_LEAF) {
                 ta_plain_mark(T, s->x[i], &pending);

@@ -36,13 +36,19 @@ int ta_compare(int kind, double x, double y)
     }
 }
 
+static void ta_guards_gc(ta_tape *T);
+static void ta_guards_free(ta_tape *T);
+static const struct ta_attach ta_guard_hooks = { ta_guards_gc, ta_guards_free };
+
 struct ta_guards *ta_guards_of(ta_tape *T)
 {
-    if (!T->guards) {
-        T->guards = (struct ta_guards *)ta_calloc(1, sizeof *T->guards);
-        if (T->guards) T->guards->failed = -1;
+    struct ta_guards *G = ta_guards_if_any(T);
+    if (!G && (G = (struct ta_guards *)ta_calloc(1, sizeof *G)) != NULL) {
+        G->failed = -1;
+        T->attached = G;
+        T->hooks = &ta_guard_hooks;
     }
-    return T->guards;
+    return G;
 }
 
 static void ta_hash_drop(struct ta_guards *G)
@@ -50,13 +56,16 @@ static void ta_hash_drop(struct ta_guards *G)
     free(G->hash); G->hash = NULL; G->hcap = 0;
 }
 
-void ta_guards_free(ta_tape *T)
+/* With the tape (ta_attach.release). */
+static void ta_guards_free(ta_tape *T)
 {
-    if (!T->guards) return;
-    ta_plans_drop(T->guards);
-    ta_hash_drop(T->guards);
-    free(T->guards->g); free(T->guards);
-    T->guards = NULL;
+    struct ta_guards *G = ta_guards_if_any(T);
+    if (!G) return;
+    ta_plans_drop(G);
+    ta_hash_drop(G);
+    free(G->g); free(G);
+    T->attached = NULL;
+    T->hooks = NULL;
 }
 
 /* Alive = its segment is still held and the collector did not mark it DEAD. */
@@ -66,9 +75,10 @@ static int ta_ref_alive(ta_tape *T, uint32_t ref)
     return s && TA_OFF(ref) < s->n && (s->op[TA_OFF(ref)] & TA_OPMASK) != TA_DEAD;
 }
 
-void ta_guards_gc(ta_tape *T)
+/* At the end of every collection (ta_attach.collected). */
+static void ta_guards_gc(ta_tape *T)
 {
-    struct ta_guards *G = T->guards;
+    struct ta_guards *G = ta_guards_if_any(T);
     uint32_t i, w = 0;
     if (!G) return;
     for (i = 0; i < G->n; i++) {
@@ -190,17 +200,20 @@ int ta_cmpc(int kind, int64_t x, double c)  { return ta_cmp(kind, x, 0, c, 1); }
 int64_t ta_guard_count(void)
 {
     ta_tape *T = ta_self();
+    struct ta_guards *G;
     if (!T) return TA_ENOMEM;
-    return T->guards ? (int64_t)T->guards->n : 0;
+    G = ta_guards_if_any(T);
+    return G ? (int64_t)G->n : 0;
 }
 
 int ta_guard_clear(void)
 {
     ta_tape *T = ta_self();
+    struct ta_guards *G;
     if (!T) return TA_ENOMEM;
-    if (T->guards) {
-        T->guards->n = 0; T->guards->failed = -1; T->guards->ver++;
-        ta_hash_drop(T->guards);
+    if ((G = ta_guards_if_any(T)) != NULL) {
+        G->n = 0; G->failed = -1; G->ver++;
+        ta_hash_drop(G);
     }
     return TA_OK;
 }
@@ -208,20 +221,22 @@ int ta_guard_clear(void)
 int64_t ta_guard_failed(void)
 {
     ta_tape *T = ta_self();
-    return (T && T->guards) ? T->guards->failed : -1;
+    struct ta_guards *G = T ? ta_guards_if_any(T) : NULL;
+    return G ? G->failed : -1;
 }
 
 int ta_guard_info(int64_t gi, int *kind, int64_t *x, int64_t *y, double *c,
                   int *outcome, double *xv, double *yv)
 {
     ta_tape *T = ta_self();
+    struct ta_guards *G;
     ta_guard *g;
     if (!T) return TA_ENOMEM;
-    if (!T->guards || gi < 0 || (uint64_t)gi >= T->guards->n) return TA_EARG;
-    g = &T->guards->g[gi];
+    if (!(G = ta_guards_if_any(T)) || gi < 0 || (uint64_t)gi >= G->n) return TA_EARG;
+    g = &G->g[gi];
     *kind = g->kind; *outcome = g->out; *c = g->c;
-    *x = (int64_t)((T->tag << 32) | g->a);
-    *y = g->cst ? -1 : (int64_t)((T->tag << 32) | g->b);
-    *xv = T->guards->fx; *yv = T->guards->fy;
+    *x = TA_ID(T, g->a);
+    *y = g->cst ? -1 : TA_ID(T, g->b);
+    *xv = G->fx; *yv = G->fy;
     return TA_OK;
 }

@@ -459,7 +459,7 @@ static int va_set(PyObject *self, PyObject *x, void *what)
 static int64_t va_id(va_obj *v)
 {
     ta_seg *s = VA_SEG(v->node);
-    return (int64_t)((s->tape->tag << 32) | TA_REF(s, VA_OFF(v->node)));
+    return TA_ID(s->tape, TA_REF(s, VA_OFF(v->node)));
 }
 
 static PyObject *va_get_id(PyObject *self, void *u)
@@ -646,7 +646,7 @@ static PyObject *va_custom_info(PyObject *mod, PyObject *v)
     e = ta_cnode_of(T, s, o);
     if (!(ins = PyTuple_New(e->nuser))) return NULL;
     for (k = 0; k < e->nuser; k++) {
-        PyObject *i = PyLong_FromLongLong((long long)((T->tag << 32) | e->in[k]));
+        PyObject *i = PyLong_FromLongLong((long long)TA_ID(T, e->in[k]));
         if (!i) { Py_DECREF(ins); return NULL; }
         PyTuple_SET_ITEM(ins, k, i);
     }

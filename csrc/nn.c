@@ -31,12 +31,8 @@ static double nn_val(ta_tape *T, int64_t id)
 static int nn_node(ta_tape *T, int op, uint32_t x, ta_aux aux, double vx, double vy,
                    uint32_t *ref, double *r)
 {
-    int64_t id;
     ta_forward(op, vx, vy, r);            /* MUL, MULC, ADD, RELU: cannot fail */
-    id = ta_append(T, op, x, aux, *r);
-    if (id < 0) return (int)id;
-    *ref = (uint32_t)id;
-    return TA_OK;
+    return ta_push(T, op, x, aux, *r, ref);
 }
 
 int ta_layer(const int64_t *w, const int64_t *b, uint32_t nout, uint32_t nin,
@@ -83,7 +79,7 @@ int ta_layer(const int64_t *w, const int64_t *b, uint32_t nout, uint32_t nin,
             aux.c = 0.0;
             st = nn_node(T, TA_RELU, acc, aux, vacc, 0.0, &acc, &vacc);
         }
-        TA_HELD_IDS(h)[j] = (int64_t)((T->tag << 32) | acc);
+        TA_HELD_IDS(h)[j] = TA_ID(T, acc);
     }
     if (st == TA_OK) ta_held_take(T, h, nout);
     ta_bulk_end(T, &bk, st != TA_OK);      /* out of memory midway: all or nothing */

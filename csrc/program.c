@@ -68,6 +68,7 @@ static int ta_leaf_ref(ta_tape *T, int64_t id)
 static int ta_prog_copy(ta_tape *T, ta_prog *P, const ta_sub *S, const int64_t *outs,
                         const int64_t *ins, const int64_t *wrt)
 {
+    const struct ta_guards *G;
     uint32_t j, k, gk = 0;
     int st;
     if ((st = ta_prog_alloc(P)) != TA_OK) return st;
@@ -89,13 +90,13 @@ static int ta_prog_copy(ta_tape *T, ta_prog *P, const ta_sub *S, const int64_t *
     for (j = 0, k = 0; k < P->n; k++) {
         if (P->op[k] != TA_LEAF || P->b[k]) continue;
         P->par[j] = k; P->pv[j] = S->v[k];
-        P->parid[j] = (int64_t)((T->tag << 32) | S->ref[k]); j++;
+        P->parid[j] = TA_ID(T, S->ref[k]); j++;
     }
     for (k = 0; k < P->n; k++) if (P->op[k] == TA_LEAF) P->b[k] = 0;
-    if (T->guards) {
+    if ((G = ta_guards_if_any(T)) != NULL) {
         uint32_t gi;
-        for (gi = 0; gi < T->guards->n; gi++) {
-            ta_guard g = T->guards->g[gi];
+        for (gi = 0; gi < G->n; gi++) {
+            ta_guard g = G->g[gi];
             if (!ta_guard_in(T, &g, S->hi)) continue;
             g.a = ta_sub_row(S, g.a);
             if (!g.cst) g.b = ta_sub_row(S, g.b);
@@ -109,6 +110,7 @@ int ta_prog_new(const int64_t *outs, uint32_t nout, const int64_t *ins, uint32_t
                 const int64_t *wrt, uint32_t nwrt, ta_prog **out)
 {
     ta_tape *T = ta_self();
+    const struct ta_guards *G;
     ta_prog *P;
     ta_sub S;
     uint32_t j, k, gi, nleaf = 0, nmarkin = 0;
@@ -127,8 +129,8 @@ int ta_prog_new(const int64_t *outs, uint32_t nout, const int64_t *ins, uint32_t
     if (!P) return TA_ENOMEM;
     P->nin = nin; P->nout = nout; P->nwrt = nwrt; P->live = 1;
     if ((st = ta_sub_extract(T, outs, nout, 1, &S)) != TA_OK) { ta_prog_free(P); return st; }
-    if (T->guards)
-        for (gi = 0; gi < T->guards->n; gi++) P->ng += ta_guard_in(T, &T->guards->g[gi], S.hi);
+    if ((G = ta_guards_if_any(T)) != NULL)
+        for (gi = 0; gi < G->n; gi++) P->ng += ta_guard_in(T, &G->g[gi], S.hi);
     for (k = 0; k < S.n; k++) nleaf += S.op[k] == TA_LEAF;
     for (j = 0; j < nin; j++) nmarkin += ta_sub_row(&S, (uint32_t)ins[j]) != TA_NONE;
     P->n = S.n;
@@ -309,25 +311,4 @@ int ta_prog_load(const ta_flat_t *f, const double *params, ta_prog **out)
     if ((st = ta_code_new(P)) != TA_OK) { ta_prog_free(P); return st; }
     *out = P;
     return TA_OK;
-}
-
-/* The reference for the forward sweep's cost (benchmarks/bench_replay.py):
- * the same arithmetic as a plain loop over flat arrays, one value per
- * node, no marks, no segments, reps times. */
-int ta_prog_ref(ta_prog *P, uint32_t reps)
-{
-    double *v;
-    uint32_t r, k;
-    int st = TA_OK;
-    if (!P) return TA_EARG;
-    if (!(v = (double *)ta_malloc(((size_t)P->n + 1) * sizeof *v))) return TA_ENOMEM;
-    for (k = 0; k < P->n; k++) if (P->op[k] == TA_LEAF) v[k] = P->c[k];
-    for (r = 0; r < reps; r++)
-        for (k = 0; k < P->n; k++) {
-            int op = P->op[k];
-            if (op == TA_LEAF) continue;
-            st |= ta_forward(op, v[P->a[k]], ta_kinds[op] == TA_K_BIN ? v[P->b[k]] : P->c[k], &v[k]);
-        }
-    free(v);
-    return st ? TA_EDOMAIN : TA_OK;
 }

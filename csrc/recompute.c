@@ -49,7 +49,7 @@ void ta_plans_drop(struct ta_guards *G)
 
 static ta_plan *ta_plan_build(ta_tape *T, int64_t root, int *st)
 {
-    struct ta_guards *G = T->guards;
+    struct ta_guards *G = ta_guards_if_any(T);
     uint32_t k, gi;
     size_t n;
     ta_sub S;

@@ -35,7 +35,12 @@ struct ta_guards {
 };
 
 int ta_compare(int kind, double x, double y);
+/* T's guards, created on first use (NULL: out of memory); they are the
+ * one state attached to the tape (tapead.h: ta_attach). */
 struct ta_guards *ta_guards_of(ta_tape *T);
+/* T's guards, or NULL if none were ever recorded: creates nothing. */
+static inline struct ta_guards *ta_guards_if_any(const ta_tape *T)
+{ return (struct ta_guards *)T->attached; }
 void ta_plans_drop(struct ta_guards *G);    /* recompute.c */
 
 /* ----------------------------------------------------------- subtape */

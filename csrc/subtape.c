@@ -72,7 +72,7 @@ static void ta_unmark(ta_tape *T, uint32_t lo, uint32_t hi)
 /* Give `bit` to the nodes of guards at or before hi; returns pending. */
 uint64_t ta_mark_guards(ta_tape *T, uint64_t hi, uint8_t bit, uint64_t pending)
 {
-    struct ta_guards *G = T->guards;
+    struct ta_guards *G = ta_guards_if_any(T);
     uint32_t k;
     if (!G) return pending;
     for (k = 0; k < G->n; k++) {

@@ -5,11 +5,12 @@
  * and no Python.  Nodes reached from the root carry TA_MARK; an
  * intermediate's adjoint is zeroed when it is first reached (it holds this
  * pass's adjoint afterwards), a leaf's is not (leaves accumulate across
- * passes, as micrograd's zero_grad loop expects).  Each segment counts its
- * reached-but-unvisited nodes, so segments the pass never reached (an
- * earlier step's graph awaiting reclamation) cost one test each.  Inside detect_anomaly() the first
- * nan adjoint contribution stops the sweep with TA_EANOMALY (adjoints then
- * hold the partial sums of the aborted pass).
+ * passes, as micrograd's zero_grad loop expects).  A segment is flagged
+ * (ta_seg.marked) when a node in it is reached, so segments the pass never
+ * reached (an earlier step's graph awaiting reclamation) cost one test
+ * each.  Inside detect_anomaly() the first nan adjoint contribution stops
+ * the sweep with TA_EANOMALY (adjoints then hold the partial sums of the
+ * aborted pass).
  *
  * A node's local chain-rule step is its op's d_ rule (ops.h) times its
  * adjoint, given to its inputs: in the sweep by a case generated from the op
@@ -86,7 +87,7 @@ TA_COLD int ta_run_rule(ta_tape *T, ta_seg *s, uint32_t i, uint64_t *pending)
     sw.at = ((uint64_t)s->pos << 32) | i;
     sw.pending = pending;
     T->sw = &sw;
-    rc = (ta_rule_hook ? ta_rule_hook : ta_custom_rule)((int64_t)((T->tag << 32) | TA_REF(s, i)),
+    rc = (ta_rule_hook ? ta_rule_hook : ta_custom_rule)(TA_ID(T, TA_REF(s, i)),
                                                        ta_cnode_of(T, s, i)->key);
     T->sw = NULL;
     return rc == 0 ? TA_OK : TA_EPYTHON;

@@ -84,7 +84,8 @@ typedef struct ta_tape {
     int       nograd;            /* > 0 inside tapead.no_grad()             */
     int       anomaly;           /* > 0 inside tapead.detect_anomaly()      */
     struct ta_tape *ng;          /* leaf-only arena for no_grad results     */
-    struct ta_guards *guards;  /* replay.c: comparisons recorded as guards */
+    void     *attached;          /* state a layer above the core keeps here (ta_attach) */
+    const struct ta_attach *hooks;   /* what the collector and ta_tape_free call on it */
     struct ta_cnodes *cn;        /* custom.c: the custom nodes' side table  */
     struct ta_sweep  *sw;        /* set while backward() runs a Python rule */
     int64_t   err_node;          /* the custom node behind the last TA_ECUSTOM */
@@ -105,7 +106,10 @@ void *ta_calloc(size_t k, size_t n);
 void *ta_realloc(void *p, size_t n);
 ta_seg *ta_seg_alloc(void);      /* aligned to TA_SEG_ALIGN */
 void  ta_seg_free(ta_seg *s);
+
+/* thread.c: the thread's tape. */
 ta_tape *ta_self(void);          /* this thread's tape, created on demand  */
+ta_tape *ta_self_if_any(void);   /* this thread's tape, or NULL: never creates one */
 
 /* Atomic counters (holds are dropped from any thread). */
 #if defined(_MSC_VER)
@@ -118,6 +122,12 @@ ta_tape *ta_self(void);          /* this thread's tape, created on demand  */
 #  define TA_ATOMIC_ADD64(p, d) __atomic_add_fetch((p), (d), __ATOMIC_ACQ_REL)
 #  define TA_ATOMIC_LOAD32(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
 #endif
+
+/* tape.c: the arena.  A new tape (root: NULL for a thread's own tape, else
+ * the thread tape that owns this no_grad arena); dropping a reference to a
+ * thread's tape, which frees it with the last. */
+ta_tape *ta_tape_new(ta_tape *root);
+void ta_tape_unref(ta_tape *R);
 
 /* Holds (see the top of this file).  ta_hold: only in the tape's own
  * thread; ta_unhold: from any thread, and may free the whole tape. */
@@ -136,24 +146,45 @@ void ta_unhold_seg(ta_seg *s);
 int  ta_held_fits(const int64_t *h, size_t n);
 void ta_held_take(ta_tape *T, int64_t *h, size_t n);
 
+/* Open a new current segment for T (collecting first if due); free one
+ * (its slot is reused; no hold may remain on it). */
+int  ta_new_seg(ta_tape *T);
+void ta_free_seg(ta_tape *T, ta_seg *s);
+int  ta_gc(ta_tape *T);          /* reclaim; returns segments freed */
+
+/* A layer above the core that keeps per-tape state naming nodes (guard.c:
+ * its guards) attaches it: T->attached is the state, T->hooks the calls
+ * the core makes on it, both set together in the tape's own thread.
+ * collected(T) runs at the end of every collection of T, to drop what
+ * names freed nodes; release(T) when T is freed, in whatever thread drops
+ * the last hold.  The core never looks inside. */
+struct ta_attach {
+    void (*collected)(ta_tape *T);
+    void (*release)(ta_tape *T);
+};
+
 /* ref <-> segment/offset; refs come from the tape itself, so unchecked. */
 #define TA_SEGOF(T, ref) ((T)->segs[(ref) >> TA_SHIFT])
 #define TA_OFF(ref)      ((ref) & TA_MASK)
 #define TA_REF(s, off)   (((s)->slot << TA_SHIFT) | (uint32_t)(off))
 
-/* Look up an id from Python: checks tag, slot and offset.  Only nodes of
+/* access.c: ids from Python.  Internal C works with refs; an id is what
+ * Python sees: the tape's tag above a ref (cdef.h).  TA_ID makes one;
+ * ta_resolve looks one up, checking tag, slot and offset.  Only nodes of
  * T itself resolve; an id of T's no_grad arena gives TA_ENOGRAD. */
+#define TA_ID(T, ref) ((int64_t)(((uint64_t)(T)->tag << 32) | (uint32_t)(ref)))
 int ta_resolve(ta_tape *T, int64_t id, ta_seg **s, uint32_t *off);
 /* As ta_resolve, but no_grad values resolve too (*ng set to 1 for them). */
 int ta_resolve_any(ta_tape *T, int64_t id, ta_seg **s, uint32_t *off, int *ng);
 
-int ta_gc(ta_tape *T);        /* reclaim; returns segments freed */
-
-/* ta_backward from node ro of segment rs, a node of T itself (resolved, or
- * held by the caller: the native front's Value). */
+/* sweep.c: ta_backward from node ro of segment rs, a node of T itself
+ * (resolved, or held by the caller: the native front's Value). */
 int ta_backward_at(ta_tape *T, ta_seg *rs, uint32_t ro);
 
-/* Append one node; returns its id or a negative status. */
+/* record.c: appending nodes.  Append one node: ta_push gives its ref and
+ * returns a status; ta_append, for callers that hand the node to Python,
+ * returns its id or a negative status. */
+int     ta_push(ta_tape *T, int op, uint32_t x, ta_aux aux, double val, uint32_t *ref);
 int64_t ta_append(ta_tape *T, int op, uint32_t x, ta_aux aux, double val);
 
 /* The key of a segment: the id of its first node >> TA_SHIFT (tape tag
@@ -243,9 +274,5 @@ int ta_custom_rule(int64_t node, int64_t key);
  * native.c; NULL: use ta_custom_rule, the cffi callback). */
 extern int (*ta_rule_hook)(int64_t node, int64_t key);
 
-/* replay.c: guards die with their nodes (called at the end of ta_gc) and
- * with the tape. */
-void ta_guards_gc(ta_tape *T);
-void ta_guards_free(ta_tape *T);
 
 #endif
