@@ -203,8 +203,7 @@ int64_t ta_guard_count(void);
 int     ta_guard_clear(void);
 /* Describe guard number g (from the last TA_EGUARD): its comparison, the
  * recorded outcome, and the values that flipped it. */
-int     ta_guard_info(int64_t g, int *kind, int64_t *x, int64_t *y, double *c,
-                      int *outcome, double *xv, double *yv);
+int     ta_guard_info(int64_t g, int *kind, int *outcome, double *xv, double *yv);
 int64_t ta_guard_failed(void);                     /* guard index of the last TA_EGUARD */
 
 /* Re-evaluate every node root depends on (and the nodes of guards recorded

@@ -225,8 +225,7 @@ int64_t ta_guard_failed(void)
     return G ? G->failed : -1;
 }
 
-int ta_guard_info(int64_t gi, int *kind, int64_t *x, int64_t *y, double *c,
-                  int *outcome, double *xv, double *yv)
+int ta_guard_info(int64_t gi, int *kind, int *outcome, double *xv, double *yv)
 {
     ta_tape *T = ta_self();
     struct ta_guards *G;
@@ -234,9 +233,7 @@ int ta_guard_info(int64_t gi, int *kind, int64_t *x, int64_t *y, double *c,
     if (!T) return TA_ENOMEM;
     if (!(G = ta_guards_if_any(T)) || gi < 0 || (uint64_t)gi >= G->n) return TA_EARG;
     g = &G->g[gi];
-    *kind = g->kind; *outcome = g->out; *c = g->c;
-    *x = TA_ID(T, g->a);
-    *y = g->cst ? -1 : TA_ID(T, g->b);
+    *kind = g->kind; *outcome = g->out;
     *xv = G->fx; *yv = G->fy;
     return TA_OK;
 }

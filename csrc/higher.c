@@ -172,13 +172,13 @@ static int hi_emit(ta_tape *T, hi_em *E, const int64_t *roots, const double *w, 
         a.g.id = gid[k]; a.g.c = a.g.id ? 0.0 : adj[k];
         if (hi_is_zero(a.g)) continue;
         x = S.a[k]; y = S.b[k];
-        a.x = (int64_t)((T->tag << 32) | S.ref[x]);
+        a.x = TA_ID(T, S.ref[x]);
         a.xv = S.v[x];
-        a.r = (int64_t)((T->tag << 32) | S.ref[k]);
+        a.r = TA_ID(T, S.ref[k]);
         a.rv = S.v[k];
         a.y = 0; a.c = 0.0; a.yv = 0.0;
         if (kind == TA_K_BIN) {
-            a.y = (int64_t)((T->tag << 32) | S.ref[y]);
+            a.y = TA_ID(T, S.ref[y]);
             a.yv = S.v[y];
         } else if (kind == TA_K_CST) a.c = a.yv = S.c[k];
         a.dx = a.dy = hi_zero;

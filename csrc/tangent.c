@@ -97,7 +97,7 @@ int64_t ta_trace(int64_t root, int64_t cap, int nin, const int64_t *inputs,
     for (k = 0; k < S.n; k++) {
         int op = S.op[k], kind = ta_kinds[op];
         out->op[k] = op;
-        out->id[k] = (int64_t)((T->tag << 32) | S.ref[k]);
+        out->id[k] = TA_ID(T, S.ref[k]);
         out->val[k] = S.v[k];
         out->x[k] = kind == TA_K_LEAF ? -1 : (int64_t)S.a[k];
         out->y[k] = kind == TA_K_BIN ? (int64_t)S.b[k] : -1;

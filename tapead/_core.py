@@ -147,10 +147,9 @@ def error(code: int, sweep: str = "") -> Exception:
                                 f"arriving there: 0 * inf, or inf - inf)")
         return AnomalyError(f"detect_anomaly: {at} produced a non-finite value")
     if code == lib.TA_EGUARD:
-        out = [ffi.new(t) for t in ("int *", "int64_t *", "int64_t *", "double *",
-                                    "int *", "double *", "double *")]
+        kind, outcome, xv, yv = out = [ffi.new(t) for t in ("int *", "int *", "double *", "double *")]
         lib.ta_guard_info(lib.ta_guard_failed(), *out)
-        return guard_error(out[0][0], out[4][0], out[5][0], out[6][0])
+        return guard_error(kind[0], outcome[0], xv[0], yv[0])
     if code in (lib.TA_ECUSTOM, lib.TA_EPYTHON, lib.TA_EBUSY):
         return _refusal("python" if code == lib.TA_EPYTHON else
                         "busy" if code == lib.TA_EBUSY else "custom")
