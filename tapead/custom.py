@@ -638,7 +638,7 @@ def refusal(why: str) -> Exception:
         f"{what}: recompute, compile, jvp, wengert, grad, hvp, hessian and jacobian run the "
         f"tape in C at other points or to higher order, which such a node cannot do "
         f"(backward() can). Write {nm!r} with tapead's built-in ops instead (for example "
-        f"softplus as (1 + x.exp()).log(), cube as x**3): each carries its own rule")
+        f"softplus as x.exp().log1p(), cube as x**3): each carries its own rule")
 
 
 
