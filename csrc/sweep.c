@@ -87,6 +87,7 @@ TA_COLD int ta_run_rule(ta_tape *T, ta_seg *s, uint32_t i, uint64_t *pending)
     sw.at = ((uint64_t)s->pos << 32) | i;
     sw.pending = pending;
     T->sw = &sw;
+    T->rules_run++;
     rc = (ta_rule_hook ? ta_rule_hook : ta_custom_rule)(TA_ID(T, TA_REF(s, i)),
                                                        ta_cnode_of(T, s, i)->key);
     T->sw = NULL;
@@ -129,9 +130,12 @@ int ta_backward(int64_t root)
     ta_seg *rs;
     uint32_t ro;
     int st;
+    uint64_t ran;
     if (!T) return TA_ENOMEM;
     if ((st = ta_resolve(T, root, &rs, &ro)) != TA_OK) return st;
-    return ta_backward_at(T, rs, ro);
+    ran = T->rules_run;
+    st = ta_backward_at(T, rs, ro);
+    return st == TA_OK && T->rules_run != ran ? TA_RULESRAN : st;
 }
 
 int ta_backward_at(ta_tape *T, ta_seg *rs, uint32_t ro)

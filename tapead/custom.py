@@ -138,12 +138,22 @@ class _State:
         self.sweeping = False             # (set by ta_custom_rule, cleared by swept())
 
 
+class _PerThread(_core._local):
+    """This thread's _State, None until it first needs one (_state).  A
+    class default, not a missing attribute: backward() asks after every
+    sweep (swept), and a caught AttributeError there cost the cffi front
+    ~30 ns a node of the README expression's backward."""
+    state: Optional[_State] = None
+
+
+_pt = _PerThread()
+
+
 def _state() -> _State:
-    try:
-        return _tl.custom  # type: ignore[no-any-return]
-    except AttributeError:
-        st = _tl.custom = _State()
-        return st
+    S = _pt.state
+    if S is None:
+        S = _pt.state = _State()
+    return S
 
 
 def _raw_info(v: Any) -> Optional[Tuple[int, int, Tuple[int, ...]]]:
@@ -157,7 +167,7 @@ def _held_ids(ids: List[int]) -> List[Any]:
     front's; the native front's is _native.held).  Inside backward() the
     tokens are shared: one per segment for the whole sweep (_State.toks),
     not a held list, a box and a token per rule run."""
-    S = _tl.custom
+    S = _state()
     toks = S.toks
     V = _engine.PyValue
     out: List[Any] = []
@@ -180,9 +190,8 @@ def swept() -> None:
     """backward() has returned: let go of the tokens its rule runs shared
     (they held segments only the sweep needed; Values a rule kept hold
     their own)."""
-    try:
-        S = _tl.custom
-    except AttributeError:
+    S = _pt.state
+    if S is None or not S.sweeping:   # (no rule ran: the common case, kept cheap)
         return
     S.sweeping = False
     if S.toks:
@@ -379,10 +388,7 @@ def set_backward(v: Any, fn: Any) -> None:
     if key == 0:
         raise AttributeError("a node made by tapead.precomputed differentiates by its partials; "
                              "its _backward cannot be replaced")
-    try:
-        S = _tl.custom
-    except AttributeError:
-        S = _state()
+    S = _pt.state or _state()
     S.recs[key] = _Rec(fn, cells, defs)
     if cells or defs:
         S.pending.append(key)
@@ -406,10 +412,7 @@ def _step(v: Any) -> None:
 def _run(key: int, node: int) -> None:
     """Run the rule of custom node `node`, with Values standing where scan()
     released them."""
-    try:
-        rec = _tl.custom.recs.get(key)
-    except AttributeError:
-        rec = _state().recs.get(key)
+    rec = (_pt.state or _state()).recs.get(key)
     if rec is None:
         return
     stood = rec.stood
@@ -446,10 +449,7 @@ def _run(key: int, node: int) -> None:
 def ta_custom_rule(node: int, key: int) -> int:
     """Called by the C sweep at a node with a Python rule (csrc/sweep.c)."""
     try:
-        try:
-            _tl.custom.sweeping = True     # (backward() calls swept() when it returns)
-        except AttributeError:
-            _state().sweeping = True
+        (_pt.state or _state()).sweeping = True   # (backward() calls swept() when it returns)
         _run(key, node)
     except BaseException as e:   # KeyboardInterrupt too: backward() re-raises it
         _tl.custom_exc = e
@@ -603,7 +603,7 @@ def drain(S: Optional[_State] = None) -> int:
 def settle() -> int:
     """What collect() adds for custom nodes: scan, collect and drain until
     nothing more dies; returns the segments freed."""
-    S = getattr(_tl, "custom", None)
+    S = _pt.state
     freed = 0
     while S is not None and S.recs:
         scan(S)                  # (drains what the last collection killed)

@@ -259,9 +259,10 @@ class Value:
     def backward(self) -> None:
         """Seed this node's gradient with 1 and sweep the tape back, in C."""
         st = _backward(self._i)
-        _swept()
-        if st:
-            raise error(st, sweep="backward")
+        if st:   # Python rules ran (TA_RULESRAN) or an error: let go of what they shared
+            _swept()
+            if st < 0:
+                raise error(st, sweep="backward")
 
     # ------------------------------------------------------------- operators
     # Each is one node; a plain-number operand travels as the op's constant.
