@@ -257,7 +257,7 @@ int ta_plain(ta_tape *T, const int64_t *roots, size_t n, int guards)
         ta_seg *s; uint32_t o; uint64_t w;
         if (ta_resolve(T, roots[j], &s, &o) != TA_OK) continue;   /* the caller reports it */
         ta_mark(s, o, TA_MARK, &pending);
-        w = ((uint64_t)s->pos << 32) | o;
+        w = ta_order(s, o);
         if (w >= hi) { hi = w; hip = s->pos; }
     }
     if (!pending) return TA_OK;
@@ -296,7 +296,7 @@ int ta_custom_plain(const int64_t *roots, size_t n)
 
 static int ta_before_current(ta_tape *T, ta_seg *s, uint32_t o)
 {
-    return s->tape == T && (((uint64_t)s->pos << 32) | o) < T->sw->at;
+    return s->tape == T && ta_order(s, o) < T->sw->at;
 }
 
 double ta_adj_get_sw(ta_tape *T, ta_seg *s, uint32_t o)

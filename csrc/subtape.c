@@ -23,7 +23,7 @@
 /* Tape order of a ref: (segment position, offset) packed for comparison. */
 uint64_t ta_where(ta_tape *T, uint32_t ref)
 {
-    return ((uint64_t)TA_SEGOF(T, ref)->pos << 32) | TA_OFF(ref);
+    return ta_order(TA_SEGOF(T, ref), TA_OFF(ref));
 }
 
 /* Is guard g (tape refs) recorded on nodes at or before `hi`? */

@@ -84,7 +84,7 @@ TA_COLD int ta_run_rule(ta_tape *T, ta_seg *s, uint32_t i, uint64_t *pending)
 {
     struct ta_sweep sw;
     int rc;
-    sw.at = ((uint64_t)s->pos << 32) | i;
+    sw.at = ta_order(s, i);
     sw.pending = pending;
     T->sw = &sw;
     T->rules_run++;

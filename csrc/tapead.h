@@ -92,8 +92,15 @@ typedef struct ta_tape {
     int64_t   err_node;          /* the custom node behind the last TA_ECUSTOM */
 } ta_tape;
 
+/* A node's place in tape order (segment position, offset), packed so that
+ * earlier nodes compare smaller. */
+static inline uint64_t ta_order(const ta_seg *s, uint32_t o)
+{
+    return ((uint64_t)s->pos << 32) | o;
+}
+
 /* While backward() runs a custom node's Python rule: the node being
- * visited (tape order, as ta_where) and the sweep's count of reached,
+ * visited (tape order: ta_order) and the sweep's count of reached,
  * unvisited nodes.  .grad of an earlier node then reads and writes the
  * sweep's live adjoint (ta_adj_get / ta_adj_put); the collector and every
  * other sweep stay off. */

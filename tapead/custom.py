@@ -388,7 +388,7 @@ def set_backward(v: Any, fn: Any) -> None:
     if key == 0:
         raise AttributeError("a node made by tapead.precomputed differentiates by its partials; "
                              "its _backward cannot be replaced")
-    S = _pt.state or _state()
+    S = _state()
     S.recs[key] = _Rec(fn, cells, defs)
     if cells or defs:
         S.pending.append(key)
@@ -412,7 +412,7 @@ def _step(v: Any) -> None:
 def _run(key: int, node: int) -> None:
     """Run the rule of custom node `node`, with Values standing where scan()
     released them."""
-    rec = (_pt.state or _state()).recs.get(key)
+    rec = _state().recs.get(key)
     if rec is None:
         return
     stood = rec.stood
@@ -449,7 +449,7 @@ def _run(key: int, node: int) -> None:
 def ta_custom_rule(node: int, key: int) -> int:
     """Called by the C sweep at a node with a Python rule (csrc/sweep.c)."""
     try:
-        (_pt.state or _state()).sweeping = True   # (backward() calls swept() when it returns)
+        _state().sweeping = True   # (backward() calls swept() when it returns)
         _run(key, node)
     except BaseException as e:   # KeyboardInterrupt too: backward() re-raises it
         _tl.custom_exc = e
