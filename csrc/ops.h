@@ -11,6 +11,7 @@
 #ifndef TAPEAD_OPS_H
 #define TAPEAD_OPS_H
 #include <math.h>
+#include <string.h>
 #include "tapead.h"
 #include "terms.h"
 
@@ -29,18 +30,48 @@ static inline int py_pow(double x, double y, double *r)
     if (FIN(x) && FIN(y) && isinf(*r)) return TA_ERANGE;
     return TA_OK;
 }
-/* d(x^y)/dx = y x^(y-1), written as micrograd does: (y * x**(y-1)).  For
- * x**2, the commonest power, that is pow(x, 1.0), which is x exactly for
- * every x (±0, ±inf and nan included: a result within an ulp of an exact,
- * representable x is x), so it skips the call: a third of the README
- * expression's backward was spent in pow.  For y = 0, x**0 is the constant
- * 1: its derivative is 0 everywhere, also at x = 0 where 0 * 0**-1 would
- * be nan (micrograd raises ZeroDivisionError there; PyTorch gives 0). */
+/* pow(x, 2.0), libm's number, without the call where that number is
+ * certainly x * x.  x * x is the square correctly rounded; libm's pow
+ * rounds an approximation within a few hundredths of an ulp of the exact
+ * power (glibc and musl: 0.52 ulp in all), so the two differ only where
+ * the exact square lies that close to a midpoint between two doubles --
+ * which happens (x with a mantissa of 27 bits or fewer can square to an
+ * exact midpoint, and there glibc's pow and ties-to-even part ways).  So:
+ * take the rounding error of x * x exactly (Dekker's product, exact in
+ * this range; -ffp-contract=off keeps it unfused) and keep x * x only
+ * where the exact square is within 3/8 of an ulp of it: far from either
+ * midpoint (the one below a power of two is a quarter ulp away: there
+ * within 3/16).  Elsewhere, and for x out of the range, pow decides: called
+ * with a volatile 2.0, since compilers fold pow(x, 2.0) into x * x. */
+static inline double pow_sq(double x)
+{
+    static volatile const double two = 2.0;
+    double p = x * x, t, hi, lo, err, e2;
+    uint64_t bits;
+    if (!(fabs(x) > 0x1p-400 && fabs(x) < 0x1p+400)) return pow(x, two);
+    t = 134217729.0 * x;                 /* 2^27 + 1: Veltkamp's split */
+    hi = t - (t - x);
+    lo = x - hi;
+    err = ((hi * hi - p) + 2.0 * hi * lo) + lo * lo;   /* x * x - p, exactly */
+    memcpy(&bits, &p, sizeof bits);
+    bits &= 0x7ff0000000000000u;         /* 2^e <= p < 2^(e+1): the ulp is 2^(e-52) */
+    memcpy(&e2, &bits, sizeof e2);
+    if (fabs(err) <= (p == e2 ? 0x3p-56 : 0x3p-55) * e2) return p;
+    return pow(x, two);
+}
+/* d(x^y)/dx = y x^(y-1), written as micrograd does: (y * x**(y-1)).  The
+ * commonest powers skip the call to pow, which took a third of the README
+ * expression's backward: for x**2 that is pow(x, 1.0), which is x exactly
+ * for every x (±0, ±inf and nan included: a result within an ulp of an
+ * exact, representable x is x); for x**3, pow(x, 2.0), pow_sq's.  For
+ * y = 0, x**0 is the constant 1: its derivative is 0 everywhere, also at
+ * x = 0 where 0 * 0**-1 would be nan (micrograd raises ZeroDivisionError
+ * there; PyTorch gives 0). */
 static inline double dpow_dx(double x, double y)
 {
     double e = y - 1.0;
     if (y == 0.0) return 0.0;
-    return y * (e == 1.0 ? x : pow(x, e));
+    return y * (e == 1.0 ? x : e == 2.0 ? pow_sq(x) : pow(x, e));
 }
 /* d(x^y)/dy = x^y ln x; 0 where x == 0 and y >= 0 (the limit), as PyTorch */
 static inline double dpow_dy(double x, double y, double r)

@@ -129,6 +129,54 @@ def test_square_gradient_is_micrographs_formula_bit_for_bit(x):
         assert repr(a.grad) == repr(want) and math.copysign(1, a.grad) == math.copysign(1, want), (x, a.grad)
 
 
+def _cube_gradient_cases():
+    """x whose square is an exact midpoint between two doubles (odd 27-bit
+    mantissas: there libm's pow(x, 2.0) and x * x part ways) or close to
+    one, powers of two and their neighbours, and the range's ends."""
+    import random
+    rng = random.Random(7)
+    xs = [0.7162394151091576, 0.8738429471850395, 1.0, 2.0, 0.5, 3.0,
+          math.sqrt(2.0), math.nextafter(1.0, 0), math.nextafter(1.0, 2),
+          2.0 ** -400, 2.0 ** 400, math.nextafter(2.0 ** -400, 1), math.nextafter(2.0 ** 400, 0),
+          1e-200, 1e200, 5e-324, 1e154, -1e154, 0.0, -0.0, math.inf, -math.inf, math.nan]
+    for _ in range(300):
+        k = rng.randrange(2 ** 26, 2 ** 28) | 1
+        x = math.ldexp(k, -27 + rng.randrange(-300, 300))
+        xs += [x, -x, math.nextafter(x, 0), math.nextafter(x, math.inf)]
+    return xs
+
+
+def test_cube_gradient_is_micrographs_formula_bit_for_bit():
+    """x**3's gradient 3 * x**2.0 skips libm's pow where x * x is certainly
+    its number (csrc/ops.h, pow_sq): it must be micrograd's
+    0 + (3 * x**(3-1)) * 1.0 to the bit, at the squares that are (or are
+    near) a midpoint, where pow and x * x differ, too."""
+    xs = _cube_gradient_cases()
+    assert any(x ** 2.0 != x * x for x in xs)        # the cases reach pow's own rounding
+    for x in xs:
+        try:
+            want = 0 + (3 * x ** (3 - 1)) * 1.0
+        except OverflowError:                          # micrograd's gradient overflows: none to match
+            continue
+        for make in (lambda a: a ** 3, lambda a: a ** Value(3.0)):
+            a = Value(x)
+            try:
+                y = make(a)
+            except OverflowError:
+                continue                               # x**3 itself overflows: no gradient to take
+            y.backward()
+            assert repr(a.grad) == repr(want), (x, a.grad, want)
+
+
+@settings(max_examples=300, deadline=None)
+@given(fl(-1e100, 1e100))
+def test_cube_gradient_matches_micrograd_anywhere(x):
+    from conftest import MG
+    m, a = MG(x), Value(x)
+    (m ** 3).backward(); (a ** 3).backward()
+    assert repr(a.grad) == repr(m.grad)
+
+
 # ------------------------------------------------- division by a constant
 # x / c is recorded as x * c**-1, micrograd's value to the bit (c**-1, libm's
 # pow, is not always 1/c), where c**-1 is a normal float; where it is not
