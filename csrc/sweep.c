@@ -27,15 +27,23 @@
 
 /* Add v to the adjoint of node o of segment s.  On first arrival the node
  * is marked, its segment flagged, and an intermediate's adjoint is set
- * rather than added to (it holds only this pass's adjoint). */
-static inline void ta_accum(ta_seg *s, uint32_t o, double v, uint64_t *pending)
+ * rather than added to (it holds only this pass's adjoint); returns 1 then,
+ * else 0: the sweep adds it to its count of marked nodes in a register
+ * (counted through a pointer, gcc kept the count on the stack, and every
+ * node waited on a store and a reload of it). */
+static inline unsigned ta_arrive(ta_seg *s, uint32_t o, double v)
 {
     uint8_t b = s->op[o];
-    if (b & TA_MARK || (b & TA_OPMASK) == TA_LEAF) { s->adj[o] += v; return; }
+    if (b & TA_MARK || (b & TA_OPMASK) == TA_LEAF) { s->adj[o] += v; return 0; }
     s->op[o] = (uint8_t)(b | TA_MARK);
     s->marked = 1;
-    ++*pending;
     s->adj[o] = 0.0 + v;  /* 0.0 + v: -0.0 becomes 0.0, as micrograd's 0 + v */
+    return 1;
+}
+
+static inline void ta_accum(ta_seg *s, uint32_t o, double v, uint64_t *pending)
+{
+    *pending += ta_arrive(s, o, v);
 }
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -98,31 +106,74 @@ TA_COLD int ta_run_rule(ta_tape *T, ta_seg *s, uint32_t i, uint64_t *pending)
  * on the op code does the dispatch and the step together, so the kind is a
  * constant in each case (no kind lookup, no second test for BIN) and each
  * case loads only the values its d_ rule reads.  g is node i's adjoint;
- * inside detect_anomaly() a nan contribution jumps to `anomalous` before
- * any input is given anything, as ta_node_step. */
+ * inside detect_anomaly() a nan contribution stops before any input is
+ * given anything, as ta_node_step. */
 #define TA_SW_IN(ref, sp, op_)  ta_seg *sp = segs[(ref) >> TA_SHIFT]; uint32_t op_ = TA_OFF(ref)
 #define TA_SW_LEAF(NAME) continue;
-#define TA_SW_NARY(NAME) goto custom;
+#define TA_SW_NARY(NAME) goto stop;
 #define TA_SW_UN(NAME) {                                                      \
         uint32_t xr = s->x[i]; TA_SW_IN(xr, sx, ox);                          \
         d_##NAME(sx->val[ox], 0.0, s->val[i], &dx, &dy);                      \
-        if (anomaly && isnan(dx * g)) goto anomalous;                         \
-        ta_accum(sx, ox, dx * g, &pending);                                   \
+        if (anomaly && isnan(dx * g)) goto stop;                              \
+        pending += ta_arrive(sx, ox, dx * g);                                 \
         continue; }
 #define TA_SW_CST(NAME) {                                                     \
         uint32_t xr = s->x[i]; TA_SW_IN(xr, sx, ox);                          \
         d_##NAME(sx->val[ox], s->aux[i].c, s->val[i], &dx, &dy);              \
-        if (anomaly && isnan(dx * g)) goto anomalous;                         \
-        ta_accum(sx, ox, dx * g, &pending);                                   \
+        if (anomaly && isnan(dx * g)) goto stop;                              \
+        pending += ta_arrive(sx, ox, dx * g);                                 \
         continue; }
 #define TA_SW_BIN(NAME) {                                                     \
         uint32_t xr = s->x[i], yr = s->aux[i].y;                              \
         TA_SW_IN(xr, sx, ox); TA_SW_IN(yr, sy, oy);                           \
         d_##NAME(sx->val[ox], sy->val[oy], s->val[i], &dx, &dy);              \
-        if (anomaly && (isnan(dx * g) || isnan(dy * g))) goto anomalous;      \
-        ta_accum(sx, ox, dx * g, &pending);                                   \
-        ta_accum(sy, oy, dy * g, &pending);                                   \
+        if (anomaly && (isnan(dx * g) || isnan(dy * g))) goto stop;           \
+        pending += ta_arrive(sx, ox, dx * g);                                 \
+        pending += ta_arrive(sy, oy, dy * g);                                 \
         continue; }
+
+/* Sweep segment s down from node *at (exclusive) while marked nodes are
+ * pending: returns 0 when the segment is done or nothing is pending, 1
+ * with *at on a custom node (its mark cleared, its step not taken), 2 with
+ * *at on the node whose contribution is nan (anomaly only; nothing given).
+ * Inlined twice, anomaly constant, so the common sweep tests nothing for
+ * it; its few live values (segs, s, i, pending) then stay in registers. */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((always_inline))
+#endif
+static inline int ta_sweep_seg(ta_seg *const *segs, ta_seg *s, uint32_t *at,
+                               uint64_t *pendingp, const int anomaly)
+{
+    uint32_t i = *at;
+    uint64_t pending = *pendingp;
+    int ev = 0;
+    while (pending && i-- > 0) {
+        uint8_t b = s->op[i];
+        double g, dx, dy;
+        if (!(b & TA_MARK)) continue;
+        s->op[i] = (uint8_t)(b & ~TA_MARK);
+        pending--;
+        g = s->adj[i];
+        switch (b & TA_OPMASK) {
+#define TA_OP(NAME, KIND, SYM, ...) case TA_##NAME: TA_SW_##KIND(NAME)
+#include "ops.def"
+#undef TA_OP
+        default: continue;             /* (no such op is ever recorded) */
+        }
+    stop:
+        ev = (b & TA_OPMASK) == TA_CUSTOM ? 1 : 2;
+        break;
+    }
+    *at = i;
+    *pendingp = pending;
+    return ev;
+}
+#undef TA_SW_IN
+#undef TA_SW_LEAF
+#undef TA_SW_NARY
+#undef TA_SW_UN
+#undef TA_SW_CST
+#undef TA_SW_BIN
 
 int ta_backward(int64_t root)
 {
@@ -140,21 +191,14 @@ int ta_backward(int64_t root)
 
 int ta_backward_at(ta_tape *T, ta_seg *rs, uint32_t ro)
 {
-    ta_seg **segs;
     uint32_t p;
     uint64_t pending = 1;               /* marked nodes not yet visited, all segments */
-    int st = TA_OK, anomaly;
+    int st = TA_OK;
     if (T->sw) return TA_EBUSY;         /* backward() inside a Python rule */
 
     rs->op[ro] |= TA_MARK;
     rs->marked = 1;
     rs->adj[ro] = 1.0;
-    /* Kept in locals: the build has no strict aliasing, so every byte
-     * stored to op[] would make the compiler reload them from T.  Only a
-     * Python rule can change them (it may record, growing segs); they are
-     * read again after one. */
-    segs = T->segs;
-    anomaly = T->anomaly;
     /* A node's mark is cleared when it is visited (no later node can reach
      * it again); a segment no reached node lives in is skipped whole (its
      * flag is clear: only nodes of its own or of later segments can flag
@@ -171,54 +215,32 @@ int ta_backward_at(ta_tape *T, ta_seg *rs, uint32_t ro)
             s->marked = 0;
             continue;
         }
-    resume:
-        while (pending && i-- > 0) {
-            uint8_t b = s->op[i];
-            double g, dx, dy;
-            if (!(b & TA_MARK)) continue;
-            s->op[i] = (uint8_t)(b & ~TA_MARK);
-            pending--;
-            g = s->adj[i];
-            switch (b & TA_OPMASK) {
-#define TA_OP(NAME, KIND, SYM, ...) case TA_##NAME: TA_SW_##KIND(NAME)
-#include "ops.def"
-#undef TA_OP
-            default: continue;             /* (no such op is ever recorded) */
-            }
-        anomalous:                         /* cold: the values, for the message */
-            {
+        for (;;) {
+            /* T->segs and T->anomaly read again each time: a Python rule
+             * may record (growing segs) or enter detect_anomaly() */
+            int ev = T->anomaly ? ta_sweep_seg(T->segs, s, &i, &pending, 1)
+                                : ta_sweep_seg(T->segs, s, &i, &pending, 0);
+            if (ev == 0) break;
+            if (ev == 1) {                 /* node i of s is a custom node */
+                const ta_cnode *e = ta_cnode_of(T, s, i);
+                uint64_t left = pending;   /* a copy: pending's address must not escape */
+                st = e->d ? ta_cnode_step(T, e, s->adj[i], &left) : ta_run_rule(T, s, i, &left);
+                pending = left;
+                if (st == TA_OK) continue;
+                if (st == TA_EANOMALY) { T->err_op = TA_CUSTOM; T->err_x = T->err_y = 0.0; }
+            } else {                       /* cold: the values, for the message */
                 ta_local L;
                 ta_local_at(T, s, i, &L);
                 T->err_op = L.op; T->err_x = L.xv; T->err_y = L.yv;
                 st = TA_EANOMALY;
-                break;
             }
+            break;
         }
         if (st == TA_OK) s->marked = 0;
         else p++;                          /* revisit this segment to clear its marks */
-        continue;
-    custom:                                /* node i of s is a custom node */
-        {
-            uint64_t left = pending;       /* a copy: pending's address must not escape, so
-                                              that it stays in a register in the loop */
-            const ta_cnode *e = ta_cnode_of(T, s, i);
-            st = e->d ? ta_cnode_step(T, e, s->adj[i], &left) : ta_run_rule(T, s, i, &left);
-            pending = left;
-            segs = T->segs;                /* a Python rule may have recorded */
-            anomaly = T->anomaly;
-            if (st == TA_OK) goto resume;
-            if (st == TA_EANOMALY) { T->err_op = TA_CUSTOM; T->err_x = T->err_y = 0.0; }
-            p++;                           /* revisit this segment to clear its marks */
-        }
     }
     return st;
 }
-#undef TA_SW_IN
-#undef TA_SW_LEAF
-#undef TA_SW_NARY
-#undef TA_SW_UN
-#undef TA_SW_CST
-#undef TA_SW_BIN
 
 int ta_step(int64_t id)
 {
