@@ -21,6 +21,8 @@ if sys.platform == "win32":
 else:
     cflags = ["-O3", "-std=c99", "-Wall", "-Wextra", "-fno-strict-aliasing", "-ffp-contract=off", "-pthread"]
     ldflags = ["-lm", "-pthread"]
+    if sys.platform.startswith("linux"):   # calls between the library's own files bind directly, not
+        ldflags.append("-Wl,-Bsymbolic-functions")   # through the PLT (the fronts call into it per op)
     if os.environ.get("TAPEAD_SANITIZE"):
         cflags += ["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined"]
         ldflags += ["-fsanitize=address,undefined"]
