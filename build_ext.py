@@ -117,7 +117,7 @@ def opsurface():
     ops += ["\n", textwrap.fill(", ".join(f'"{r["NAME"]}"' for r in rows) + "]",
                                 initial_indent="__all__ = [", subsequent_indent="           ",
                                 width=100), "\n",
-            "IDENTS = tuple(__all__)   # (checked against the compiled table at import: _core)\n",
+            "IDENTS = tuple(__all__)   # (checked against the compiled table at import: tapead._c)\n",
             "\n# FORMS[op]: how a row of op shows in a Wengert list and an error message\n",
             "# ({x}, {y} its inputs, {c} its constant).\n", "FORMS = (\n"]
     ops += [f"    {r['FORM']!r},{' ' * (18 - len(repr(r['FORM'])))}# {r['NAME']}\n" for r in rows]

@@ -41,5 +41,5 @@ tapead.grads(vs)
 tapead.to_dot(w)
 del s, z, vs
 tapead.collect()
-assert tapead._core.lib.ta_validate() == 0
+assert tapead._c.lib.ta_validate() == 0
 print("valgrind smoke ok", tapead.tape_stats()["nodes"])

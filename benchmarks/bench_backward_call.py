@@ -19,7 +19,7 @@ import sys
 import time
 
 import tapead
-from tapead import _core, bench
+from tapead import _c, bench
 
 try:
     import micrograd.engine as mg
@@ -38,7 +38,7 @@ class Empty:
 
 def main() -> None:
     sys.setrecursionlimit(100_000)
-    lib = _core.lib
+    lib = _c.lib
     roots = bench.readme(tapead.Value, ROOTS)[0].roots
     ids = [r._i for r in roots]
     empties = [Empty() for _ in roots]

@@ -1,4 +1,4 @@
-/* The status table (status.def) for Python: tapead/_core.py reads it once
+/* The status table (status.def) for Python: tapead/_c/status.py reads it once
  * at import, to map each status to its exception and message. */
 #include "tapead.h"
 

@@ -18,10 +18,10 @@ TYPE_CHECKING = False   # typing is not imported at run time
 if TYPE_CHECKING:
     from typing import Any, List
 
-from ._core import set_limit
+from ._c.holds import set_limit
 from ._opsurface import UNARY as _UNARY
 from .errors import AnomalyError, GuardError, TapeadError, TapeError
-from ._core import stats as tape_stats
+from ._c.holds import stats as tape_stats
 from .engine import Value, maximum, minimum, collect, FRONT as FRONT
 
 __all__ = ["Value", "maximum", "minimum", "tape_stats", "collect", "set_limit",

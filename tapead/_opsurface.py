@@ -33,7 +33,7 @@ LOG1P = 26
 __all__ = ["LEAF", "DEAD", "ADD", "SUB", "MUL", "DIV", "POW", "ADDC", "RSUBC", "MULC", "RDIVC",
            "POWC", "RPOWC", "RELU", "TANH", "EXP", "LOG", "SIGMOID", "SIN", "COS", "SQRT", "ABS",
            "MAX", "MIN", "DIVC", "CUSTOM", "LOG1P"]
-IDENTS = tuple(__all__)   # (checked against the compiled table at import: _core)
+IDENTS = tuple(__all__)   # (checked against the compiled table at import: tapead._c)
 
 # FORMS[op]: how a row of op shows in a Wengert list and an error message
 # ({x}, {y} its inputs, {c} its constant).

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterable, List
 
-from . import _core
+from ._c import bulk as _bulk
+from ._c.holds import held_list
 from .engine import Value, handles, node_ids
 
 if TYPE_CHECKING:
@@ -45,8 +46,8 @@ def values(arr: ArrayLike) -> List[Value]:
     """
     import numpy as np
     a = floats(arr, "values()").ravel()
-    h = _core.held_list(a.size)
-    _core.leaves(a, h)
+    h = held_list(a.size)
+    _bulk.leaves(a, h)
     return handles(h, a.size)
 
 
@@ -54,7 +55,7 @@ def _gather(vals: Iterable[Value], what: int) -> npt.NDArray[np.float64]:
     import numpy as np
     vals, ids = node_ids(vals)
     out = np.empty(len(vals), dtype=np.float64)
-    _core.gather(ids, len(vals), what, out)
+    _bulk.gather(ids, len(vals), what, out)
     return out
 
 
@@ -91,4 +92,4 @@ def set_data(vals: Iterable[Value], arr: ArrayLike) -> None:
     a = floats(arr, "set_data()")
     if a.shape != (len(vals),):
         raise ValueError(f"set_data: need an array of shape ({len(vals)},), not {a.shape}")
-    _core.scatter(ids, len(vals), a)
+    _bulk.scatter(ids, len(vals), a)

@@ -34,18 +34,21 @@ from __future__ import annotations
 
 import sys
 
-TYPE_CHECKING = False   # typing is not imported at run time (see _core)
+TYPE_CHECKING = False   # typing is not imported at run time (see tapead._c)
 if TYPE_CHECKING:
     from typing import Any, Callable, Dict, Iterable, List, Optional, SupportsFloat, Tuple
 
-from . import _core
-from ._core import OP
+from . import _c
+from ._c import OP, OP_KINDS, OP_NAMES
+from ._c import custom as _cc
+from ._c.holds import collect as _collect
+from ._c.status import on_refusal
 from .errors import ReleasedError, TapeadError
 
 CUSTOM = OP["CUSTOM"]
-_tl = _core._tl
+_tl = _c._tl
 _refcount = getattr(sys, "getrefcount", None)   # None on PyPy: no swapping
-_SHIFT = _core.SHIFT
+_SHIFT = _c.SHIFT
 _new = object.__new__
 
 # ------------------------------------------------------------------ names
@@ -138,7 +141,7 @@ class _State:
         self.sweeping = False             # (set by ta_custom_rule, cleared by swept())
 
 
-class _PerThread(_core._local):
+class _PerThread(_c._local):
     """This thread's _State, None until it first needs one (_state).  A
     class default, not a missing attribute: backward() asks after every
     sweep (swept), and a caught AttributeError there cost the cffi front
@@ -159,7 +162,7 @@ def _state() -> _State:
 def _raw_info(v: Any) -> Optional[Tuple[int, int, Tuple[int, ...]]]:
     """(key, name id, input ids) of v's node if it is a custom node, else None
     (the cffi front's; the native front replaces it by _native.custom_info)."""
-    return _core.custom_info(v._i)
+    return _cc.custom_info(v._i)
 
 
 def _held_ids(ids: List[int]) -> List[Any]:
@@ -232,7 +235,7 @@ def info(v: Any) -> Optional[Tuple[Tuple[int, ...], str, int]]:
 
 
 # ------------------------------------------------------------- recording
-_custom_rec = _core.custom_rec
+_custom_rec = _cc.custom_rec
 
 
 def record(v: Any, data: float, children: Iterable[Any], op: Any) -> None:
@@ -289,7 +292,7 @@ def precomputed(value: SupportsFloat, inputs: Iterable[Any], partials: Iterable[
         raise ValueError(f"precomputed needs one partial per input: {n} inputs, {len(ps)} partials")
     if not isinstance(name, str):
         raise TypeError(f"precomputed name must be a str, not {type(name).__name__}")
-    if n > 2:               # (no loop for one or two: see _core.custom_rec)
+    if n > 2:               # (no loop for one or two: see _c.custom.custom_rec)
         ps = [_partial(p) for p in ps]
     elif n == 2:
         ps = [_partial(ps[0]), _partial(ps[1])]
@@ -323,7 +326,7 @@ def _partial(p: Any) -> float:
 
 
 # --------------------------------------------------------- the _backward
-_rule_set = _core.rule_set
+_rule_set = _cc.rule_set
 
 
 def _rule_holders(v: Any, fn: Any) -> Optional[Tuple[int, Tuple[Any, ...], Tuple[int, ...]]]:
@@ -379,9 +382,9 @@ def set_backward(v: Any, fn: Any) -> None:
         op = _engine._node(v)[0]
         if not callable(fn):
             raise TypeError(f"_backward must be callable, not {type(fn).__name__}")
-        if _core.OP_KINDS[op] == 0:
+        if OP_KINDS[op] == 0:
             return   # a leaf (or a no_grad value): no inputs to propagate to
-        raise AttributeError(f"the _backward of a built-in op ({_core.OP_NAMES[op]!r}) is tapead's "
+        raise AttributeError(f"the _backward of a built-in op ({OP_NAMES[op]!r}) is tapead's "
                              f"own (C) rule and cannot be replaced; to define a new op, make its "
                              f"node with Value(data, _children, _op) and set that node's _backward")
     key, cells, defs = got
@@ -406,7 +409,7 @@ def backward_of(v: Any) -> Callable[[], None]:
 
 
 def _step(v: Any) -> None:
-    _core.step(v._i)
+    _cc.step(v._i)
 
 
 def _run(key: int, node: int) -> None:
@@ -445,7 +448,7 @@ def _run(key: int, node: int) -> None:
                 _put(h, k, x)
 
 
-@_core.on_custom_rule
+@_cc.on_custom_rule
 def ta_custom_rule(node: int, key: int) -> int:
     """Called by the C sweep at a node with a Python rule (csrc/sweep.c)."""
     try:
@@ -591,7 +594,7 @@ def drain(S: Optional[_State] = None) -> int:
     S = S or _state()
     total = 0
     while True:
-        keys = _core.custom_dead()
+        keys = _cc.custom_dead()
         if not keys:
             return total
         pop = S.recs.pop
@@ -607,7 +610,7 @@ def settle() -> int:
     freed = 0
     while S is not None and S.recs:
         scan(S)                  # (drains what the last collection killed)
-        n = _core.collect()
+        n = _collect()
         freed += n
         if not drain(S) and not n:
             break
@@ -616,7 +619,7 @@ def settle() -> int:
 
 # -------------------------------------------------------------- errors
 def refusal(why: str) -> Exception:
-    """The exception for a refusal of C's (_core.error): "python" (TA_EPYTHON:
+    """The exception for a refusal of C's (_c.status.error): "python" (TA_EPYTHON:
     a rule raised), "busy" (TA_EBUSY) or "custom" (TA_ECUSTOM)."""
     if why == "python":
         e = getattr(_tl, "custom_exc", None)
@@ -626,7 +629,7 @@ def refusal(why: str) -> Exception:
         return TapeadError("this cannot run inside a custom node's _backward while backward() "
                            "is running (it would disturb the sweep); call it after backward() "
                            "returns")
-    got = _core.custom_failed()
+    got = _cc.custom_failed()
     nm = name_of(got[1]) if got is not None else "?"
     if got is not None and got[0] == 0:
         what = (f"the custom node {nm!r} (made by tapead.precomputed) carries only its value "
@@ -642,4 +645,4 @@ def refusal(why: str) -> Exception:
 
 
 
-_core.on_refusal(refusal)
+on_refusal(refusal)

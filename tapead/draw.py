@@ -14,19 +14,20 @@ from typing import TYPE_CHECKING, Any, Iterator, Tuple
 if TYPE_CHECKING:
     from .engine import Value
 
-from . import _core
+from . import _c
+from ._c.graph import custom_plain
 from .engine import op_text, read_checked
 from .wengert import wengert
 
 
 def _elements(root: Value) -> Iterator[Tuple[str, ...]]:
     """The drawing as ('node', name, label, shape) and ('edge', tail, head) items."""
-    if not _core.custom_plain([root._i]):   # the tape rows cannot hold a custom node
+    if not custom_plain([root._i]):   # the tape rows cannot hold a custom node
         yield from _elements_walk(root)
         return
     for r in wengert(root, adjoints=False).rows:
         nid = f"n{r['index']}"
-        grad = read_checked(_core.adj, r["node"])
+        grad = read_checked(_c.adj, r["node"])
         label = r["label"] or ("" if r["op"] == "leaf" else r["name"])
         yield ("node", nid, f"{{ {_esc(label)} | data {r['value']:.4f} | grad {grad:.4f} }}", "record")
         if r["op"] != "leaf":

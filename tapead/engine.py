@@ -23,13 +23,16 @@ if TYPE_CHECKING:
     from typing import (Any, Callable, Dict, Iterable, List, Optional, Set, SupportsFloat, Tuple,
                         Union)
 
-from . import _core, custom as _custom, nodedata as _nd
-from ._core import NEEDNG, NEEDSEG, NOTOKEN, OP, OP_KINDS, OP_NAMES, error
+from . import _c, custom as _custom, nodedata as _nd
+from ._c import OP, OP_KINDS, OP_NAMES
+from ._c import holds as _holds
+from ._c.holds import NEEDNG, NEEDSEG, NOTOKEN
+from ._c.status import error
 from ._opsurface import *   # the op codes (ADD, MUL, RELU, ...), generated from csrc/ops.def
 from ._opsurface import FORMS, UNARY
 
 if TYPE_CHECKING:
-    from ._core import _Token
+    from ._c.holds import _Token
 
 # What the operators take besides a Value: int, float, bool, numpy scalars
 # (anything float() accepts through __float__).
@@ -38,18 +41,18 @@ if TYPE_CHECKING:
 else:
     Operand = "Operand"   # (annotations are strings: typing is not imported at run time)
 
-_leaf, _op1, _op2, _opc = _core.leaf, _core.op1, _core.op2, _core.opc
-_val, _adj, _set_val, _set_adj = _core.val, _core.adj, _core.set_val, _core.set_adj
-_tl = _core._tl
-_backward = _core.backward
+_leaf, _op1, _op2, _opc = _c.leaf, _c.op1, _c.op2, _c.opc
+_val, _adj, _set_val, _set_adj = _c.val, _c.adj, _c.set_val, _c.set_adj
+_tl = _c._tl
+_backward = _c.backward
 _swept = _custom.swept
-_recompute, _cmp2, _cmpc = _core.recompute, _core.cmp2, _core.cmpc
-_ta_check = _core.check_node
+_recompute, _cmp2, _cmpc = _c.recompute, _c.cmp2, _c.cmpc
+_ta_check = _c.check_node
 _new = object.__new__
-_peek = _core.peek
-_OFFMASK = (1 << _core.SHIFT) - 1
-_ELIMIT = _core.ELIMIT
-_orphaned = _core.orphaned
+_peek = _c.peek
+_OFFMASK = (1 << _c.SHIFT) - 1
+_ELIMIT = _c.ELIMIT
+_orphaned = _c.orphaned
 
 # The current token of one thread (the first to record) sits in a module
 # global, read by every recording call; other threads keep theirs in a
@@ -92,20 +95,20 @@ def _slow(code: int, used: _Token, fn: Callable[..., int], *args: Any) -> Value:
     """Slow path of every recording call `fn(*args, key)`: raise for an error
     status, or (TA_NEEDSEG/NEEDNG) retry with this thread's own current token,
     holding the segment the node goes to first if that token is not it; or
-    (TA_ELIMIT, once) retry after _core.reclaim(), as _core.within_limit."""
+    (TA_ELIMIT, once) retry after _holds.reclaim(), as _holds.within_limit."""
     global _tok, _fast
     t = used
     reclaimed = False
     while True:
         if code == _ELIMIT and not reclaimed:
             reclaimed = True
-            _core.reclaim()
+            _holds.reclaim()
         elif code != NEEDSEG and code != NEEDNG:
             raise error(code)
         else:
             t = _mine()
             if t is used:
-                t = _core.hold_current(code)
+                t = _holds.hold_current(code)
                 me = get_ident()
                 _let_go_of_an_ended_fast_thread()
                 if _fast is None:
@@ -124,11 +127,11 @@ def _slow(code: int, used: _Token, fn: Callable[..., int], *args: Any) -> Value:
 
 
 def handles(h: Any, n: int) -> List[Value]:
-    """Values for the first n ids of the held list h (_core.held_list) that
+    """Values for the first n ids of the held list h (_c.holds.held_list) that
     a bulk call filled, each taking over its id's hold."""
     out: List[Value] = []
     append = out.append
-    for i, t in zip(*_core.adopt(h, n)):
+    for i, t in zip(*_holds.adopt(h, n)):
         v = _new(PyValue); v._i = i; v._t = t
         append(v)
     return out
@@ -137,8 +140,8 @@ def handles(h: Any, n: int) -> List[Value]:
 def held(ids: Iterable[int]) -> List[Value]:
     """Values for existing nodes of this thread (held by something else now)."""
     ids = list(ids)
-    h = _core.held_list(len(ids))
-    _core.hold_ids(ids, h)
+    h = _holds.held_list(len(ids))
+    _holds.hold_ids(ids, h)
     return handles(h, len(ids))
 
 
@@ -156,7 +159,7 @@ def node_ids(values: Union[Value, Iterable[Value]], what: str = "values") -> Tup
     for v in vals:
         if not isinstance(v, Value):
             raise TypeError(f"{what} must be Values, not {type(v).__name__}")
-    return vals, _core.int64s([v._i for v in vals])
+    return vals, _c.int64s([v._i for v in vals])
 
 
 
@@ -185,7 +188,7 @@ def _real(x: Any) -> float:
 
 
 def read_checked(get: Callable[[int], float], i: int) -> float:
-    """get(i) (_core.val or _core.adj: node i's data or grad), where C's nan
+    """get(i) (_c.val or _c.adj: node i's data or grad), where C's nan
     means nan only for a usable id: a foreign thread's or forged one raises."""
     x = get(i)
     if x != x:
@@ -415,7 +418,7 @@ class Value:
         # grad.  Read through the token's hold, so it works in any thread
         # (multiprocessing pickles in helper threads).
         t = getattr(self, "_t", None)
-        if not isinstance(t, _core._Token) or t.key != self._i >> _core.SHIFT:
+        if not isinstance(t, _holds._Token) or t.key != self._i >> _c.SHIFT:
             return (_restore, (self.data, self.grad))  # a forged handle: raises TapeError
         off = self._i & _OFFMASK
         return (_restore, (_peek(t.box[0], off, 0), _peek(t.box[0], off, 1)))
@@ -508,7 +511,8 @@ _CUSTOM = OP["CUSTOM"]
 def _node(v: Value) -> Tuple[int, int, int, float]:
     """(op code, input x id or -1, input y id or -1, constant) of v's node.
     A no_grad result is a plain leaf."""
-    got = _core.node(v._i)
+    from ._c.graph import node   # (here: _c.graph loads with the first use)
+    got = node(v._i)
     return (OP["LEAF"], -1, -1, 0.0) if got is None else got
 
 
@@ -539,7 +543,7 @@ def _compare(kind: int, a: Value, b: Operand) -> bool:
     return r == 1
 
 
-_ENOGRAD = _core.ENOGRAD
+_ENOGRAD = _c.ENOGRAD
 _FLIP = (2, 3, 0, 1)  # x < y is y > x, x <= y is y >= x, ...
 _PLAIN = (float.__lt__, float.__le__, float.__gt__, float.__ge__)
 
@@ -701,7 +705,7 @@ def collect() -> int:
         _tl.tok = NOTOKEN
         _let_go_of_an_ended_fast_thread()
     _custom.swept()           # (tokens a broken-off sweep's rules shared, if any)
-    return _core.collect() + _custom.settle()
+    return _holds.collect() + _custom.settle()
 
 
 # ------------------------------------------------------------ the fronts
@@ -718,7 +722,7 @@ _DOCUMENTED = ("data", "grad", "backward", "maximum", "minimum", *(name for name
 
 def _native_front() -> Any:
     """The native Value type, or None where this build has none (PyPy)."""
-    if not _core.native_install():
+    if not _c.native_install():
         return None
     _native: Any = sys.modules["tapead._native"]   # put there by ta_native_install
     docs = {k: getattr(PyValue, k).__doc__ or "" for k in _DOCUMENTED}
@@ -743,7 +747,7 @@ if not TYPE_CHECKING:
         _adopt = sys.modules["tapead._native"].adopt
 
         def handles(h: Any, n: int) -> List[Value]:  # held() reaches it through this global
-            return _adopt(_core.held_bytes(h), n)
+            return _adopt(_holds.held_bytes(h), n)
 
 # The layers below, which import no front, learn which Value is in use.
 _custom.attach(sys.modules[__name__])

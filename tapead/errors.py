@@ -1,8 +1,8 @@
 """tapead's exceptions: every one is a TapeadError.
 
 They are public here (tracebacks name `tapead.errors.TapeError`) and
-re-exported from `tapead`.  Which C status raises which is in _core
-(error()).
+re-exported from `tapead`.  Which C status raises which is in
+tapead._c.status (error()).
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, List, SupportsFloat, Tuple
 
-from . import _core
+from ._c import higher as _ch
 from .engine import Value, _real, node_ids
 
 
@@ -39,4 +39,4 @@ def jvp(output: Value, inputs: Iterable[Value], tangents: Iterable[SupportsFloat
     if not isinstance(output, Value):
         raise TypeError(f"jvp: output must be a Value, not {type(output).__name__}")
     n, ids, ts = seeds(inputs, tangents)
-    return _core.jvp(output._i, n, ids, ts)
+    return _ch.jvp(output._i, n, ids, ts)

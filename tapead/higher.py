@@ -22,8 +22,8 @@ if TYPE_CHECKING:
     from numpy.typing import ArrayLike
     _F64Array = npt.NDArray[numpy.float64]
 
-from . import _core
-from ._core import held_list
+from ._c import higher as _ch
+from ._c.holds import held_list
 from .arrays import floats
 from .engine import Value, handles, node_ids
 
@@ -66,10 +66,10 @@ def grad(outputs: Union[Value, Iterable[Value]], inputs: Union[Value, Iterable[V
     res: List[Any]
     if create_graph:
         h = held_list(nin)
-        _core.grad(outs, w, nout, ins, nin, h)
+        _ch.grad(outs, w, nout, ins, nin, h)
         res = handles(h, nin)
     else:
-        res = _core.grad(outs, w, nout, ins, nin)
+        res = _ch.grad(outs, w, nout, ins, nin)
     return res[0] if single else res
 
 
@@ -94,7 +94,7 @@ def hvp(output: Value, inputs: Iterable[Value], v: ArrayLike) -> _F64Array:
     if vv.size != nin:
         raise ValueError(f"v has {vv.size} entries for {nin} inputs")
     hv: _F64Array = np.zeros(nin)
-    _core.hvp(out[0], ins, nin, vv, hv)
+    _ch.hvp(out[0], ins, nin, vv, hv)
     return hv
 
 
@@ -120,7 +120,7 @@ def hessian(output: Value, inputs: Iterable[Value]) -> _F64Array:
         raise ValueError("hessian needs one scalar output")
     ins, nin = _ids(inputs, "inputs")
     H: _F64Array = np.zeros((nin, nin))
-    _core.hessian(out[0], ins, nin, H)
+    _ch.hessian(out[0], ins, nin, H)
     return H
 
 
@@ -137,5 +137,5 @@ def jacobian(outputs: Union[Value, Iterable[Value]], inputs: Iterable[Value]) ->
     outs, nout = _ids(outputs, "outputs")
     ins, nin = _ids(inputs, "inputs")
     J: _F64Array = np.zeros((nout, nin))
-    _core.jacobian(outs, nout, ins, nin, J)
+    _ch.jacobian(outs, nout, ins, nin, J)
     return J

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable, List, Literal, Optional, TypeVa
 
 import functools
 
-from . import _core
+from ._c import modes as _cm
 
 if TYPE_CHECKING:
     from typing_extensions import ParamSpec
@@ -53,7 +53,7 @@ class _ExitSlot:
 
 
 def _token() -> Any:
-    return _core.mode_token()   # unarmed until C arms it
+    return _cm.mode_token()   # unarmed until C arms it
 
 
 class _Mode:
@@ -70,12 +70,12 @@ class _Mode:
         if by_hand:
             tok = _token()
         try:
-            _core.mode_enter(tok, self._mode)
+            _cm.mode_enter(tok, self._mode)
             if by_hand:
                 self._held.append(tok)
             return self            # nothing that can be interrupted after the arming but this
         except BaseException:      # refused, or KeyboardInterrupt as a call returned: undo, in C
-            _core.mode_leave(tok)
+            _cm.mode_leave(tok)
             if self._held and self._held[-1] is tok:
                 self._held.pop()
             raise
@@ -85,7 +85,7 @@ class _Mode:
     def _leave(self, *exc: object) -> Literal[False]:
         """__exit__ of a block entered by hand: disarm (in C) before anything can be interrupted."""
         if self._held:
-            _core.mode_leave(self._held[-1])
+            _cm.mode_leave(self._held[-1])
             self._held.pop()
         return False
 

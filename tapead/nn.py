@@ -21,7 +21,8 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
 import random
 
-from . import _core
+from ._c import bulk as _bulk, doubles, int64s
+from ._c.holds import held_list
 from .engine import Operand, Value, handles
 
 fuse_layers = True  # False: every Layer records op by op, exactly micrograd's Python loop
@@ -39,7 +40,7 @@ class Module:
 
     def zero_grad(self) -> None:
         params = self.parameters()
-        _core.fill_adj(_core.int64s([p._i for p in params]), len(params))
+        _bulk.fill_adj(int64s([p._i for p in params]), len(params))
 
     def parameters(self) -> List[Value]:
         return []
@@ -128,11 +129,11 @@ class _FusedLayer:
         if not self.ok:
             return
         self.relu = int(bool(neurons[0].nonlin))
-        self.w = _core.int64s([p._i for n in neurons for p in n.w])
-        self.b = _core.int64s([n.b._i for n in neurons])
-        self.xid = _core.int64s(self.nin)
-        self.xc = _core.doubles(self.nin)
-        self.out = _core.held_list(self.nout)   # filled and emptied by each fused call
+        self.w = int64s([p._i for n in neurons for p in n.w])
+        self.b = int64s([n.b._i for n in neurons])
+        self.xid = int64s(self.nin)
+        self.xc = doubles(self.nin)
+        self.out = held_list(self.nout)   # filled and emptied by each fused call
 
     def current(self, layer: Layer) -> bool:
         """Whether this cache is usable and the layer still has the neurons,
@@ -165,7 +166,7 @@ class _FusedLayer:
                     self.xid[i], xc[i] = -1, v
                 else:  # anything else (duck-typed `_i` included): micrograd's loop decides
                     return None
-        if not _core.layer(self.w, self.b, self.nout, self.nin, self.xid, xc, self.relu, self.out):
+        if not _bulk.layer(self.w, self.b, self.nout, self.nin, self.xid, xc, self.relu, self.out):
             return None
         return handles(self.out, self.nout)
 

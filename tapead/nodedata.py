@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from _weakref import ref as _weakref
 
-from ._core import _local, node_stamp
+from ._c import _local, node_stamp
 
-TYPE_CHECKING = False   # typing is not imported at run time (see _core)
+TYPE_CHECKING = False   # typing is not imported at run time (see tapead._c)
 if TYPE_CHECKING:
     from typing import Any, Callable, Dict, Optional
     from .engine import Value
@@ -84,7 +84,7 @@ def entry(i: int, make: bool = False) -> Optional[_Entry]:
     if e is None and make:
         st = _stamp(i)
         if st <= 0:
-            from ._core import error
+            from ._c.status import error
             raise error(int(st))
         if len(t.entries) >= t.purge_at:
             _purge(t)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import Any, Dict, Iterable, NoReturn, Optional, SupportsFloat, Tuple
 
-from . import _core
+from ._c import bulk as _bulk, doubles
 from .engine import Value, _real, node_ids
 
 
@@ -89,11 +89,11 @@ class Optimizer:
         return len(self._params)
 
     def _buffer(self) -> Any:
-        return _core.doubles(self.n)
+        return doubles(self.n)
 
     def zero_grad(self) -> None:
         """Set every parameter's grad to 0 (one C call)."""
-        _core.fill_adj(self._ids, self.n)
+        _bulk.fill_adj(self._ids, self.n)
 
     # ------------------------------------------------ pickle, copy (checkpoints)
     def __getstate__(self) -> Dict[str, Any]:
@@ -130,7 +130,7 @@ class SGD(Optimizer):
 
     def step(self) -> None:
         """One update of every parameter from its .grad (one C call)."""
-        _core.sgd_step(self._ids, self.n, self.lr, self.momentum, self.weight_decay, self._buf,
+        _bulk.sgd_step(self._ids, self.n, self.lr, self.momentum, self.weight_decay, self._buf,
                        self._t == 0)
         self._t += 1
 
@@ -171,7 +171,7 @@ class Adam(Optimizer):
     def step(self) -> None:
         """One update of every parameter from its .grad (one C call)."""
         b1, b2 = self.betas
-        _core.adam_step(self._ids, self.n, self.lr, b1, b2, self.eps, self.weight_decay,
+        _bulk.adam_step(self._ids, self.n, self.lr, b1, b2, self.eps, self.weight_decay,
                         self._t + 1, self._m, self._v)
         self._t += 1
 

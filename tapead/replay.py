@@ -34,8 +34,9 @@ if TYPE_CHECKING:
     from numpy.typing import ArrayLike
     _F64Array = npt.NDArray[numpy.float64]
 
-from . import _core
-from ._core import OP, GuardError
+from ._c import OP
+from ._c import program as _prog
+from .errors import GuardError
 from .engine import Value, node_ids
 
 __all__ = ["GuardError", "recompute", "compile", "Program", "clear_guards", "guard_count"]
@@ -61,7 +62,7 @@ def clear_guards() -> None:
     >>> tapead.clear_guards(); tapead.guard_count()
     0
     """
-    _core.guard_clear()
+    _prog.guard_clear()
 
 
 def guard_count() -> int:
@@ -72,7 +73,7 @@ def guard_count() -> int:
     >>> x < 2.0, tapead.guard_count() - n
     (True, 1)
     """
-    return _core.guard_count()
+    return _prog.guard_count()
 
 
 # -------------------------------------------------------------- programs
@@ -162,7 +163,7 @@ def _load(state: Dict[str, Any]) -> "Program":
             raise bad
     except (KeyError, TypeError, ValueError) as e:
         raise bad from e
-    p = _core.prog_load(sizes, arrs, pv)
+    p = _prog.prog_load(sizes, arrs, pv)
     if p is None:
         raise bad
     prog = Program.__new__(Program)
@@ -208,21 +209,21 @@ class Program:
         outs, oid = node_ids(outputs, "outputs")
         ins, iid = node_ids(inputs, "inputs")
         wrts, wid = node_ids(wrt, "wrt")
-        p = _core.prog_new(oid, len(outs), iid, len(ins), wid, len(wrts))
+        p = _prog.prog_new(oid, len(outs), iid, len(ins), wid, len(wrts))
         if p is None:
             raise ValueError("compile: outputs must be non-empty; inputs and wrt must be leaf "
                              "Values (made by Value(x), not by an operation), inputs distinct")
         self._own(p)
         from .engine import held
-        self._params = held(_core.prog_params(self._p, self._dims[3]))  # keeps their segments alive
+        self._params = held(_prog.prog_params(self._p, self._dims[3]))  # keeps their segments alive
 
     def _own(self, box: Any) -> None:
-        """Take the C program in box (_core.prog_new, prog_load); its sizes
+        """Take the C program in box (_prog.prog_new, prog_load); its sizes
         are read once (they never change)."""
         self._box = box
         self._p = box[0]          # valid while self._box lives
         self._params = []
-        self._dims = tuple(_core.prog_size(self._p, w) for w in (
+        self._dims = tuple(_prog.prog_size(self._p, w) for w in (
             "inputs", "outputs", "wrt", "params", "nodes"))
 
     @property
@@ -246,7 +247,7 @@ class Program:
 
     @property
     def guards(self) -> int:
-        return _core.prog_size(self._p, "guards")
+        return _prog.prog_size(self._p, "guards")
 
     @property
     def params(self) -> _F64Array:
@@ -257,23 +258,23 @@ class Program:
         runs in another thread races with it: pass params= to calls instead.)"""
         np = _np()
         out: _F64Array = np.empty(self._dims[3])
-        _core.prog_param_values(self._p, out)
+        _prog.prog_param_values(self._p, out)
         return out
 
     @params.setter
     def params(self, values: Optional[ArrayLike]) -> None:
         if values is None:
-            if not _core.prog_follow(self._p):
+            if not _prog.prog_follow(self._p):
                 raise ValueError("this Program has no parameter Values to follow "
                                  "(it was unpickled): assign values instead")
             return
         v = _vector(values, self._dims[3], "params")
-        _core.prog_set_params(self._p, v)
+        _prog.prog_set_params(self._p, v)
 
     @property
     def follows_values(self) -> bool:
         """True while parameters are read from their Values at each call."""
-        return _core.prog_size(self._p, "live") == 1
+        return _prog.prog_size(self._p, "live") == 1
 
     def _threads(self, threads: Optional[int], B: int) -> int:
         if threads is None:
@@ -316,11 +317,11 @@ class Program:
                 r["per_sample"] = 1
             else:
                 G = np.zeros(nwrt)
-                block = _core.prog_size(self._p, "block")
+                block = _prog.prog_size(self._p, "block")
                 P = np.empty((-(-B // block), nwrt))
                 r["parts"], r["nblocks"] = P, P.shape[0]
             r["G"] = G
-        _core.prog_run(self._p, r, row0)
+        _prog.prog_run(self._p, r, row0)
         return Y, (P if parts else G)
 
     def __call__(self, X: ArrayLike, threads: Optional[int] = None,
@@ -341,9 +342,9 @@ class Program:
 
     def __reduce__(self) -> Tuple[Any, Tuple[Dict[str, Any]]]:
         np = _np()
-        sizes = _core.prog_flat_sizes(self._p, _SIZES)
+        sizes = _prog.prog_flat_sizes(self._p, _SIZES)
         arrs = {name: np.zeros(max(_flat_len(size, sizes), 1), dtype=t) for name, t, size in _FLAT}
-        _core.prog_flat(self._p, sizes, arrs)
+        _prog.prog_flat(self._p, sizes, arrs)
         state: Dict[str, Any] = {"format": _FORMAT, "ops": tuple(OP), **sizes}
         for name, t, size in _FLAT:
             state[name] = arrs[name][:_flat_len(size, sizes)].astype("<" + t).tobytes()

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, SupportsFloat, Tuple
 
-from . import _core
-from ._core import OP_NAMES, OP_KINDS
+from ._c import OP_NAMES, OP_KINDS
+from ._c.graph import trace
 from ._opsurface import FORMS
 from .engine import Value
 from .forward import seeds
@@ -119,7 +119,7 @@ def wengert(output: Value, inputs: Optional[Iterable[Value]] = None,
         nin, ids, ts = seeds(inputs, tangents, "wengert")  # type: ignore[arg-type]  # (given together)
     else:
         nin, ids, ts = 0, None, None
-    return _table(_core.trace(output._i, nin, ids, ts, bool(adjoints)))
+    return _table(trace(output._i, nin, ids, ts, bool(adjoints)))
 
 
 def _table(out: Dict[str, List[Any]]) -> Wengert:

@@ -72,7 +72,7 @@ def release_garbage(every=0):
     if REFCOUNTED:
         return
     if every:
-        from tapead._core import lib
+        from tapead._c import lib
         n = tapead.tape_stats()["nodes"] + lib.ta_nograd_nodes()
         grown = getattr(_since, "grown", 0) + max(0, n - getattr(_since, "nodes", n))
         _since.nodes = n

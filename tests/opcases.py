@@ -487,7 +487,7 @@ KIND_LEAF, KIND_UN, KIND_CST, KIND_NARY = 0, 1, 3, 4
 
 def math_ops():
     """The op table's math ops, by identifier, read from the compiled table."""
-    from tapead._core import OP, OP_KINDS
+    from tapead._c import OP, OP_KINDS
     return {name for name, i in OP.items() if OP_KINDS[i] not in (KIND_LEAF, KIND_NARY)}
 
 

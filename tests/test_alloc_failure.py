@@ -14,12 +14,12 @@ import pytest
 
 import tapead
 import tapead.nn as tnn
-from tapead import Value, _core
+from tapead import Value, _c
 from tapead.optim import SGD, Adam
 
 from conftest import on_fresh_tape
 
-lib = _core.lib
+lib = _c.lib
 
 
 @pytest.fixture(autouse=True)

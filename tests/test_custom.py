@@ -14,7 +14,7 @@ from micrograd.engine import Value as MGValue
 import tapead
 from tapead import Value
 from tapead import custom as _custom
-from tapead._core import lib
+from tapead._c import lib
 
 from conftest import on_fresh_tape, release_garbage
 from opcases import FORMS

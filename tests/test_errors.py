@@ -8,7 +8,7 @@ import pytest
 
 import tapead
 from tapead import Value
-from tapead._core import lib
+from tapead._c import lib
 from opcases import FORMS, form_cases
 
 INF, NAN = math.inf, math.nan
@@ -206,7 +206,7 @@ def test_anomaly_in_backward_names_a_gradient_not_a_value(make, op):
                            match=rf"in backward\(\), the gradient through op '{re.escape(op)}' with input"):
             y.backward()
     y.backward()
-    assert y.grad == 1.0 and tapead._core.lib.ta_validate() == 0
+    assert y.grad == 1.0 and tapead._c.lib.ta_validate() == 0
 
 
 def test_submodules_are_reachable_from_a_bare_import():
@@ -221,15 +221,15 @@ def test_submodules_are_reachable_from_a_bare_import():
 def test_one_status_table_each_status_one_meaning():
     """Every status C returns is one row of csrc/status.def, with its own
     value and its own exception: no code stands for two things."""
-    from tapead import _core
+    from tapead._c import status
     consts = {n: getattr(lib, n) for n in dir(lib)
               if n.startswith("TA_E") or n.startswith("TA_NEED") or n == "TA_RULESRAN"}
     assert len(set(consts.values())) == len(consts), consts           # one value, one name
-    assert set(_core._STATUS) == set(consts.values()) | {lib.TA_OK}   # and each is in the table
+    assert set(status._STATUS) == set(consts.values()) | {lib.TA_OK}   # and each is in the table
     for code in consts.values():
         if code > 0:     # not an error: TA_RULESRAN, ta_backward's "done, and it ran Python rules"
             continue
-        e = _core.error(code) if code not in (lib.TA_EGUARD, lib.TA_EANOMALY) else None
+        e = status.error(code) if code not in (lib.TA_EGUARD, lib.TA_EANOMALY) else None
         if e is not None:
             assert isinstance(e, Exception) and str(e)
     # ta_backward says when its sweep ran Python rules, and only then

@@ -9,7 +9,7 @@ from hypothesis import example, given, settings, strategies as st
 
 import tapead
 from tapead import Value, jvp
-from tapead._core import OP, OP_KINDS
+from tapead._c import OP, OP_KINDS
 from opcases import BY_OP, FORMS, KIND_UN, ROWS
 
 

@@ -27,8 +27,8 @@ from tapead import Value
 from tapead.optim import SGD
 from conftest import on_fresh_tape, release_garbage
 
-lib = tapead._core.lib
-SEG = 1 << tapead._core.SHIFT
+lib = tapead._c.lib
+SEG = 1 << tapead._c.SHIFT
 
 
 def churn(rounds=4):
@@ -303,18 +303,19 @@ def test_greenlets_share_one_tape_safely():
         del jobs; gc.collect()
         zs = [Value(float(i)) * a for i in range(5000)]
         assert zs[-1].data == 4999.0
-        assert tapead._core.lib.ta_validate() == 0
+        assert tapead._c.lib.ta_validate() == 0
         print("ok")
     """)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
 
 
-def test_reloading_the_core_module_frees_nothing_twice():
+def test_reloading_the_boundary_modules_frees_nothing_twice():
     r = _run("""
         import importlib, gc
         import tapead
         a = tapead.Value(1.0)
-        importlib.reload(tapead._core)
+        for m in (tapead._c, tapead._c.status, tapead._c.holds, tapead._c.custom):
+            importlib.reload(m)
         b = [tapead.Value(float(i)) for i in range(3000)]
         assert sum(b[:3]).data == 3.0 and a.data == 1.0
         del a, b; gc.collect()
@@ -595,7 +596,7 @@ def test_an_op_promoting_no_grad_inputs_at_a_segment_end_is_recorded():
     code = textwrap.dedent("""
         import tapead
         from tapead import Value
-        seg = 1 << tapead._core.SHIFT
+        seg = 1 << tapead._c.SHIFT
         for left in (1, 2):
             with tapead.no_grad():
                 k = Value(2.0) * 1.5

@@ -1,7 +1,8 @@
 """The source tree's own promises: a row of the op table without all its
 rules does not compile, and the compiler names the missing rule; the Python
 op surface generated from the table (build_ext.py: opsurface) is current;
-and one module (tapead/_core.py) touches the compiled library."""
+only the modules of one private package (tapead/_c/) touch the compiled
+library; and the package's run-time imports have no cycle."""
 import importlib.util
 import os
 import shutil
@@ -75,10 +76,28 @@ def test_the_generator_reads_a_new_row_and_refuses_a_short_one(tmp_path, monkeyp
         be.op_rows()
 
 
-# The FFI boundary is narrow: one module (tapead/_core.py) imports the
-# compiled library and touches its `lib` and `ffi`; every other module calls
-# the typed wrappers and hot-path names _core exports.
-BOUNDARY = "_core.py"
+# The FFI boundary is narrow: the modules of one private package
+# (tapead/_c/) import the compiled library and touch its `lib` and `ffi`;
+# every other module calls the typed wrappers and hot-path names they own.
+BOUNDARY = "_c"
+
+
+def modules():
+    """{dotted name: path} of every Python module of the package, in every
+    subpackage: tapead.engine, tapead._c, tapead._c.holds, ..."""
+    out = {}
+    for dirpath, dirs, files in os.walk(os.path.join(ROOT, "tapead")):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        pkg = os.path.relpath(dirpath, ROOT).replace(os.sep, ".")
+        for name in sorted(files):
+            if name.endswith(".py"):
+                mod = pkg if name == "__init__.py" else f"{pkg}.{name[:-3]}"
+                out[mod] = os.path.join(dirpath, name)
+    return out
+
+
+def in_boundary(mod):
+    return mod == f"tapead.{BOUNDARY}" or mod.startswith(f"tapead.{BOUNDARY}.")
 
 
 def ffi_reaches(source):
@@ -103,15 +122,21 @@ def ffi_reaches(source):
     return sorted(found)
 
 
-def test_only_the_boundary_module_touches_the_compiled_library():
-    pkg = os.path.join(ROOT, "tapead")
-    bad = []
-    for name in sorted(os.listdir(pkg)):
-        if name.endswith(".py") and name != BOUNDARY:
-            with open(os.path.join(pkg, name)) as f:
-                bad += [f"tapead/{name}:{line}: {what}" for line, what in ffi_reaches(f.read())]
-    assert not bad, "only tapead/_core.py may touch the compiled library:\n" + "\n".join(bad)
-    with open(os.path.join(pkg, BOUNDARY)) as f:
+def test_only_the_boundary_modules_touch_the_compiled_library():
+    mods = modules()
+    bad, inside = [], []
+    for mod, path in mods.items():
+        with open(path) as f:
+            found = ffi_reaches(f.read())
+        if in_boundary(mod):
+            inside.append(mod)
+        else:
+            bad += [f"{os.path.relpath(path, ROOT)}:{line}: {what}" for line, what in found]
+    assert not bad, (f"only the modules of tapead/{BOUNDARY}/ may touch the compiled "
+                     f"library:\n" + "\n".join(bad))
+    assert {"tapead._c", "tapead._c.status", "tapead._c.holds"} <= set(inside)
+    assert len(inside) < len(mods) // 2         # a small, named set
+    with open(mods["tapead._c"]) as f:
         assert ffi_reaches(f.read())            # (the check sees the boundary's own reach)
 
 
@@ -120,16 +145,18 @@ def test_the_boundary_check_sees_every_kind_of_reach():
                                                           (1, "from _core import lib")]
     assert ffi_reaches("from ._tapead_c import ffi")
     assert ffi_reaches("import tapead._tapead_c")
-    assert ffi_reaches("_lib = _core.lib")
-    assert ffi_reaches("x = tapead._core.ffi.NULL")
+    assert ffi_reaches("_lib = _c.lib")
+    assert ffi_reaches("x = tapead._c.ffi.NULL")
     assert ffi_reaches("import importlib; importlib.import_module('tapead._tapead_c')")
     assert not ffi_reaches("def f(lib: str):\n    return lib == 'micrograd'  # lib.x, ffi.new")
 
 
-def runtime_imports(source):
-    """The tapead modules a module's source imports at run time, wherever
-    (top level or inside a function); `if TYPE_CHECKING:` blocks are for the
-    type checker only and do not count."""
+def runtime_imports(source, package="tapead"):
+    """The tapead modules (dotted names) that the source of a module of
+    `package` (a package's __init__ is its own) imports at run time, wherever (top level or inside a function); `if
+    TYPE_CHECKING:` blocks are for the type checker only and do not count.
+    `from P import n` counts both P and P.n (n may be a submodule), and a
+    submodule counts its packages below tapead itself."""
     import ast
     tree = ast.parse(source)
     skip = set()
@@ -140,13 +167,22 @@ def runtime_imports(source):
     for node in ast.walk(tree):
         if id(node) in skip:
             continue
-        if isinstance(node, ast.ImportFrom) and node.level == 1:
-            found.update([node.module.split(".")[0]] if node.module else [a.name for a in node.names])
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tapead."):
-            found.add(node.module.split(".")[1])
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                up = package.split(".")
+                base = ".".join(up[:len(up) - node.level + 1] + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            if base == "tapead" or base.startswith("tapead."):
+                found.add(base)
+                found.update(f"{base}.{a.name}" for a in node.names)
         elif isinstance(node, ast.Import):
-            found.update(a.name.split(".")[1] for a in node.names if a.name.startswith("tapead."))
-    return found
+            found.update(a.name for a in node.names if a.name.startswith("tapead."))
+    for m in list(found):           # importing tapead._c.holds runs tapead._c first
+        parts = m.split(".")
+        found.update(".".join(parts[:k]) for k in range(2, len(parts)))
+    return found - {"tapead"}
+
 
 
 def import_cycles(graph):
@@ -181,17 +217,23 @@ def import_cycles(graph):
 def test_no_import_cycles():
     """Each module imports only modules below it, at run time too (a lower
     layer that needs the front is told it: engine attaches itself)."""
-    pkg = os.path.join(ROOT, "tapead")
+    mods = modules()
     graph = {}
-    for name in os.listdir(pkg):
-        if name.endswith(".py"):
-            with open(os.path.join(pkg, name)) as f:
-                graph[name[:-3]] = runtime_imports(f.read()) - {"__init__"}
+    for mod, path in mods.items():
+        package = mod if path.endswith("__init__.py") else mod.rpartition(".")[0]
+        with open(path) as f:
+            graph[mod] = runtime_imports(f.read(), package) - {mod}
+    assert "tapead._c.holds" in graph["tapead.engine"]          # (the graph reaches into _c)
     assert import_cycles(graph) == []
 
 
 def test_the_cycle_check_finds_cycles():
-    assert runtime_imports("from . import engine\nif TYPE_CHECKING:\n    from .custom import x\n"
-                           "def f():\n    from .nodedata import y\n") == {"engine", "nodedata"}
+    src = ("from . import engine\nif TYPE_CHECKING:\n    from .custom import x\n"
+           "def f():\n    from .nodedata import y\n")
+    assert runtime_imports(src) >= {"tapead.engine", "tapead.nodedata"}
+    assert not runtime_imports(src) & {"tapead.custom", "tapead.custom.x"}
+    assert runtime_imports("from .status import check\nfrom .. import errors\n",
+                           "tapead._c") >= {"tapead._c.status", "tapead._c", "tapead.errors"}
+    assert runtime_imports("from ._c import holds as h\n") >= {"tapead._c.holds"}
     assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert import_cycles({"a": {"b"}, "b": set()}) == []

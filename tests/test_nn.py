@@ -149,7 +149,7 @@ def test_fused_layer_records_what_the_python_loop_records(inputs):
     s2.backward()
     g2 = [p.grad for p in layer.parameters()] + [v.grad for v in x if isinstance(v, Value)]
     assert g1 == g2  # bit for bit
-    assert tapead._core.lib.ta_validate() == 0
+    assert tapead._c.lib.ta_validate() == 0
 
 
 def test_fused_layer_sees_changed_weights_and_flags():
@@ -211,7 +211,7 @@ def test_fused_layer_sees_state_restored_behind_its_back():
     list.__setitem__(layer.neurons, 1, tapead.nn.Neuron(2, nonlin=False))
     assert [v.data for v in layer(x)] == [v.data for v in _op_by_op(layer, x)]
     del restored
-    assert tapead._core.lib.ta_validate() == 0
+    assert tapead._c.lib.ta_validate() == 0
 
 
 def test_fused_layer_refuses_objects_that_merely_carry_an_id():
@@ -235,16 +235,16 @@ def test_fused_layer_refuses_objects_that_merely_carry_an_id():
     unmade = Value.__new__(Value)                       # never initialised
     with pytest.raises(TypeError):
         model([unmade, Value(2.0)])
-    assert tapead._core.lib.ta_validate() == 0
+    assert tapead._c.lib.ta_validate() == 0
 
 
 def test_ta_layer_checks_what_it_is_handed():
     """C never trusts its caller: NULL arrays, a count that wraps, an input
     id < 0 with no constants array, an output list too small are statuses,
     not crashes."""
-    lib, ffi = tapead._core.lib, tapead._core.ffi
+    lib, ffi = tapead._c.lib, tapead._c.ffi
     x = Value(1.0)
-    ids = ffi.new("int64_t[]", [x._i]); out = tapead._core.held_list(1)
+    ids = ffi.new("int64_t[]", [x._i]); out = tapead._c.holds.held_list(1)
     assert lib.ta_layer(ids, ids, 1, 1, ids, ffi.NULL, 1, ffi.new("int64_t[]", 3)) == lib.TA_EARG
     assert lib.ta_layer(ids, ids, 1, 1, ids, ffi.NULL, 1, ffi.NULL) == lib.TA_EARG
     neg = ffi.new("int64_t[]", [-1])

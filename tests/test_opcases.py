@@ -6,7 +6,7 @@ import pytest
 
 import tapead
 from tapead import Value
-from tapead._core import OP, OP_NAMES
+from tapead._c import OP, OP_NAMES
 from conftest import MG
 from opcases import BY_OP, FORMS, ROWS, math_ops
 

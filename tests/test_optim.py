@@ -192,7 +192,7 @@ def test_values_from_another_thread_raise_and_change_nothing(make):
         opt.zero_grad()
     assert [(p.data, p.grad) for p in mine] == before
     assert tapead.tape_stats()["nodes"] == nodes
-    assert tapead._core.lib.ta_validate() == 0
+    assert tapead._c.lib.ta_validate() == 0
     # the Values still train normally afterwards
     ref = RefSGD([d for d, _ in before], 0.1)
     SGD(mine, lr=0.1).step()
@@ -223,7 +223,7 @@ def test_sizes_are_read_only_and_parameters_fixed(make):
     assert opt.n == len(ps) and opt.params == tuple(ps)
     loss_value(ps).backward()
     opt.step()                                          # still works, on the same five
-    assert tapead._core.lib.ta_validate() == 0
+    assert tapead._c.lib.ta_validate() == 0
 
 
 def test_repeated_parameter_is_refused():

@@ -19,9 +19,9 @@ from hypothesis import given, settings, strategies as st
 import tapead
 import tapead.nn
 from tapead import Value
-from tapead._core import lib
+from tapead._c import lib
 from conftest import release_garbage
-from tapead._core import OP, OP_KINDS, OP_NAMES
+from tapead._c import OP, OP_KINDS, OP_NAMES
 from opcases import FORMS as FORMS_BY_NAME, KIND_CST, KIND_UN, form_cases
 
 INF, NAN = math.inf, math.nan

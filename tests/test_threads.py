@@ -134,12 +134,12 @@ def test_collect_in_another_thread_leaves_the_fast_path_intact():
     t.start()
     t.join()
     c = b * 3.0                       # still the fast path: its Value must hold its segment
-    assert tapead.FRONT == "native" or c._t.key == c._i >> tapead._core.SHIFT
+    assert tapead.FRONT == "native" or c._t.key == c._i >> tapead._c.SHIFT
     tapead.collect()
     assert (c.data, b.data) == (9.0, 3.0)
     c.backward()
     assert a.grad == 6.0
-    assert tapead._core.lib.ta_validate() == 0
+    assert tapead._c.lib.ta_validate() == 0
 
 
 def _first_op_raises():
@@ -153,8 +153,8 @@ def _stats_only():
 
 
 def _failed_c_call_only():
-    from tapead import _core
-    return _core.lib.ta_opc(tapead.engine.RDIVC, 0, 0.0, -2) < 0   # refused (id 0 is no node here), after C made the tape
+    from tapead import _c
+    return _c.lib.ta_opc(tapead.engine.RDIVC, 0, 0.0, -2) < 0   # refused (id 0 is no node here), after C made the tape
 
 
 @pytest.mark.parametrize("body", [_stats_only, _failed_c_call_only, _first_op_raises,
@@ -167,14 +167,14 @@ def test_a_finished_threads_tape_is_freed(body):
     returns) and its last hold is dropped."""
     import gc
     import time
-    from tapead import _core
+    from tapead import _c
     gc.collect()   # earlier tests' threads and Values: let their tapes go first
     time.sleep(0.05)
-    alive = _core.lib.ta_tapes_alive()
+    alive = _c.lib.ta_tapes_alive()
     for _ in range(5):
         assert on_fresh_tape(body)
     gc.collect()
     deadline = time.monotonic() + 5
-    while _core.lib.ta_tapes_alive() > alive and time.monotonic() < deadline:
+    while _c.lib.ta_tapes_alive() > alive and time.monotonic() < deadline:
         time.sleep(0.001)
-    assert _core.lib.ta_tapes_alive() <= alive   # 5 tapes made, 5 freed
+    assert _c.lib.ta_tapes_alive() <= alive   # 5 tapes made, 5 freed

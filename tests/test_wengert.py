@@ -10,7 +10,7 @@ import pytest
 
 import tapead
 from tapead import Value, wengert
-from tapead._core import ffi, lib, OP_NAMES
+from tapead._c import ffi, lib, OP_NAMES
 from conftest import release_garbage
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -1,0 +1,54 @@
+"""Bulk calls on many Values at once: arrays of Values (tapead.arrays),
+optimizer steps (tapead.optim) and the fused layer (tapead.nn).
+"""
+from __future__ import annotations
+
+TYPE_CHECKING = False                  # typing is not imported at run time: `import tapead` stays cheap
+if TYPE_CHECKING:
+    from typing import Any
+
+from . import f64, ffi, lib
+from .holds import within_limit
+from .status import check, error
+
+
+def leaves(a: Any, h: Any) -> None:
+    """New leaves holding the float64 array a's entries, their holds into h."""
+    n = within_limit(lib.ta_leaves, f64(a), a.size, h)
+    if n < 0:
+        raise error(n)
+
+
+def gather(ids: Any, n: int, what: int, out: Any) -> None:
+    """out[k] = the value (what=0) or adjoint (what=1) of node ids[k]."""
+    check(lib.ta_gather(ids, n, what, f64(out)))
+
+
+def scatter(ids: Any, n: int, a: Any) -> None:
+    """Set the value of node ids[k] to a[k], all or nothing."""
+    check(lib.ta_scatter(ids, n, 0, f64(a)))
+
+
+def fill_adj(ids: Any, n: int, x: float = 0.0) -> None:
+    check(lib.ta_fill_adj(ids, n, x))
+
+
+def sgd_step(ids: Any, n: int, lr: float, momentum: float, decay: float, buf: Any,
+             first: bool) -> None:
+    check(lib.ta_sgd_step(ids, n, lr, momentum, decay, buf, first))
+
+
+def adam_step(ids: Any, n: int, lr: float, b1: float, b2: float, eps: float, decay: float,
+              t: int, m: Any, v: Any) -> None:
+    check(lib.ta_adam_step(ids, n, lr, b1, b2, eps, decay, t, m, v))
+
+
+def layer(w: Any, b: Any, nout: int, nin: int, xid: Any, xc: Any, relu: int, out: Any) -> bool:
+    """One fused layer into the held list out (xc None: every input a Value);
+    False where it cannot run fused (a mode, a no_grad input)."""
+    st = within_limit(lib.ta_layer, w, b, nout, nin, xid, ffi.NULL if xc is None else xc,
+                      relu, out)
+    if st in (lib.TA_EMODEPATH, lib.TA_ENOGRAD):
+        return False
+    check(st)
+    return True

@@ -1,0 +1,153 @@
+"""Custom nodes (tapead.custom): recording one, setting its rule, running
+a rule's step, and reading the C side table that keeps them (csrc/custom.c).
+
+custom_rec and rule_set sit on a custom node's record path: they reuse
+this thread's C arrays rather than make new ones per call.
+"""
+from __future__ import annotations
+
+TYPE_CHECKING = False                  # typing is not imported at run time: `import tapead` stays cheap
+if TYPE_CHECKING:
+    from typing import Any, Callable, List, Optional, Tuple
+
+from . import _tl, ffi, lib
+from .status import check, error
+
+
+def _bufs() -> Any:
+    """This thread's out-arguments for the custom-node calls (cffi releases the GIL)."""
+    try:
+        return _tl.custom_bufs
+    except AttributeError:
+        b = _tl.custom_bufs = (ffi.new("uint32_t *"), ffi.new("uint32_t *"), ffi.new("int64_t *"),
+                               ffi.new("int64_t[]", 16), ffi.new("int64_t[256]"))
+        return b
+
+
+def custom_info(i: int) -> Optional[Tuple[int, int, Tuple[int, ...]]]:
+    """(key, name id, input ids) of node i if it is a custom node, else None."""
+    n, name, key, ins = _bufs()[:4]
+    st = lib.ta_custom_info(i, n, ins, 16, name, key)
+    if st == lib.TA_ENOTCUSTOM or st == lib.TA_ENOGRAD:
+        return None
+    check(st)
+    if n[0] > 16:
+        ins = ffi.new("int64_t[]", n[0])
+        check(lib.ta_custom_info(i, n, ins, n[0], name, key))
+    return key[0], name[0], tuple(ins[0:n[0]])
+
+
+def custom_failed() -> Optional[Tuple[int, int]]:
+    """(key, name id) of the custom node of the last TA_ECUSTOM, None if unknown."""
+    n, name, key = ffi.new("uint32_t *"), ffi.new("uint32_t *"), ffi.new("int64_t *")
+    if lib.ta_custom_info(lib.ta_custom_failed(), n, ffi.NULL, 0, name, key) != 0:
+        return None
+    return key[0], name[0]
+
+
+# The record path of a custom node (Value(data, _children, _op), precomputed
+# and out._backward = fn on the cffi front) reuses this thread's C arrays:
+# cffi makes a new one from a list on every call, half a recording's cost on
+# PyPy.  A call takes them while it fills and passes them and puts them back
+# after, so a finalizer that runs meanwhile (the collector, at any
+# allocation) and records in this thread gets new ones.  No loop on the path
+# of one or two inputs (most ops): PyPy's JIT does not inline a function
+# that has a loop, and the call it makes instead costs ~100 ns, twice a whole
+# op (a comprehension is such a function too).
+_ta_custom_rec, _ta_rule_set, _NULL = lib.ta_custom_rec, lib.ta_custom_rule_set, ffi.NULL
+
+
+def custom_rec(xs: Any, value: float, partials: Any, name: int, V: Any, what: str,
+               key: int) -> int:
+    """Record into the segment of key a custom node of `value` whose inputs
+    are the Values xs (a tuple or list; V their class: TypeError, worded
+    `what`, for anything else) and whose partials are the floats `partials`
+    (a tuple or list, one per input), or None: a node with a Python rule.
+    Returns the node's id, or a status for engine._slow (key last: its
+    retry passes a new one)."""
+    try:
+        b = _tl.rec_bufs
+    except AttributeError:
+        b = _tl.rec_bufs = [ffi.new("int64_t[8]"), ffi.new("double[8]")]
+    n = len(xs)
+    ids, ps = b
+    if ids is None or n > 8:
+        ids = ffi.new("int64_t[]", n if n > 8 else 8)
+        ps = ffi.new("double[]", n if n > 8 else 8)
+    else:
+        b[0] = b[1] = None
+    if n > 2:
+        for k in range(n):
+            ids[k] = _input_id(xs[k], V, what)
+    elif n:
+        ids[0] = _input_id(xs[0], V, what)
+        if n == 2:
+            ids[1] = _input_id(xs[1], V, what)
+    if partials is None:
+        r = _ta_custom_rec(ids, n, value, _NULL, name, key)
+    else:       # (never NULL: NULL asks for a Python rule)
+        if n > 2:
+            for k in range(n):
+                ps[k] = partials[k]
+        elif n:
+            ps[0] = partials[0]
+            if n == 2:
+                ps[1] = partials[1]
+        r = _ta_custom_rec(ids, n, value, ps, name, key)
+    b[0] = ids
+    b[1] = ps
+    return r
+
+
+def _input_id(c: Any, V: Any, what: str) -> int:
+    if not isinstance(c, V):
+        raise TypeError(f"{what}, not {type(c).__name__}")
+    return c._i  # type: ignore[no-any-return]
+
+
+def rule_set(i: int, ids: List[int]) -> Optional[Tuple[int, List[int]]]:
+    """None if node i is not a custom node; else (its key, 0 for a precomputed
+    node; ok: ok[k] is 1 where the node now keeps node ids[k] alive).
+    (On a custom node's record path: kept cheap, as custom_rec.)"""
+    n = len(ids)
+    if n:
+        try:
+            buf = _tl.rule_ok
+        except AttributeError:
+            buf = None
+        if buf is None or n > 64:
+            buf = ffi.new("int8_t[]", n if n > 64 else 64)
+        else:
+            _tl.rule_ok = None      # taken (see above), put back below
+        key = _ta_rule_set(i, ids, n, buf)
+        ok: List[int] = ffi.unpack(buf, n)  # type: ignore[assignment]  # (a list of ints here)
+        _tl.rule_ok = buf
+    else:
+        key = _ta_rule_set(i, _NULL, 0, _NULL)   # (an empty list would cost a cffi array)
+        ok = []
+    if key > 0:
+        return key, ok
+    if key == lib.TA_ENOTCUSTOM or key == lib.TA_ENOGRAD:
+        return None
+    if key < 0:
+        raise error(key)
+    return 0, ok
+
+
+def step(i: int) -> None:
+    """Node i's own local chain-rule step (a built-in or precomputed rule)."""
+    check(lib.ta_step(i))
+
+
+def custom_dead() -> List[int]:
+    """Keys of custom nodes the tape has reclaimed since the last call (up
+    to 256 a call; [] when none are left)."""
+    buf = _bufs()[4]
+    n = lib.ta_custom_dead(buf, 256)
+    return ffi.unpack(buf, n) if n > 0 else []  # type: ignore[return-value]  # (a list of ints here)
+
+
+def on_custom_rule(fn: Callable[[int, int], int]) -> Callable[[int, int], int]:
+    """Make fn(node, key) the Python function C's sweep calls at a node with
+    a Python rule (csrc/sweep.c: ta_custom_rule)."""
+    return ffi.def_extern(name="ta_custom_rule")(fn)

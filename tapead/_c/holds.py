@@ -1,0 +1,182 @@
+"""Holds: how the cffi front keeps the tape segments its Values live in.
+
+A Value of the cffi front holds a token, shared by every Value whose node
+lives in the same segment; the token owns one hold on that segment
+(csrc/tapead.h: holds), dropped by C when the token dies.  A bulk call
+returns its new nodes in a held list, each id held once, which adopt()
+turns into tokens.  What the holds decide (which segments are garbage) is
+here too: reclaim() and collect(), the node limit (within_limit,
+set_limit) and the tape's counters (stats).
+"""
+from __future__ import annotations
+
+import gc
+
+TYPE_CHECKING = False                  # typing is not imported at run time: `import tapead` stays cheap
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, List, Optional, SupportsInt, Tuple
+
+from . import SHIFT, ffi, int64s, lib
+from .status import check, error, on_limit
+
+NEEDSEG, NEEDNG = lib.TA_NEEDSEG, lib.TA_NEEDNG
+
+
+class _Token:
+    """A hold on one tape segment (csrc/tapead.h: holds), shared by every
+    cffi-front Value whose node lives there; `key` is the segment's key
+    (node id >> SHIFT), `box` the box the hold sits in (csrc/cdef.h).
+
+    The box is owned through ffi.gc before C puts the hold in it, and C
+    drops the hold when the box dies (ffi.gc calls ta_unhold directly): no
+    Python code runs between taking a hold and owning it, or when it is
+    dropped, so a Ctrl-C can neither leak one nor land halfway; and a box
+    may die in any thread (C frees an exited thread's tape when its last
+    hold goes)."""
+    __slots__ = ("key", "box")
+    key: int
+    box: Any
+
+    def __init__(self, key: int, box: Any) -> None:
+        self.key = key
+        self.box = box
+
+
+_SEG_BYTES = lib.ta_seg_bytes()
+NOTOKEN = _Token(-2, ffi.NULL)  # holds nothing; its key matches no segment
+
+
+def _box() -> Any:
+    """An empty box for one hold, owned by the returned object."""
+    # size tells a tracing GC (PyPy's) what the hold in it keeps alive
+    return ffi.gc(ffi.new("ta_seg *[1]"), lib.ta_unhold, size=_SEG_BYTES)
+
+
+def hold_current(code: int) -> _Token:
+    """A token holding the segment the next node goes to (code: NEEDSEG for
+    the tape, NEEDNG for the no_grad arena); raises for any other status."""
+    if code != NEEDSEG and code != NEEDNG:
+        raise error(code)
+    box, key = _box(), ffi.new("int64_t *")
+    check(lib.ta_cur_hold(code == NEEDNG, box, key))
+    return _Token(key[0], box)
+
+
+def held_list(cap: int) -> Any:
+    """An empty held list (csrc/cdef.h) for up to cap node ids: what a bulk
+    call fills, each id held once; the holds still in it when it dies are
+    dropped by C."""
+    h = ffi.new("int64_t[]", 1 + 2 * cap)
+    h[0] = cap
+    return ffi.gc(h, lib.ta_held_drop)
+
+
+def held_ids(h: Any, n: int) -> List[int]:
+    """The first n ids of the held list h."""
+    return ffi.unpack(ffi.cast("int64_t *", h) + 1, n)  # type: ignore[return-value]  # (ffi.gc's array has no length)
+
+
+def held_bytes(h: Any) -> Any:
+    """The whole held list h as a writable buffer (the native front's adopt)."""
+    p = ffi.cast("int64_t *", h)
+    return ffi.buffer(p, 8 * (1 + 2 * p[0]))
+
+
+def adopt(h: Any, n: int) -> Tuple[List[int], List[_Token]]:
+    """(ids, tokens) for the first n ids of the held list h: the first id of
+    each segment moves its hold into a new token (one C call), and the other
+    holds on that segment are dropped.  tokens[k] is the token of ids[k]."""
+    ids = held_ids(h, n)
+    toks: Dict[int, _Token] = {}
+    out: List[_Token] = []
+    for k, i in enumerate(ids):
+        key = i >> SHIFT
+        t = toks.get(key)
+        if t is None:
+            box = _box()
+            check(lib.ta_held_move(h, k, box))
+            t = toks[key] = _Token(key, box)
+        out.append(t)
+    lib.ta_held_drop(h)
+    return ids, out
+
+
+def reclaim() -> None:
+    """Let the interpreter's garbage collector drop the holds of Values that
+    are garbage, so the tape's next collection frees their segments.  Under
+    CPython's reference counting they are dropped at once (this only finds
+    cycles); on PyPy, only when its collector runs."""
+    gc.collect()
+
+
+def within_limit(fn: Callable[..., int], *args: Any) -> int:
+    """fn(*args), a C call that records nodes; if the node limit refuses it
+    (TA_ELIMIT: such a call changes nothing), once more after reclaim(), so
+    garbage never counts against the limit, whatever the interpreter."""
+    st = fn(*args)
+    if st == lib.TA_ELIMIT:
+        reclaim()
+        st = fn(*args)
+    return st
+
+
+def stats() -> Dict[str, int]:
+    """Counters of this thread's tape (tapead.tape_stats).
+
+    >>> import tapead
+    >>> st = tapead.tape_stats()
+    >>> sorted(st)
+    ['bytes', 'capacity', 'collections', 'limit', 'nodes', 'peak_nodes', 'segments']
+    >>> st["nodes"] <= st["capacity"]
+    True
+    """
+    st = ffi.new("ta_stats_t *")
+    check(lib.ta_stats(st))
+    return {k: getattr(st, k) for k in
+            ("nodes", "capacity", "bytes", "segments", "collections", "limit", "peak_nodes")}
+
+
+def collect() -> int:
+    """Reclaim every segment no Value can reach now; returns segments freed."""
+    n = lib.ta_collect()
+    if n < 0:
+        raise error(n)
+    return n
+
+
+def set_limit(max_nodes: Optional[SupportsInt]) -> None:
+    """Cap this thread's tape at max_nodes nodes (None or 0: no cap).
+
+    Garbage does not count: the tape reclaims before it refuses (the cffi
+    front runs the garbage collector first: on PyPy, dead Values let go of
+    the tape only then).
+
+    >>> import tapead
+    >>> tapead.set_limit(1_000_000); tapead.tape_stats()["limit"]
+    1000000
+    >>> tapead.set_limit(None); tapead.tape_stats()["limit"]
+    0
+    """
+    if max_nodes is None:
+        n = 0
+    else:
+        try:
+            import operator    # here, not at import: `import tapead` stays cheap
+            n = operator.index(max_nodes)  # type: ignore[arg-type]  # (checked right here)
+        except TypeError:
+            if not (isinstance(max_nodes, float) and max_nodes.is_integer()):   # 1e6 is fine
+                raise TypeError(f"set_limit needs a whole number of nodes (or None), "
+                                f"not {max_nodes!r}") from None
+            n = int(max_nodes)
+    if not 0 <= n < 1 << 64:
+        raise ValueError(f"the node limit must be in 0 .. 2**64 - 1 (0: no cap), not {n}")
+    check(lib.ta_set_limit(n))
+
+
+
+def hold_ids(ids: List[int], h: Any) -> None:
+    """Put a hold on each existing node of ids into the held list h."""
+    check(lib.ta_held_ids(int64s(ids), len(ids), h))
+
+
+on_limit(stats)

@@ -1,0 +1,152 @@
+"""Guards and compiled programs (tapead.replay): the comparisons recorded
+as guards, and Programs (csrc/program.c): made, sized, run over arrays,
+flattened for pickling and loaded back.
+"""
+from __future__ import annotations
+
+TYPE_CHECKING = False                  # typing is not imported at run time: `import tapead` stays cheap
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional, Tuple
+
+from . import f64, ffi, lib
+from .status import check, error, guard_error, op_error
+
+
+def guard_clear() -> None:
+    check(lib.ta_guard_clear())
+
+
+def guard_count() -> int:
+    return lib.ta_guard_count()
+
+
+def _prog_box() -> Any:
+    """An empty box a C call puts a new program in, owned before the call
+    (csrc/cdef.h: ta_prog_drop)."""
+    return ffi.gc(ffi.new("ta_prog *[1]"), lib.ta_prog_drop)
+
+
+def _ptr(a: Any, ctype: str = "double[]") -> Any:
+    """A C pointer into the contiguous array a (which it keeps alive), NULL for None:
+    ~0.3 us, a fifth of ffi.cast(a.ctypes.data)."""
+    return ffi.NULL if a is None else ffi.from_buffer(ctype, a)
+
+
+def prog_new(oid: Any, nout: int, iid: Any, nin: int, wid: Any, nwrt: int) -> Any:
+    """A new program's box (its program is box[0]); None for arguments C
+    refuses (TA_EARG: no outputs, inputs or wrt not leaves, inputs repeated)."""
+    p = _prog_box()
+    st = lib.ta_prog_new(oid, nout, iid, nin, wid, nwrt, p)
+    if st == lib.TA_EARG:
+        return None
+    check(st)
+    return p
+
+
+_PS = {"inputs": lib.TA_PS_INPUTS, "outputs": lib.TA_PS_OUTPUTS, "wrt": lib.TA_PS_WRT,
+       "params": lib.TA_PS_PARAMS, "nodes": lib.TA_PS_NODES, "guards": lib.TA_PS_GUARDS,
+       "live": lib.TA_PS_LIVE, "block": lib.TA_PS_BLOCK}
+
+
+def prog_size(p: Any, what: str) -> int:
+    """A size of program p: "inputs", "outputs", "wrt", "params", "nodes",
+    "guards", "block" (rows per gradient block), or "live" (1 while it reads
+    its parameters' Values)."""
+    return lib.ta_prog_size(p, _PS[what])
+
+
+def prog_params(p: Any, npar: int) -> List[int]:
+    """The node ids of program p's npar parameters."""
+    pid = ffi.new("int64_t[]", max(npar, 1))
+    lib.ta_prog_params(p, pid)
+    return list(pid[0:npar])
+
+
+def prog_param_values(p: Any, out: Any) -> None:
+    check(lib.ta_prog_param_values(p, f64(out), out.size))
+
+
+def prog_set_params(p: Any, v: Any) -> None:
+    check(lib.ta_prog_set_params(p, f64(v), v.size))
+
+
+def prog_follow(p: Any) -> bool:
+    """Read p's parameters from their Values again; False if it has none to follow."""
+    return lib.ta_prog_follow(p) == 0
+
+
+def prog_run(p: Any, fields: Dict[str, Any], row0: int) -> None:
+    """Run program p (csrc/cdef.h: ta_run_t, numpy arrays for its pointers,
+    ints for the rest); a failure raises, naming its row (row0: the first
+    row's number in the message)."""
+    r: Any = ffi.new("ta_run_t *")
+    keep = []
+    for k, x in fields.items():
+        if hasattr(x, "dtype"):
+            x = f64(x)
+            keep.append(x)
+        setattr(r, k, x)
+    f: Any = ffi.new("ta_fail_t *")
+    st = lib.ta_prog_run(p, r, f)
+    del keep
+    if st:
+        raise _run_error(st, f, row0)
+
+
+def _run_error(st: int, f: Any, row0: int) -> Exception:
+    where = f" at row {f.row + row0}"
+    if st == lib.TA_EGUARD:
+        return guard_error(f.kind, f.outcome, f.x, f.y, where)
+    if st in (lib.TA_EZERODIV, lib.TA_EDOMAIN, lib.TA_ERANGE):
+        e = op_error(st, f.op, f.x, f.y)
+    elif st == lib.TA_EARG:
+        return ValueError("Program: an argument does not match the program's sizes")
+    else:
+        return error(st)
+    e.args = (f"{e.args[0]} ({where.strip()})",)
+    return e
+
+
+_CTYPE = {1: "uint8_t[]", 4: "uint32_t[]", 8: "double[]"}   # the flat form's arrays, by item size
+
+
+def _flat(sizes: Optional[Dict[str, int]], arrs: Optional[Dict[str, Any]]) -> Tuple[Any, List[Any]]:
+    """A ta_flat_t with the given sizes, its arrays pointing into arrs (the
+    pointers returned keep them alive)."""
+    f: Any = ffi.new("ta_flat_t *")
+    for k, n in (sizes or {}).items():
+        setattr(f, k, n)
+    keep = []
+    for k, a in (arrs or {}).items():
+        ptr = _ptr(a, _CTYPE[a.dtype.itemsize])
+        setattr(f, k, ptr)
+        keep.append(ptr)
+    return f, keep
+
+
+def prog_flat_sizes(p: Any, names: Tuple[str, ...]) -> Dict[str, int]:
+    """The sizes of program p's flat form (csrc/cdef.h: ta_flat_t)."""
+    f, _ = _flat(None, None)
+    check(lib.ta_prog_flat(p, f))
+    return {k: getattr(f, k) for k in names}
+
+
+def prog_flat(p: Any, sizes: Dict[str, int], arrs: Dict[str, Any]) -> None:
+    """Fill arrs (numpy arrays, one per array of ta_flat_t, each as long as
+    sizes make it) with program p's flat form."""
+    f, keep = _flat(sizes, arrs)
+    check(lib.ta_prog_flat(p, f))
+    del keep
+
+
+def prog_load(sizes: Dict[str, int], arrs: Dict[str, Any], params: Any) -> Any:
+    """A program's box from its flat form (prog_flat) and parameter values, every field
+    checked in C; None for a form C refuses (TA_EARG)."""
+    f, keep = _flat(sizes, arrs)
+    p = _prog_box()
+    st = lib.ta_prog_load(f, f64(params), p)
+    del keep
+    if st == lib.TA_EARG:
+        return None
+    check(st)
+    return p
