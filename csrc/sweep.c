@@ -31,10 +31,15 @@
  * else 0: the sweep adds it to its count of marked nodes in a register
  * (counted through a pointer, gcc kept the count on the stack, and every
  * node waited on a store and a reload of it). */
+/* "Marked, or a leaf" in one compare: b - 1 wraps below for 0 (an unmarked
+ * leaf) and is TA_MARK - 1 or more for a marked node, since the only other
+ * bit, TA_LIVE, is clear outside the collector (which never runs inside a
+ * sweep) and a leaf's op code is 0. */
+typedef char ta_arrive_needs_leaf_zero[(TA_LEAF == 0 && (TA_OPMASK | TA_LIVE) == TA_MARK - 1u) ? 1 : -1];
 static inline unsigned ta_arrive(ta_seg *s, uint32_t o, double v)
 {
     uint8_t b = s->op[o];
-    if (b & TA_MARK || (b & TA_OPMASK) == TA_LEAF) { s->adj[o] += v; return 0; }
+    if ((uint8_t)(b - 1u) >= TA_MARK - 1u) { s->adj[o] += v; return 0; }
     s->op[o] = (uint8_t)(b | TA_MARK);
     s->marked = 1;
     s->adj[o] = 0.0 + v;  /* 0.0 + v: -0.0 becomes 0.0, as micrograd's 0 + v */
