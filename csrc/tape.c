@@ -12,8 +12,12 @@
  * hooks to the tape to drop what the collector freed (tapead.h: ta_attach).
  *
  * Lifetime: C owns every tape.  A tape counts one reference for its thread
- * (dropped by a thread-exit destructor, thread.c) and one per hold;
- * whoever drops the last frees it, in whatever thread that happens.  No
+ * (dropped by a thread-exit destructor, thread.c) and one per held segment
+ * (taken by a segment's first hold, dropped with its last: one atomic
+ * operation per hold and per release, not two); whoever drops the last
+ * frees it, in whatever thread that happens.  (A segment's holds go from 0
+ * to 1 only in the tape's own thread, which holds a reference itself while
+ * it lives, so a release in another thread racing with it frees nothing.)  No
  * Python object owns a tape, so nothing in Python (greenlets sharing a
  * thread, a module reloaded, a thread-local cleared early) can free one
  * under running code. */
@@ -76,9 +80,8 @@ static void ta_tape_free(ta_tape *T)
 
 void ta_unhold_seg(ta_seg *s)
 {
-    ta_tape *R = s->tape->root;
-    TA_ATOMIC_ADD32(&s->owned, (uint32_t)-1);
-    ta_tape_unref(R);
+    ta_tape *R = s->tape->root;          /* read first: once unheld, s may be freed */
+    if (TA_ATOMIC_ADD32(&s->owned, (uint32_t)-1) == 0) ta_tape_unref(R);   /* its last hold */
 }
 
 int ta_orphaned(ta_seg *const *box)

@@ -73,8 +73,8 @@ typedef struct ta_tape {
     ta_seg   *cur;               /* segment being appended to               */
     ta_seg   *spare;             /* one freed segment kept for reuse        */
     struct ta_tape *root;        /* the thread's tape: itself, or the owner of this no_grad arena */
-    int64_t   refs;              /* root only (atomic): 1 while its thread lives, plus every
-                                    hold on its segments and its arena's */
+    int64_t   refs;              /* root only (atomic): 1 while its thread lives, plus 1 per
+                                    held segment, its own or its arena's */
     uint32_t  exited;            /* root only (atomic): its thread has ended */
     uint64_t  tag;
     uint64_t  stamps;            /* segments opened so far (ta_seg.stamp)   */
@@ -141,8 +141,8 @@ void ta_tape_unref(ta_tape *R);
  * thread; ta_unhold: from any thread, and may free the whole tape. */
 static inline void ta_hold(ta_seg *s)
 {
-    TA_ATOMIC_ADD32(&s->owned, 1u);
-    TA_ATOMIC_ADD64(&s->tape->root->refs, 1);
+    if (TA_ATOMIC_ADD32(&s->owned, 1u) == 1u)      /* the segment's first hold */
+        TA_ATOMIC_ADD64(&s->tape->root->refs, 1);
 }
 void ta_unhold_seg(ta_seg *s);
 
