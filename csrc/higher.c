@@ -57,14 +57,14 @@ static int hi_check(ta_tape *T, const int64_t *ids, int n)
     return TA_OK;
 }
 
-/* The sub-tape behind roots (nr >= 1, checked) and per-row adjoints, each
- * root's seeded with its weight (1 without w).  TA_OK or TA_ENOMEM (then
- * nothing is held). */
-static int hi_open(ta_tape *T, const int64_t *roots, const double *w, int nr,
+/* The sub-tape behind roots (nr >= 1, checked; flags: ta_sub_extract's)
+ * and per-row adjoints, each root's seeded with its weight (1 without w).
+ * TA_OK or TA_ENOMEM (then nothing is held). */
+static int hi_open(ta_tape *T, const int64_t *roots, const double *w, int nr, int flags,
                    ta_sub *S, double **adj)
 {
     int k, st;
-    if ((st = ta_sub_extract(T, roots, (uint32_t)nr, 0, S)) != TA_OK) return st;
+    if ((st = ta_sub_extract(T, roots, (uint32_t)nr, flags, S)) != TA_OK) return st;
     if (!(*adj = (double *)ta_calloc((size_t)S->n, sizeof **adj))) {
         ta_sub_free(S);
         return TA_ENOMEM;
@@ -83,7 +83,7 @@ static int hi_sweep(ta_tape *T, const int64_t *roots, const double *w, int nr,
     double *adj = NULL;
     int k, st;
     if (nr > 0) {
-        if ((st = hi_open(T, roots, w, nr, &S, &adj)) != TA_OK) return st;
+        if ((st = hi_open(T, roots, w, nr, 0, &S, &adj)) != TA_OK) return st;
         ta_sub_reverse(&S, adj, NULL, NULL);
     }
     for (k = 0; k < nin; k++) {
@@ -163,7 +163,7 @@ static int hi_emit(ta_tape *T, hi_em *E, const int64_t *roots, const double *w, 
         for (j = 0; j < nin; j++) { gids[j] = 0; gcs[j] = 0.0; }
         return TA_OK;
     }
-    if ((st = hi_open(T, roots, w, nr, &S, &adj)) != TA_OK) return st;
+    if ((st = hi_open(T, roots, w, nr, TA_SUB_REFS, &S, &adj)) != TA_OK) return st;
     if (!(gid = (int64_t *)ta_calloc((size_t)S.n, sizeof *gid))) { st = TA_ENOMEM; goto done; }
     for (k = S.n; k-- > 0;) {
         int op = S.op[k], kind = ta_kinds[op];
@@ -288,7 +288,7 @@ static int hi_for_setup(ta_tape *T, hi_for *F, int64_t out)
     size_t n;
     int st;
     F->px = F->py = F->t = F->at = NULL; F->in = NULL;
-    if ((st = hi_open(T, &out, NULL, 1, &F->S, &F->adj)) != TA_OK) return st;
+    if ((st = hi_open(T, &out, NULL, 1, 0, &F->S, &F->adj)) != TA_OK) return st;
     n = (size_t)F->S.n;
     F->px = (double *)ta_malloc(n * sizeof *F->px); F->py = (double *)ta_malloc(n * sizeof *F->py);
     F->t = (double *)ta_malloc(n * sizeof *F->t); F->at = (double *)ta_malloc(n * sizeof *F->at);
