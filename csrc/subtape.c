@@ -168,10 +168,12 @@ static int ta_sub_flat(ta_tape *T, ta_sub *S, uint64_t n, uint32_t nseg, int ref
             if (rref) rref[k] = base | i;
             k++;
         }
+        /* the marks go in a loop of their own, which vectorizes, while
+         * op[] is still in cache */
+        for (i = 0; i < end; i++) op[i] &= (uint8_t)~TA_MARK;
     }
 #undef ROW
     S->n = k;
-    ta_unmark(T, lowpos, hipos);   /* a pass of its own: it vectorizes */
     return TA_OK;
 nomem:
     ta_unmark(T, lowpos, hipos);
