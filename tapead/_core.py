@@ -412,11 +412,17 @@ def adam_step(ids: Any, n: int, lr: float, b1: float, b2: float, eps: float, dec
 def layer(w: Any, b: Any, nout: int, nin: int, xid: Any, xc: Any, relu: int, out: Any) -> bool:
     """One fused layer into the held list out (xc None: every input a Value);
     False where it cannot run fused (a mode, a no_grad input)."""
-    st = within_limit(lib.ta_layer, w, b, nout, nin, xid, ffi.NULL if xc is None else xc,
-                      relu, out)
-    if not st:      # the hot path: a model's forward calls this once per layer
+    # (within_limit spelled out: a model's forward calls this once per layer)
+    xp = ffi.NULL if xc is None else xc
+    st = lib.ta_layer(w, b, nout, nin, xid, xp, relu, out)
+    if not st:
         return True
-    if st in (lib.TA_EMODEPATH, lib.TA_ENOGRAD):
+    if st == ELIMIT:
+        reclaim()
+        st = lib.ta_layer(w, b, nout, nin, xid, xp, relu, out)
+        if not st:
+            return True
+    if st in (lib.TA_EMODEPATH, ENOGRAD):
         return False
     raise error(st)
 
