@@ -62,7 +62,13 @@ typedef struct {
                                    the row of each offset, TA_NONE if not
                                    in; NULL: none there (other slots unset) */
     void      *mem;             /* the one allocation behind all of these  */
+    size_t     cap;             /* its size                                */
 } ta_sub;
+
+/* The most memory a tape keeps from one sub-tape for the next (so a loop
+ * of grads or jvps on one graph reuses it: fresh pages from the system
+ * cost a fault each); bigger ones are freed. */
+#define TA_SUB_KEEP ((size_t)4 << 20)
 
 /* ta_sub_extract's flags */
 #define TA_SUB_GUARDS 1     /* also the nodes of the guards that bind the roots */

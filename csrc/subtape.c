@@ -8,7 +8,8 @@
  * tape order and copies them into flat arrays (a ta_sub: op, input rows,
  * constant, recorded value, and the tape ref for the callers that ask),
  * the way CppAD's player holds a recording; rows and row maps are one
- * allocation.  Everything after that is a loop over the rows; the
+ * allocation, which the tape keeps for the next sub-tape (up to
+ * TA_SUB_KEEP bytes).  Everything after that is a loop over the rows; the
  * numeric reverse sweep over them is ta_sub_reverse, here.  (ta_backward,
  * sweep.c, is the one sweep that stays on the tape: it accumulates into
  * the nodes' adj[] in place.)
@@ -104,9 +105,28 @@ uint64_t ta_mark_guards(ta_tape *T, uint64_t hi, uint8_t bit, uint64_t pending)
     return pending;
 }
 
+/* Memory for a sub-tape: the tape's spare block if it is big enough
+ * (taken until ta_sub_free gives it back: a sub-tape taken meanwhile gets
+ * its own), else a new one. */
+static void *ta_sub_mem(ta_tape *T, size_t need, size_t *cap)
+{
+    void *m = T->spare_sub;
+    if (m && T->spare_subcap >= need) {
+        T->spare_sub = NULL;
+        *cap = T->spare_subcap;
+        return m;
+    }
+    *cap = need;
+    return ta_malloc(need);
+}
+
 void ta_sub_free(ta_sub *S)
 {
-    free(S->mem);
+    ta_tape *T = S->T;
+    if (S->mem && S->cap <= TA_SUB_KEEP && (!T->spare_sub || T->spare_subcap < S->cap)) {
+        free(T->spare_sub);             /* keep the bigger block */
+        T->spare_sub = S->mem; T->spare_subcap = S->cap;
+    } else free(S->mem);
     S->mem = NULL; S->map = NULL; S->op = NULL; S->a = S->b = S->ref = NULL; S->c = S->v = NULL;
 }
 
@@ -129,7 +149,7 @@ static int ta_sub_flat(ta_tape *T, ta_sub *S, uint64_t n, uint32_t nseg, int ref
     fixed = (size_t)T->nslots * sizeof *map + (size_t)nseg * TA_SEG * sizeof *maps;
     if (n >= TA_NONE || (uint64_t)n + 1 > (SIZE_MAX - fixed) / row) goto nomem;
     m1 = (size_t)n + 1;      /* one spare row: no zero-size allocation */
-    if (!(S->mem = ta_malloc(m1 * row + fixed))) goto nomem;
+    if (!(S->mem = ta_sub_mem(T, m1 * row + fixed, &S->cap))) goto nomem;
     rc = S->c = (double *)S->mem;
     rv = S->v = rc + m1;
     map = S->map = (uint32_t **)(rv + m1);
