@@ -57,14 +57,14 @@ static int hi_check(ta_tape *T, const int64_t *ids, int n)
     return TA_OK;
 }
 
-/* The sub-tape behind roots (nr >= 1, checked) and per-row adjoints, each
- * root's seeded with its weight (1 without w).  TA_OK or TA_ENOMEM (then
- * nothing is held). */
-static int hi_open(ta_tape *T, const int64_t *roots, const double *w, int nr,
+/* The sub-tape behind roots (nr >= 1, checked; flags: ta_sub_extract's)
+ * and per-row adjoints, each root's seeded with its weight (1 without w).
+ * TA_OK or TA_ENOMEM (then nothing is held). */
+static int hi_open(ta_tape *T, const int64_t *roots, const double *w, int nr, int flags,
                    ta_sub *S, double **adj)
 {
     int k, st;
-    if ((st = ta_sub_extract(T, roots, (uint32_t)nr, 0, S)) != TA_OK) return st;
+    if ((st = ta_sub_extract(T, roots, (uint32_t)nr, flags, S)) != TA_OK) return st;
     if (!(*adj = (double *)ta_calloc((size_t)S->n, sizeof **adj))) {
         ta_sub_free(S);
         return TA_ENOMEM;
@@ -83,7 +83,7 @@ static int hi_sweep(ta_tape *T, const int64_t *roots, const double *w, int nr,
     double *adj = NULL;
     int k, st;
     if (nr > 0) {
-        if ((st = hi_open(T, roots, w, nr, &S, &adj)) != TA_OK) return st;
+        if ((st = hi_open(T, roots, w, nr, 0, &S, &adj)) != TA_OK) return st;
         ta_sub_reverse(&S, adj, NULL, NULL);
     }
     for (k = 0; k < nin; k++) {
@@ -96,23 +96,19 @@ static int hi_sweep(ta_tape *T, const int64_t *roots, const double *w, int nr,
 
 /* ----------------------------------------------------- recording sweep */
 
-int64_t hi_node(hi_em *E, int op, int64_t x, int64_t y, double c)
+uint32_t hi_node(hi_em *E, int op, uint32_t x, uint32_t y, double c)
 {
     ta_tape *T = E->T;
-    ta_seg *s;
-    uint32_t o;
     double xv, yv = c, r;
     ta_aux aux;
-    int64_t id;
+    uint32_t ref;
     int st;
     if (E->st) return 0;
-    ta_resolve(T, x, &s, &o);
-    xv = s->val[o];
+    xv = TA_SEGOF(T, x)->val[TA_OFF(x)];
     aux.c = c;
     if (ta_kinds[op] == TA_K_BIN) {
-        ta_resolve(T, y, &s, &o);
-        yv = s->val[o];
-        aux.y = (uint32_t)y;
+        yv = TA_SEGOF(T, y)->val[TA_OFF(y)];
+        aux.y = y;
     }
     if ((st = ta_forward(op, xv, yv, &r)) != TA_OK) {
         T->err_op = op; T->err_x = xv; T->err_y = yv;
@@ -120,65 +116,55 @@ int64_t hi_node(hi_em *E, int op, int64_t x, int64_t y, double c)
         return 0;
     }
     if (T->nodes >= E->limit) { E->st = TA_ELIMIT; return 0; }
-    id = ta_append(T, op, (uint32_t)x, aux, r);
-    if (id < 0) { E->st = (int)id; return 0; }
-    return id;
+    if ((st = ta_push(T, op, x, aux, r, &ref)) != TA_OK) { E->st = st; return 0; }
+    return ref;
 }
 
-static int64_t hi_leaf(hi_em *E, double v)
+static uint32_t hi_leaf(hi_em *E, double v)
 {
     ta_aux aux;
-    int64_t id;
+    uint32_t ref;
+    int st;
     if (E->st) return 0;
     if (E->T->nodes >= E->limit) { E->st = TA_ELIMIT; return 0; }
     aux.c = 0.0;
-    id = ta_append(E->T, TA_LEAF, 0, aux, v);
-    if (id < 0) { E->st = (int)id; return 0; }
-    return id;
+    if ((st = ta_push(E->T, TA_LEAF, 0, aux, v, &ref)) != TA_OK) { E->st = st; return 0; }
+    return ref;
 }
 
 static int hi_is_op_error(int st) { return st == TA_EZERODIV || st == TA_EDOMAIN || st == TA_ERANGE; }
 
-/* Add term t to row r's adjoint term (gid[r], or the constant adj[r]). */
-static void hi_accum(hi_em *E, int64_t *gid, double *adj, uint32_t r, hi_t t)
-{
-    hi_t cur;
-    cur.id = gid[r]; cur.c = cur.id ? 0.0 : adj[r];
-    cur = hi_add(E, cur, t);
-    gid[r] = cur.id; adj[r] = cur.id ? 0.0 : cur.c;
-}
-
 /* Record the gradient of sum_k w_k roots_k w.r.t. every node it reaches;
- * gids[j] (or gcs[j] when gids[j] == 0) = the term for ins[j].  Collection
- * must be off (the callers' job). */
+ * res[j] = the term for ins[j].  Collection must be off (the callers' job). */
 static int hi_emit(ta_tape *T, hi_em *E, const int64_t *roots, const double *w, int nr,
-                   const int64_t *ins, int nin, int64_t *gids, double *gcs)
+                   const int64_t *ins, int nin, hi_t *res)
 {
     ta_sub S;
     double *adj = NULL;
-    int64_t *gid = NULL;
+    hi_t *g = NULL;     /* by row: the adjoint term */
     uint32_t k, x, y;
     int j, st = TA_OK;
     if (nr <= 0) {
-        for (j = 0; j < nin; j++) { gids[j] = 0; gcs[j] = 0.0; }
+        for (j = 0; j < nin; j++) res[j] = hi_zero;
         return TA_OK;
     }
-    if ((st = hi_open(T, roots, w, nr, &S, &adj)) != TA_OK) return st;
-    if (!(gid = (int64_t *)ta_calloc((size_t)S.n, sizeof *gid))) { st = TA_ENOMEM; goto done; }
+    if ((st = hi_open(T, roots, w, nr, TA_SUB_REFS, &S, &adj)) != TA_OK) return st;
+    if (!(g = (hi_t *)ta_malloc((size_t)S.n * sizeof *g))) { st = TA_ENOMEM; goto done; }
+    for (k = 0; k < S.n; k++) g[k] = hi_const(adj[k]);   /* the roots' weights */
     for (k = S.n; k-- > 0;) {
         int op = S.op[k], kind = ta_kinds[op];
         hi_arg a;
         if (kind == TA_K_LEAF || kind == TA_K_NARY) continue;   /* NARY: ta_plain keeps it out */
-        a.g.id = gid[k]; a.g.c = a.g.id ? 0.0 : adj[k];
+        a.g = g[k];
         if (hi_is_zero(a.g)) continue;
         x = S.a[k]; y = S.b[k];
-        a.x = TA_ID(T, S.ref[x]);
+        a.x = S.ref[x];
         a.xv = S.v[x];
-        a.r = TA_ID(T, S.ref[k]);
+        a.r = S.ref[k];
         a.rv = S.v[k];
         a.y = 0; a.c = 0.0; a.yv = 0.0;
         if (kind == TA_K_BIN) {
-            a.y = TA_ID(T, S.ref[y]);
+            a.y = S.ref[y];
             a.yv = S.v[y];
         } else if (kind == TA_K_CST) a.c = a.yv = S.c[k];
         a.dx = a.dy = hi_zero;
@@ -191,17 +177,16 @@ static int hi_emit(ta_tape *T, hi_em *E, const int64_t *roots, const double *w, 
             a.dx = hi_mulc(E, a.g, dx);
             a.dy = kind == TA_K_BIN ? hi_mulc(E, a.g, dy) : hi_zero;
         }
-        hi_accum(E, gid, adj, x, a.dx);
-        if (kind == TA_K_BIN) hi_accum(E, gid, adj, y, a.dy);
+        g[x] = hi_add(E, g[x], a.dx);
+        if (kind == TA_K_BIN) g[y] = hi_add(E, g[y], a.dy);
         if ((st = E->st) != TA_OK) goto done;
     }
     for (j = 0; j < nin; j++) {
         uint32_t r = ta_sub_row(&S, (uint32_t)ins[j]);
-        gids[j] = r != TA_NONE ? gid[r] : 0;
-        gcs[j] = (r != TA_NONE && !gids[j]) ? adj[r] : 0.0;
+        res[j] = r != TA_NONE ? g[r] : hi_zero;
     }
 done:
-    free(gid); free(adj);
+    free(g); free(adj);
     ta_sub_free(&S);
     return st;
 }
@@ -241,7 +226,7 @@ int ta_grad_graph(const int64_t *outs, const double *w, int nout,
     hi_em E;
     hi_saved sv;
     ta_pos start;
-    double *gcs;
+    hi_t *res;
     int st, k;
     if (nin < 0 || !ta_held_fits(h, (size_t)nin)) return TA_EARG;
     if (!T) return TA_ENOMEM;
@@ -250,18 +235,21 @@ int ta_grad_graph(const int64_t *outs, const double *w, int nout,
     if ((st = hi_check(T, ins, nin)) != TA_OK) return st;
     gids = TA_HELD_IDS(h);
     memset(gids, 0, (size_t)nin * sizeof *gids);   /* 0: no node yet (a list may be reused) */
-    gcs = (double *)ta_malloc((size_t)(nin > 0 ? nin : 1) * sizeof *gcs);
-    if (!gcs) return TA_ENOMEM;
+    res = (hi_t *)ta_malloc((size_t)(nin > 0 ? nin : 1) * sizeof *res);
+    if (!res) return TA_ENOMEM;
     sv = hi_gc_off(T, &E);
     ta_tell(T, &start);
-    st = hi_emit(T, &E, outs, w, nout, ins, nin, gids, gcs);
+    st = hi_emit(T, &E, outs, w, nout, ins, nin, res);
     /* constant gradients become leaves, so every result is a node */
     for (k = 0; st == TA_OK && k < nin; k++)
-        if (!gids[k]) { gids[k] = hi_leaf(&E, gcs[k]); st = E.st; }
+        if (!res[k].node) { res[k] = hi_node_t(hi_leaf(&E, res[k].c)); st = E.st; }
     if (st != TA_OK) ta_rollback(T, &start);   /* a failed call records nothing */
-    else ta_held_take(T, h, (size_t)nin);
+    else {
+        for (k = 0; k < nin; k++) gids[k] = TA_ID(T, res[k].ref);   /* ids only here, for Python */
+        ta_held_take(T, h, (size_t)nin);
+    }
     hi_gc_on(T, sv);
-    free(gcs);
+    free(res);
     return st;
 }
 
@@ -288,7 +276,7 @@ static int hi_for_setup(ta_tape *T, hi_for *F, int64_t out)
     size_t n;
     int st;
     F->px = F->py = F->t = F->at = NULL; F->in = NULL;
-    if ((st = hi_open(T, &out, NULL, 1, &F->S, &F->adj)) != TA_OK) return st;
+    if ((st = hi_open(T, &out, NULL, 1, 0, &F->S, &F->adj)) != TA_OK) return st;
     n = (size_t)F->S.n;
     F->px = (double *)ta_malloc(n * sizeof *F->px); F->py = (double *)ta_malloc(n * sizeof *F->py);
     F->t = (double *)ta_malloc(n * sizeof *F->t); F->at = (double *)ta_malloc(n * sizeof *F->at);

@@ -101,7 +101,7 @@ static inline double ta_tmul(double partial, double tangent)
  *
  * e_NAME(E, a): its derivative written as ops, for create_graph
  * (reverse-over-reverse), in the term algebra of terms.h.  It reads the
- * op's adjoint term a->g, its inputs a->x, a->y (node ids; a->c is the
+ * op's adjoint term a->g, its inputs a->x, a->y (node refs; a->c is the
  * constant of CST ops), its own node a->r and their values xv, yv (= c for
  * CST ops), rv, and sets a->dx, a->dy to the contributions g * dr/dx,
  * g * dr/dy, recorded as new tape nodes.  Because the partials are built
@@ -169,7 +169,7 @@ static inline void d_POW(double x, double y, double r, double *dx, double *dy)
  * d2/dxdy, which is 1/x there (d2_POW) */
 E_(POW)
 {
-    int64_t p1 = (a->xv < 0.0 && a->yv == 0.0) ? NC(POWC, a->x, -1.0)
+    uint32_t p1 = (a->xv < 0.0 && a->yv == 0.0) ? NC(POWC, a->x, -1.0)
                                                : N2(POW, a->x, NC(ADDC, a->y, -1.0));
     a->dx = hi_scale(E, hi_scale(E, a->g, a->y), p1);
     if (a->xv > 0.0) a->dy = hi_scale(E, a->g, N2(MUL, a->r, N1(LOG, a->x)));

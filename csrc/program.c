@@ -74,8 +74,9 @@ static int ta_prog_copy(ta_tape *T, ta_prog *P, const ta_sub *S, const int64_t *
     if ((st = ta_prog_alloc(P)) != TA_OK) return st;
     if (!(P->parid = (int64_t *)ta_malloc(((size_t)P->npar + 1) * 8))) return TA_ENOMEM;
     memcpy(P->op, S->op, P->n); memcpy(P->a, S->a, (size_t)P->n * 4);
-    memcpy(P->b, S->b, (size_t)P->n * 4); memcpy(P->c, S->c, (size_t)P->n * 8);
-    for (k = 0; k < P->n; k++) if (P->op[k] == TA_LEAF) P->c[k] = S->v[k];   /* recorded value */
+    memcpy(P->b, S->b, (size_t)P->n * 4);
+    for (k = 0; k < P->n; k++)   /* a leaf's c: its recorded value */
+        P->c[k] = P->op[k] == TA_LEAF ? S->v[k] : ta_sub_c(S, k);
     for (j = 0; j < P->nout; j++) P->out[j] = ta_sub_row(S, (uint32_t)outs[j]);
     for (j = 0; j < P->nwrt; j++) P->wrt[j] = ta_sub_row(S, (uint32_t)wrt[j]);
     /* a leaf's column, if the outputs reach it (else TA_NONE); b = 1 marks
@@ -128,7 +129,10 @@ int ta_prog_new(const int64_t *outs, uint32_t nout, const int64_t *ins, uint32_t
     P = (ta_prog *)ta_calloc(1, sizeof *P);
     if (!P) return TA_ENOMEM;
     P->nin = nin; P->nout = nout; P->nwrt = nwrt; P->live = 1;
-    if ((st = ta_sub_extract(T, outs, nout, 1, &S)) != TA_OK) { ta_prog_free(P); return st; }
+    if ((st = ta_sub_extract(T, outs, nout, TA_SUB_GUARDS | TA_SUB_REFS, &S)) != TA_OK) {
+        ta_prog_free(P);
+        return st;
+    }
     if ((G = ta_guards_if_any(T)) != NULL)
         for (gi = 0; gi < G->n; gi++) P->ng += ta_guard_in(T, &G->g[gi], S.hi);
     for (k = 0; k < S.n; k++) nleaf += S.op[k] == TA_LEAF;

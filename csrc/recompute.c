@@ -55,7 +55,7 @@ static ta_plan *ta_plan_build(ta_tape *T, int64_t root, int *st)
     ta_sub S;
     ta_plan *L;
 
-    if ((*st = ta_sub_extract(T, &root, 1, 1, &S)) != TA_OK) return NULL;
+    if ((*st = ta_sub_extract(T, &root, 1, TA_SUB_GUARDS | TA_SUB_REFS, &S)) != TA_OK) return NULL;
     *st = TA_ENOMEM;
     if (!(L = (ta_plan *)ta_calloc(1, sizeof *L))) goto fail;
     L->root = root; L->ver = G->ver; L->n = n = S.n;
@@ -67,7 +67,7 @@ static ta_plan *ta_plan_build(ta_tape *T, int64_t root, int *st)
     L->gidx = (uint32_t *)ta_malloc(((size_t)G->n + 1) * sizeof *L->gidx);
     if (!L->gidx || !L->op || !L->a || !L->b || !L->c || !L->v || !L->vp || !L->g) goto fail;
     memcpy(L->op, S.op, n); memcpy(L->a, S.a, n * 4); memcpy(L->b, S.b, n * 4);
-    memcpy(L->c, S.c, n * 8);
+    for (k = 0; k < S.n; k++) L->c[k] = ta_sub_c(&S, k);
     for (k = 0; k < S.n; k++) L->vp[k] = &TA_SEGOF(T, S.ref[k])->val[TA_OFF(S.ref[k])];
     for (gi = 0; gi < G->n; gi++) {
         ta_guard g = G->g[gi];

@@ -9,7 +9,11 @@
 #include "tapead.h"
 #include "ops.h"
 
-int64_t ta_append(ta_tape *T, int op, uint32_t x, ta_aux aux, double val)
+/* The one body of ta_append and ta_push, inline in each (and in
+ * ta_record_at): a call from one to the other would go through the PLT
+ * (a shared library's functions can be interposed), a second call per
+ * recorded node. */
+static inline int ta_put(ta_tape *T, int op, uint32_t x, ta_aux aux, double val, uint32_t *ref)
 {
     ta_seg *s = T->cur;
     uint32_t o;
@@ -26,16 +30,27 @@ int64_t ta_append(ta_tape *T, int op, uint32_t x, ta_aux aux, double val)
     s->op[o] = (uint8_t)op; s->x[o] = x; s->aux[o] = aux;
     s->val[o] = val; s->adj[o] = 0.0;
     if (++T->nodes > T->peak) T->peak = T->nodes;
-    return TA_ID(T, TA_REF(s, o));
+    *ref = TA_REF(s, o);
+    return TA_OK;
+}
+
+/* ta_append's body, inline also in ta_record_at, the hot path of both fronts */
+static inline int64_t ta_put_id(ta_tape *T, int op, uint32_t x, ta_aux aux, double val)
+{
+    uint32_t ref;
+    int st = ta_put(T, op, x, aux, val, &ref);
+    return st != TA_OK ? st : TA_ID(T, ref);
+}
+
+int64_t ta_append(ta_tape *T, int op, uint32_t x, ta_aux aux, double val)
+{
+    return ta_put_id(T, op, x, aux, val);
 }
 
 /* (The hot path is ta_append: recording ops hands ids to Python.) */
 int ta_push(ta_tape *T, int op, uint32_t x, ta_aux aux, double val, uint32_t *ref)
 {
-    int64_t id = ta_append(T, op, x, aux, val);
-    if (id < 0) return (int)id;
-    *ref = (uint32_t)id;                  /* an id's low 32 bits are its ref */
-    return TA_OK;
+    return ta_put(T, op, x, aux, val, ref);
 }
 
 int ta_cur_hold(int arena, ta_seg **box, int64_t *key)
@@ -137,7 +152,7 @@ int64_t ta_record_at(ta_tape *T, int op, ta_seg *sx, uint32_t ox, ta_seg *sy, ui
     } else {
         if (!ta_dest_ok(T, key, 1u + (uint32_t)xng + (uint32_t)yng)) return TA_NEEDSEG;   /* <= TA_MAXREC */
         id = (xng || yng) ? ta_record_promoted(T, op, sx, ox, sy, oy, xng, yng, aux, r)
-                          : ta_append(T, op, TA_REF(sx, ox), aux, r);
+                          : ta_put_id(T, op, TA_REF(sx, ox), aux, r);
     }
     if (id >= 0) *where = D->cur;         /* a new node is always in the current segment */
     return id;

@@ -6,8 +6,10 @@
  * ta_sub_extract marks every node the roots depend on (plus, on request,
  * the nodes of the guards that bind them), numbers the marked nodes in
  * tape order and copies them into flat arrays (a ta_sub: op, input rows,
- * constant, recorded value, tape ref), the way CppAD's player holds a
- * recording.  Everything after that is a loop over the rows; the
+ * constant, recorded value, and the tape ref for the callers that ask),
+ * the way CppAD's player holds a recording; rows and row maps are one
+ * allocation, which the tape keeps for the next sub-tape (up to
+ * TA_SUB_KEEP bytes).  Everything after that is a loop over the rows; the
  * numeric reverse sweep over them is ta_sub_reverse, here.  (ta_backward,
  * sweep.c, is the one sweep that stays on the tape: it accumulates into
  * the nodes' adj[] in place.)
@@ -34,29 +36,46 @@ int ta_guard_in(ta_tape *T, const ta_guard *g, uint64_t hi)
 
 /* Give TA_MARK to everything the `pending` marked nodes depend on,
  * sweeping down from segment position hip; returns the lowest position,
- * and *n = how many nodes are marked (each is visited once). */
-static uint32_t ta_mark_down(ta_tape *T, uint32_t hip, uint64_t pending, uint64_t *n)
+ * *n = how many nodes are marked (each is visited once) and *nseg = how
+ * many segments hold one.  (Counts and pointers stay in locals: the
+ * stores into op[] may alias anything, so the compiler would otherwise
+ * reload them after each one.) */
+static uint32_t ta_mark_down(ta_tape *T, uint32_t hip, uint64_t pending, uint64_t *n,
+                             uint32_t *nseg)
 {
-    uint32_t p, lowpos = hip;
-    *n = 0;
+    ta_seg *const *segs = T->segs;
+    const uint32_t *order = T->order;
+    const uint8_t *kinds = ta_kinds;
+    uint64_t cnt = 0;
+    uint32_t p, lowpos = hip, ns = 0;
     for (p = hip + 1; p-- > 0 && pending;) {
-        ta_seg *s = T->segs[T->order[p]];
+        ta_seg *s = segs[order[p]];
+        uint8_t *op = s->op;
+        const uint32_t *x = s->x;
+        const ta_aux *aux = s->aux;
+        uint64_t before = cnt;
         uint32_t i = s->n;
         lowpos = p;
         while (i-- > 0) {
-            uint8_t b = s->op[i];
+            uint8_t b = op[i], *q;
             int kind;
             uint32_t r;
             if (!(b & TA_MARK)) continue;
-            --pending; ++*n;
-            kind = ta_kinds[b & TA_OPMASK];
+            --pending; ++cnt;
+            kind = kinds[b & TA_OPMASK];
             if (kind != TA_K_LEAF) {
-                r = s->x[i]; ta_mark(TA_SEGOF(T, r), TA_OFF(r), TA_MARK, &pending);
-                if (kind == TA_K_BIN) { r = s->aux[i].y; ta_mark(TA_SEGOF(T, r), TA_OFF(r), TA_MARK, &pending); }
+                r = x[i]; q = &segs[r >> TA_SHIFT]->op[TA_OFF(r)];
+                if (!(*q & TA_MARK)) { *q |= TA_MARK; ++pending; }
+                if (kind == TA_K_BIN) {
+                    r = aux[i].y; q = &segs[r >> TA_SHIFT]->op[TA_OFF(r)];
+                    if (!(*q & TA_MARK)) { *q |= TA_MARK; ++pending; }
+                }
             }
             if (!pending) break;
         }
+        ns += cnt != before;
     }
+    *n = cnt; *nseg = ns;
     return lowpos;
 }
 
@@ -65,7 +84,9 @@ static void ta_unmark(ta_tape *T, uint32_t lo, uint32_t hi)
     uint32_t p, i;
     for (p = lo; p <= hi; p++) {
         ta_seg *s = T->segs[T->order[p]];
-        for (i = 0; i < s->n; i++) s->op[i] &= (uint8_t)~TA_MARK;
+        uint8_t *op = s->op;
+        uint32_t n = s->n;   /* in locals, so the loop vectorizes */
+        for (i = 0; i < n; i++) op[i] &= (uint8_t)~TA_MARK;
     }
 }
 
@@ -84,63 +105,92 @@ uint64_t ta_mark_guards(ta_tape *T, uint64_t hi, uint8_t bit, uint64_t pending)
     return pending;
 }
 
-void ta_sub_free(ta_sub *S)
+/* Memory for a sub-tape: the tape's spare block if it is big enough
+ * (taken until ta_sub_free gives it back: a sub-tape taken meanwhile gets
+ * its own), else a new one. */
+static void *ta_sub_mem(ta_tape *T, size_t need, size_t *cap)
 {
-    uint32_t k;
-    if (S->rowof)
-        for (k = 0; k <= S->hipos - S->lowpos; k++) free(S->rowof[k]);
-    free(S->rowof); free(S->c);
-    S->rowof = NULL; S->op = NULL; S->a = S->b = S->ref = NULL; S->c = S->v = NULL;
+    void *m = T->spare_sub;
+    if (m && T->spare_subcap >= need) {
+        T->spare_sub = NULL;
+        *cap = T->spare_subcap;
+        return m;
+    }
+    *cap = need;
+    return ta_malloc(need);
 }
 
-/* Number the n marked nodes of positions lowpos..hipos and copy them into
- * S's rows, clearing each mark as it goes (all of them on failure).  The
- * rows are one allocation (c first: its start is what is freed). */
-static int ta_sub_flat(ta_tape *T, ta_sub *S, uint64_t n)
+void ta_sub_free(ta_sub *S)
 {
+    ta_tape *T = S->T;
+    if (S->mem && S->cap <= TA_SUB_KEEP && (!T->spare_sub || T->spare_subcap < S->cap)) {
+        free(T->spare_sub);             /* keep the bigger block */
+        T->spare_sub = S->mem; T->spare_subcap = S->cap;
+    } else free(S->mem);
+    S->mem = NULL; S->map = NULL; S->op = NULL; S->a = S->b = S->ref = NULL; S->c = S->v = NULL;
+}
+
+/* Number the n marked nodes of positions lowpos..hipos (nseg segments
+ * hold them) and copy them into S's rows, then clear the marks (on
+ * failure too).  Rows, the map by slot and the row maps of the
+ * nseg segments are one allocation, made before any mark is cleared. */
+static int ta_sub_flat(ta_tape *T, ta_sub *S, uint64_t n, uint32_t nseg, int refs)
+{
+    ta_seg *const *segs = T->segs;
+    const uint32_t *order = T->order;
+    const uint8_t *kinds = ta_kinds;
     uint32_t p, i, k = 0, lowpos = S->lowpos, hipos = S->hipos;
-    uint32_t **rowof, *ra, *rb, *rref;
+    uint32_t **map, *maps, *ra, *rb, *rref = NULL;
     uint8_t *rop;
     double *rc, *rv;
-    size_t m1;
-    if (n >= TA_NONE) goto nomem;
+    size_t m1, row = 2 * sizeof(double) + (refs ? 3 : 2) * sizeof(uint32_t) + 1, fixed;
+    /* the map by slot (pointers), then the segments' row maps: every part
+     * starts aligned for what it holds (doubles first) */
+    fixed = (size_t)T->nslots * sizeof *map + (size_t)nseg * TA_SEG * sizeof *maps;
+    if (n >= TA_NONE || (uint64_t)n + 1 > (SIZE_MAX - fixed) / row) goto nomem;
     m1 = (size_t)n + 1;      /* one spare row: no zero-size allocation */
-    S->rowof = (uint32_t **)ta_calloc((size_t)(hipos - lowpos) + 1, sizeof *S->rowof);
-    S->c = (double *)ta_malloc(m1 * (2 * sizeof(double) + 3 * sizeof(uint32_t) + 1));
-    if (!S->rowof || !S->c) goto nomem;
-    /* locals: stores through the uint8_t op array would otherwise make
-     * the compiler reload every pointer of S after each one */
-    rowof = S->rowof; rc = S->c;
+    if (!(S->mem = ta_sub_mem(T, m1 * row + fixed, &S->cap))) goto nomem;
+    rc = S->c = (double *)S->mem;
     rv = S->v = rc + m1;
-    ra = S->a = (uint32_t *)(rv + m1); rb = S->b = ra + m1; rref = S->ref = rb + m1;
-    rop = S->op = (uint8_t *)(rref + m1);
-    /* the row of a ref in S; most inputs are in the node's own segment */
-#define ROW(ref) (((ref) >> TA_SHIFT) == slot ? m[TA_OFF(ref)] \
-                  : rowof[T->segs[(ref) >> TA_SHIFT]->pos - lowpos][TA_OFF(ref)])
+    map = S->map = (uint32_t **)(rv + m1);
+    maps = (uint32_t *)(map + T->nslots);
+    ra = S->a = maps + (size_t)nseg * TA_SEG;
+    rb = S->b = ra + m1;
+    if (refs) rref = S->ref = rb + m1;
+    rop = S->op = (uint8_t *)(rb + (refs ? 2 : 1) * m1);
+    /* the row of a marked ref: its segment comes no later than this one */
+#define ROW(ref) (map[(ref) >> TA_SHIFT][TA_OFF(ref)])
     for (p = lowpos; p <= hipos; p++) {
-        ta_seg *s = T->segs[T->order[p]];
-        uint32_t *m = NULL, slot = s->slot;
-        for (i = 0; i < s->n; i++) {
-            uint8_t bits = s->op[i];
-            int op = bits & TA_OPMASK, kind = ta_kinds[op];
-            if (!(bits & TA_MARK)) {
-                if (m) m[i] = TA_NONE;                    /* not in the sub-tape */
-                continue;
-            }
-            if (!m) {   /* (slots past s->n are never looked up: no ref names them) */
-                if (!(m = rowof[p - lowpos] = (uint32_t *)ta_malloc(TA_SEG * sizeof *m))) goto nomem;
-                memset(m, 0xFF, i * sizeof *m);           /* TA_NONE for the unmarked before i */
-            }
-            s->op[i] = (uint8_t)op;
+        ta_seg *s = segs[order[p]];
+        uint8_t *op = s->op;
+        const uint32_t *x = s->x;
+        const ta_aux *aux = s->aux;
+        const double *val = s->val;
+        uint32_t end = s->n, base = TA_REF(s, 0), *m;
+        for (i = 0; i < end && !(op[i] & TA_MARK); i++) {}
+        if (i == end) { map[s->slot] = NULL; continue; }
+        /* (slots past s->n are never looked up: no ref names them) */
+        m = map[s->slot] = maps; maps += TA_SEG;
+        memset(m, 0xFF, i * sizeof *m);           /* TA_NONE: not in the sub-tape */
+        for (; i < end; i++) {
+            uint8_t bits = op[i];
+            int o = bits & TA_OPMASK;
+            if (!(bits & TA_MARK)) { m[i] = TA_NONE; continue; }
             m[i] = k;
-            rop[k] = (uint8_t)op;
-            rref[k] = TA_REF(s, i);
-            rv[k] = s->val[i];
-            ra[k] = kind == TA_K_LEAF || kind == TA_K_NARY ? 0 : ROW(s->x[i]);
-            rb[k] = kind == TA_K_BIN ? ROW(s->aux[i].y) : 0;
-            rc[k] = kind == TA_K_CST ? s->aux[i].c : 0.0;
+            rop[k] = (uint8_t)o;
+            rv[k] = val[i];
+            switch (kinds[o]) {
+            case TA_K_BIN: ra[k] = ROW(x[i]); rb[k] = ROW(aux[i].y); break;
+            case TA_K_CST: ra[k] = ROW(x[i]); rb[k] = 0; rc[k] = aux[i].c; break;
+            case TA_K_UN:  ra[k] = ROW(x[i]); rb[k] = 0; break;
+            default:       ra[k] = 0; rb[k] = 0; break;   /* LEAF, NARY */
+            }
+            if (rref) rref[k] = base | i;
             k++;
         }
+        /* the marks go in a loop of their own, which vectorizes, while
+         * op[] is still in cache */
+        for (i = 0; i < end; i++) op[i] &= (uint8_t)~TA_MARK;
     }
 #undef ROW
     S->n = k;
@@ -151,10 +201,10 @@ nomem:
     return TA_ENOMEM;
 }
 
-int ta_sub_extract(ta_tape *T, const int64_t *roots, uint32_t nroots, int guards, ta_sub *S)
+int ta_sub_extract(ta_tape *T, const int64_t *roots, uint32_t nroots, int flags, ta_sub *S)
 {
     uint64_t pending = 0, n;
-    uint32_t j;
+    uint32_t j, nseg;
     memset(S, 0, sizeof *S);
     S->T = T;
     for (j = 0; j < nroots; j++) {
@@ -163,21 +213,24 @@ int ta_sub_extract(ta_tape *T, const int64_t *roots, uint32_t nroots, int guards
         if (j == 0 || w > S->hi) { S->hi = w; S->hipos = TA_SEGOF(T, r)->pos; }
         ta_mark(TA_SEGOF(T, r), TA_OFF(r), TA_MARK, &pending);
     }
-    if (guards) pending = ta_mark_guards(T, S->hi, TA_MARK, pending);
-    S->lowpos = ta_mark_down(T, S->hipos, pending, &n);
-    return ta_sub_flat(T, S, n);
+    if (flags & TA_SUB_GUARDS) pending = ta_mark_guards(T, S->hi, TA_MARK, pending);
+    S->lowpos = ta_mark_down(T, S->hipos, pending, &n, &nseg);
+    return ta_sub_flat(T, S, n, nseg, flags & TA_SUB_REFS);
 }
 
 void ta_sub_reverse(const ta_sub *S, double *adj, double *px, double *py)
 {
+    const uint8_t *op = S->op;
+    const uint32_t *a = S->a, *b = S->b;
+    const double *c = S->c, *v = S->v;
     uint32_t k;
     for (k = S->n; k-- > 0;) {
-        int kind = ta_kinds[S->op[k]];
+        int kind = ta_kinds[op[k]];
         double dx = 0.0, dy = 0.0;
         if (kind != TA_K_LEAF && kind != TA_K_NARY) {   /* NARY: ta_plain keeps it out */
-            ta_sub_partials(S, k, kind, &dx, &dy);
-            adj[S->a[k]] += dx * adj[k];
-            if (kind == TA_K_BIN) adj[S->b[k]] += dy * adj[k];
+            ta_row_partials(op[k], a, b, c, v, k, &dx, &dy);
+            adj[a[k]] += dx * adj[k];
+            if (kind == TA_K_BIN) adj[b[k]] += dy * adj[k];
         }
         if (px) { px[k] = dx; py[k] = dy; }
     }

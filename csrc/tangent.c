@@ -10,14 +10,15 @@
 #include <stdlib.h>
 #include "replay.h"
 
-/* Resolve the root and take its sub-tape.  On failure S holds nothing. */
-static int ta_sub_open(ta_tape *T, ta_sub *S, int64_t root)
+/* Resolve the root and take its sub-tape (flags: ta_sub_extract's).  On
+ * failure S holds nothing. */
+static int ta_sub_open(ta_tape *T, ta_sub *S, int64_t root, int flags)
 {
     ta_seg *s; uint32_t o;
     int st;
     if ((st = ta_plain(T, &root, 1, 0)) != TA_OK) return st;
     if ((st = ta_resolve(T, root, &s, &o)) != TA_OK) return st;
-    return ta_sub_extract(T, &root, 1, 0, S);
+    return ta_sub_extract(T, &root, 1, flags, S);
 }
 
 /* Check every seed id before anything is marked. */
@@ -44,17 +45,25 @@ static void ta_seed(const ta_sub *S, int nin, const int64_t *inputs,
 }
 
 /* One ascending tangent sweep: tdot[k] += dx tdot[a] + dy tdot[b]
- * (an exact zero factor adds nothing: ta_tmul). */
+ * (an exact zero factor adds nothing: ta_tmul).  A row whose inputs'
+ * tangents are all zero would add +0.0, which changes no tdot (none is
+ * -0.0: seeds are added to +0.0), so its partials are not computed. */
 static void ta_tangent_sweep(const ta_sub *S, double *tdot)
 {
-    uint32_t k;
-    for (k = 0; k < S->n; k++) {
-        int kind = ta_kinds[S->op[k]];
-        double dx, dy, t;
+    const uint8_t *op = S->op;
+    const uint32_t *a = S->a, *b = S->b;
+    const double *c = S->c, *v = S->v;
+    uint32_t k, n = S->n;
+    for (k = 0; k < n; k++) {
+        int kind = ta_kinds[op[k]];
+        double dx, dy, tx, ty = 0.0, t;
         if (kind == TA_K_LEAF || kind == TA_K_NARY) continue;   /* NARY: ta_plain keeps it out */
-        ta_sub_partials(S, k, kind, &dx, &dy);
-        t = ta_tmul(dx, tdot[S->a[k]]);
-        if (kind == TA_K_BIN) t += ta_tmul(dy, tdot[S->b[k]]);
+        tx = tdot[a[k]];
+        if (kind == TA_K_BIN) ty = tdot[b[k]];
+        if (tx == 0.0 && ty == 0.0) continue;
+        ta_row_partials(op[k], a, b, c, v, k, &dx, &dy);
+        t = ta_tmul(dx, tx);
+        if (kind == TA_K_BIN) t += ta_tmul(dy, ty);
         tdot[k] += t;
     }
 }
@@ -67,7 +76,7 @@ int ta_jvp(int64_t root, int nin, const int64_t *inputs, const double *tangents,
     ta_tape *T = ta_self();
     if (!T) return TA_ENOMEM;
     if ((st = ta_check_seeds(T, nin, inputs)) != TA_OK) return st;
-    if ((st = ta_sub_open(T, &S, root)) != TA_OK) return st;
+    if ((st = ta_sub_open(T, &S, root, 0)) != TA_OK) return st;
     tdot = (double *)ta_calloc(S.n, sizeof *tdot);
     if (!tdot) { ta_sub_free(&S); return TA_ENOMEM; }
     ta_seed(&S, nin, inputs, tangents, tdot);
@@ -88,7 +97,7 @@ int64_t ta_trace(int64_t root, int64_t cap, int nin, const int64_t *inputs,
     int st;
     if (!T) return TA_ENOMEM;
     if (out && out->tan && (st = ta_check_seeds(T, nin, inputs)) != TA_OK) return st;
-    if ((st = ta_sub_open(T, &S, root)) != TA_OK) return st;
+    if ((st = ta_sub_open(T, &S, root, TA_SUB_REFS)) != TA_OK) return st;
     n = S.n;
     if (!out || n > cap) {     /* just report the size */
         ta_sub_free(&S);
@@ -101,7 +110,7 @@ int64_t ta_trace(int64_t root, int64_t cap, int nin, const int64_t *inputs,
         out->val[k] = S.v[k];
         out->x[k] = kind == TA_K_LEAF ? -1 : (int64_t)S.a[k];
         out->y[k] = kind == TA_K_BIN ? (int64_t)S.b[k] : -1;
-        out->c[k] = S.c[k];
+        out->c[k] = ta_sub_c(&S, k);
     }
     if (out->tan) {
         for (k = 0; k < S.n; k++) out->tan[k] = 0.0;

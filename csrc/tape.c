@@ -68,6 +68,7 @@ static void ta_tape_free(ta_tape *T)
     uint32_t k;
     for (k = 0; k < T->nslots; k++) if (T->segs[k]) ta_seg_free(T->segs[k]);
     if (T->spare) ta_seg_free(T->spare);
+    free(T->spare_sub);
     free(T->segs); free(T->freeslots); free(T->order);
     if (T->ng) ta_tape_free(T->ng);
     if (T->hooks) T->hooks->release(T);

@@ -90,6 +90,8 @@ typedef struct ta_tape {
     struct ta_cnodes *cn;        /* custom.c: the custom nodes' side table  */
     struct ta_sweep  *sw;        /* set while backward() runs a Python rule */
     int64_t   err_node;          /* the custom node behind the last TA_ECUSTOM */
+    void     *spare_sub;         /* subtape.c: the last sub-tape's memory, kept for the next */
+    size_t    spare_subcap;      /* (NULL while one holds it; at most TA_SUB_KEEP bytes) */
 } ta_tape;
 
 /* A node's place in tape order (segment position, offset), packed so that

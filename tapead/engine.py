@@ -172,6 +172,8 @@ def _real(x: Any) -> float:
     take (int, float, bool, numpy scalars numpy.bool among them, Fraction,
     Decimal: anything with __float__), so Value(x) works wherever v + x does."""
     global _Real
+    if type(x) is float:        # the common case first: the Real check is an ABC's, slow
+        return x
     if _Real is None:           # numbers loads on first use, not with `import tapead`
         import numbers
         _Real = numbers.Real
