@@ -48,7 +48,8 @@ def layer(w: Any, b: Any, nout: int, nin: int, xid: Any, xc: Any, relu: int, out
     False where it cannot run fused (a mode, a no_grad input)."""
     st = within_limit(lib.ta_layer, w, b, nout, nin, xid, ffi.NULL if xc is None else xc,
                       relu, out)
+    if not st:      # the hot path, first: a model's forward calls this once per layer
+        return True
     if st in (lib.TA_EMODEPATH, lib.TA_ENOGRAD):
         return False
-    check(st)
-    return True
+    raise error(st)
