@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Supp
 
 from ._c import OP_NAMES, OP_KINDS
 from ._c.graph import trace
-from ._opsurface import FORMS
+from ._opsurface import SHOW
 from .engine import Value
 from .forward import seeds
 from .nodedata import get_label, label_of_id, set_label
@@ -146,8 +146,8 @@ def _table(out: Dict[str, List[Any]]) -> Wengert:
             args, expr = (), label or "input"
         else:   # as the op table shows the op (csrc/ops.def: FORM)
             args = (xs[k], ys[k]) if kind == 2 else (xs[k],)
-            expr = FORMS[o].format(x=names[xs[k]], y=names[ys[k]] if kind == 2 else "",
-                                   c=repr(const))
+            expr = SHOW[o](names[xs[k]], names[ys[k]] if kind == 2 else "",
+                           repr(const) if kind == 3 else "")
         row = {"index": k, "name": names[k], "label": label, "op": sym, "args": args,
                "const": const, "expr": expr, "value": vals[k]}
         if has_tan:
