@@ -11,13 +11,14 @@
  * The recording sweep (hi_emit) walks the rows down from the roots like
  * ta_backward, but each node's adjoint is a term: a constant or a node
  * that this sweep recorded; the rules in higher.h record g * partial as
- * nodes and ADD accumulates.  Collection is off while it records (gc_at
- * and the node limit are saved and restored): the refs the rows hold must
- * not move under it (the rows are a copy: what it records is not among
- * them).  Recorded nodes have no Python handle until the caller wraps the
- * returned ids (engine.handles); those not returned are garbage
- * the next collection frees.  A call that fails records nothing: the tape
- * is rolled back to where it started (ta_rollback).
+ * nodes and ADD accumulates.  It records as one bulk call, unsized
+ * (ta_bulk_begin: the collector is held off and the node limit lifted,
+ * which the emitter checks itself): the refs the rows hold must not move
+ * under it (the rows are a copy: what it records is not among them).
+ * Recorded nodes have no Python handle until the caller wraps the
+ * returned ids (engine.handles); those not returned are garbage the next
+ * collection frees.  A call that fails records nothing: ta_bulk_end rolls
+ * the tape back to where it started.
  *
  * hvp = forward over reverse, numeric: one reverse sweep (adjoints and
  * each node's partials), one forward sweep of tangents from the inputs, one
@@ -191,19 +192,6 @@ done:
     return st;
 }
 
-/* Collection off while recording (gc would clear and move what we hold). */
-typedef struct { uint32_t gc_at; uint64_t limit; } hi_saved;
-static hi_saved hi_gc_off(ta_tape *T, hi_em *E)
-{
-    hi_saved sv;
-    if (T->norder >= T->gc_at) ta_gc(T);   /* due: a loop of these calls must still reclaim */
-    sv.gc_at = T->gc_at; sv.limit = T->limit;
-    T->gc_at = UINT32_MAX; T->limit = UINT64_MAX;
-    E->T = T; E->limit = sv.limit; E->st = TA_OK;
-    return sv;
-}
-static void hi_gc_on(ta_tape *T, hi_saved sv) { T->gc_at = sv.gc_at; T->limit = sv.limit; }
-
 /* ------------------------------------------------------------- public */
 
 int ta_grad(const int64_t *outs, const double *w, int nout,
@@ -224,8 +212,7 @@ int ta_grad_graph(const int64_t *outs, const double *w, int nout,
     ta_tape *T = ta_self();
     int64_t *gids;
     hi_em E;
-    hi_saved sv;
-    ta_pos start;
+    ta_bulk bk;
     hi_t *res;
     int st, k;
     if (nin < 0 || !ta_held_fits(h, (size_t)nin)) return TA_EARG;
@@ -237,18 +224,17 @@ int ta_grad_graph(const int64_t *outs, const double *w, int nout,
     memset(gids, 0, (size_t)nin * sizeof *gids);   /* 0: no node yet (a list may be reused) */
     res = (hi_t *)ta_malloc((size_t)(nin > 0 ? nin : 1) * sizeof *res);
     if (!res) return TA_ENOMEM;
-    sv = hi_gc_off(T, &E);
-    ta_tell(T, &start);
+    if ((st = ta_bulk_begin(T, TA_BULK_UNSIZED, &bk)) != TA_OK) { free(res); return st; }
+    E.T = T; E.limit = bk.limit; E.st = TA_OK;   /* the emitter checks the limit (bulk lifted it) */
     st = hi_emit(T, &E, outs, w, nout, ins, nin, res);
     /* constant gradients become leaves, so every result is a node */
     for (k = 0; st == TA_OK && k < nin; k++)
         if (!res[k].node) { res[k] = hi_node_t(hi_leaf(&E, res[k].c)); st = E.st; }
-    if (st != TA_OK) ta_rollback(T, &start);   /* a failed call records nothing */
-    else {
+    if (st == TA_OK) {
         for (k = 0; k < nin; k++) gids[k] = TA_ID(T, res[k].ref);   /* ids only here, for Python */
         ta_held_take(T, h, (size_t)nin);
     }
-    hi_gc_on(T, sv);
+    ta_bulk_end(T, &bk, st != TA_OK);          /* a failed call records nothing */
     free(res);
     return st;
 }

@@ -211,12 +211,14 @@ int64_t ta_leaf(double x, int64_t key)
 int ta_bulk_begin(ta_tape *T, uint64_t need, ta_bulk *bk)
 {
     if (T->norder >= T->gc_at) ta_gc(T);
-    if (T->nodes > T->limit || need > T->limit - T->nodes) {
+    if (need != TA_BULK_UNSIZED && (T->nodes > T->limit || need > T->limit - T->nodes)) {
         ta_gc(T);                 /* garbage does not count against the limit (as in ta_append) */
         if (T->nodes > T->limit || need > T->limit - T->nodes) return TA_ELIMIT;
     }
     bk->gc_at = T->gc_at;
+    bk->limit = T->limit;
     T->gc_at = UINT32_MAX;
+    if (need == TA_BULK_UNSIZED) T->limit = UINT64_MAX;
     ta_tell(T, &bk->start);
     return TA_OK;
 }
@@ -225,6 +227,7 @@ void ta_bulk_end(ta_tape *T, const ta_bulk *bk, int failed)
 {
     if (failed) ta_rollback(T, &bk->start);
     T->gc_at = bk->gc_at;
+    T->limit = bk->limit;
 }
 
 void ta_tell(const ta_tape *T, ta_pos *p)

@@ -231,8 +231,11 @@ void ta_rollback(ta_tape *T, const ta_pos *p);
  * must still reclaim), checks that `need` more nodes fit under the limit
  * (collecting first if not), holds the collector off and notes where the
  * tape ends; end lets the collector run again and, if the call failed,
- * rolls back to that end. */
-typedef struct { uint32_t gc_at; ta_pos start; } ta_bulk;
+ * rolls back to that end.  A call that cannot tell its count beforehand
+ * (higher.c) passes TA_BULK_UNSIZED: the limit is then lifted until end
+ * (reaching it would collect) and the call checks bk->limit itself. */
+typedef struct { uint32_t gc_at; uint64_t limit; ta_pos start; } ta_bulk;
+#define TA_BULK_UNSIZED UINT64_MAX
 int  ta_bulk_begin(ta_tape *T, uint64_t need, ta_bulk *bk);
 void ta_bulk_end(ta_tape *T, const ta_bulk *bk, int failed);
 

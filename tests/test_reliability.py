@@ -523,6 +523,31 @@ def test_limit_below_current_size_and_back(unlimited):
         tapead.set_limit(-1)
 
 
+def test_grad_with_create_graph_under_the_limit_records_all_or_nothing(unlimited):
+    """grad(create_graph=True) cannot count its nodes beforehand: it records
+    with the limit lifted and checks it itself (ta_bulk_begin, unsized).
+    Refused, it records nothing and leaves the limit as it was; allowed
+    room, it gives the closed form (d/dx x**3 * y = 3 x**2 y)."""
+    x, y = Value(1.5), Value(-2.0)
+    f = (x ** 3) * y
+    gc.collect()
+    tapead.collect()
+    n0 = nodes()
+    tapead.set_limit(n0 + 2)                  # not enough for the gradient's graph
+    with pytest.raises(MemoryError):
+        tapead.grad(f, [x, y], create_graph=True)
+    assert nodes() == n0 and tapead.tape_stats()["limit"] == n0 + 2
+    assert lib.ta_validate() == 0
+    with pytest.raises(MemoryError):          # the limit is back in force for plain ops
+        for _ in range(5):
+            f = f * 1.0
+    tapead.set_limit(None)
+    dx, dy = tapead.grad((x ** 3) * y, [x, y], create_graph=True)
+    assert (dx.data, dy.data) == (3 * 1.5 ** 2 * -2.0, 1.5 ** 3)
+    (ddx,) = tapead.grad(dx, [x])
+    assert ddx == 6 * 1.5 * -2.0
+
+
 def test_limit_counts_only_what_is_held(unlimited):
     """Garbage is reclaimed before the limit is enforced: a steady loop fits."""
     x = Value(0.5)
