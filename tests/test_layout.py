@@ -103,7 +103,7 @@ def in_boundary(mod):
 def ffi_reaches(source):
     """(line, what) for each place a module's source reaches the compiled
     module: imports _tapead_c, imports `lib`/`ffi` from anywhere, or reads
-    an attribute `lib`/`ffi` (_core.lib, ...)."""
+    an attribute `lib`/`ffi` (_c.lib, ...)."""
     import ast
     found = []
     for node in ast.walk(ast.parse(source)):
@@ -141,8 +141,8 @@ def test_only_the_boundary_modules_touch_the_compiled_library():
 
 
 def test_the_boundary_check_sees_every_kind_of_reach():
-    assert ffi_reaches("from ._core import ffi, lib") == [(1, "from _core import ffi"),
-                                                          (1, "from _core import lib")]
+    assert ffi_reaches("from ._c import ffi, lib") == [(1, "from _c import ffi"),
+                                                       (1, "from _c import lib")]
     assert ffi_reaches("from ._tapead_c import ffi")
     assert ffi_reaches("import tapead._tapead_c")
     assert ffi_reaches("_lib = _c.lib")
