@@ -46,11 +46,6 @@ static inline unsigned ta_arrive(ta_seg *s, uint32_t o, double v)
     return 1;
 }
 
-static inline void ta_accum(ta_seg *s, uint32_t o, double v, uint64_t *pending)
-{
-    *pending += ta_arrive(s, o, v);
-}
-
 #if defined(__GNUC__) || defined(__clang__)
 #  define TA_HOT_GIVE static inline __attribute__((always_inline))
 #else
@@ -61,7 +56,7 @@ static inline void ta_accum(ta_seg *s, uint32_t o, double v, uint64_t *pending)
 TA_HOT_GIVE void ta_give(ta_tape *T, uint32_t ref, double v, uint64_t *pending)
 {
     ta_seg *s = TA_SEGOF(T, ref);
-    if (pending) ta_accum(s, TA_OFF(ref), v, pending);
+    if (pending) *pending += ta_arrive(s, TA_OFF(ref), v);
     else s->adj[TA_OFF(ref)] += v;
 }
 
