@@ -675,118 +675,109 @@ static int va_rule_holds(ta_tape *T, ta_seg *s, uint32_t o, ta_cnode *e, PyObjec
     return 1;
 }
 
-/* rule_holders(v, fn): None if v's node is not a custom node; else (key,
- * cells, defaults): the closure cells and default-argument positions of fn
- * (a plain function) holding a Value of the node or of its inputs (earlier
- * Values they hold are kept alive with the node).  key 0: partials. */
-static PyObject *va_rule_holders(PyObject *mod, PyObject *args)
+/* A stand-in for Value x in a rule's private copy (rule_private): Stand(id
+ * of x's node), the id noted in ids once.  New reference, or NULL. */
+static PyObject *va_stand_in(PyObject *stand, PyObject *x, PyObject *ids)
+{
+    PyObject *node = PyLong_FromLongLong(va_id((va_obj *)x)), *st = NULL;
+    int has;
+    if (!node) return NULL;
+    has = PySequence_Contains(ids, node);
+    if (has >= 0 && (has || PyList_Append(ids, node) == 0)) st = PyObject_CallOneArg(stand, node);
+    Py_DECREF(node);
+    return st;
+}
+
+/* A new tuple with t's items (PyTuple_GetSlice of a whole tuple is t itself). */
+static PyObject *va_tuple_copy(PyObject *t)
+{
+    Py_ssize_t k, n = PyTuple_GET_SIZE(t);
+    PyObject *c = PyTuple_New(n);
+    for (k = 0; c && k < n; k++) {
+        Py_INCREF(PyTuple_GET_ITEM(t, k));
+        PyTuple_SET_ITEM(c, k, PyTuple_GET_ITEM(t, k));
+    }
+    return c;
+}
+
+/* rule_private(v, fn, Stand): what out._backward = fn records
+ * (tapead/custom.py, set_backward, says why).  None if v's node is not a
+ * custom node; (0, None, [], []) for a node with partials; else (key, g,
+ * stood, ids).  g is fn, or, if fn is a plain function holding Values of
+ * the node, of its inputs or of earlier nodes (kept alive with the node:
+ * va_rule_holds) in closure cells or defaults, a copy of fn in which each
+ * such cell is a new cell holding Stand(node) and each such default is
+ * Stand(node); its other cells are fn's own.  stood lists (cell or g,
+ * default index or -1, stand); ids the nodes, once each. */
+static PyObject *va_rule_private(PyObject *mod, PyObject *args)
 {
     ta_tape *T = va_tape();
-    PyObject *v, *fn, *cells = NULL, *defs = NULL, *r = NULL, *ct = NULL, *dt = NULL;
+    PyObject *v, *fn, *stand, *cl2 = NULL, *d2 = NULL, *stood = NULL, *ids = NULL, *g = NULL, *r = NULL;
     ta_seg *s;
     uint32_t o;
     ta_cnode *e;
     (void)mod;
-    if (!T || !PyArg_ParseTuple(args, "OO:rule_holders", &v, &fn)) return NULL;
-    if (!va_is(v)) { PyErr_SetString(PyExc_TypeError, "rule_holders needs a Value"); return NULL; }
+    if (!T || !PyArg_ParseTuple(args, "OOO!:rule_private", &v, &fn, &PyType_Type, &stand)) return NULL;
+    if (!va_is(v)) { PyErr_SetString(PyExc_TypeError, "rule_private needs a Value"); return NULL; }
     if (!(s = va_node(T, (va_obj *)v, &o))) return NULL;
     if (s->tape != T || (s->op[o] & TA_OPMASK) != TA_CUSTOM) Py_RETURN_NONE;
     e = ta_cnode_of(T, s, o);
-    if (e->d) return Py_BuildValue("(i()())", 0);
+    if (e->d) return Py_BuildValue("(iO[][])", 0, Py_None);
     if (!PyCallable_Check(fn)) {
         PyErr_Format(PyExc_TypeError, "_backward must be callable, not %s", Py_TYPE(fn)->tp_name);
         return NULL;
     }
-    if (!(cells = PyList_New(0)) || !(defs = PyList_New(0))) goto out;
+    if (!(stood = PyList_New(0)) || !(ids = PyList_New(0))) goto out;
     if (PyFunction_Check(fn)) {
         PyObject *cl = PyFunction_GET_CLOSURE(fn), *d = PyFunction_GET_DEFAULTS(fn);
-        Py_ssize_t k;
-        for (k = 0; cl && PyTuple_Check(cl) && k < PyTuple_GET_SIZE(cl); k++) {
-            PyObject *c = PyTuple_GET_ITEM(cl, k), *x;
+        Py_ssize_t k, n;
+        n = cl && PyTuple_Check(cl) ? PyTuple_GET_SIZE(cl) : 0;
+        for (k = 0; k < n; k++) {
+            PyObject *c = PyTuple_GET_ITEM(cl, k), *st, *nc, *t;
             int h;
-            if (!PyCell_Check(c) || !(x = PyCell_GET(c))) continue;
-            if ((h = va_rule_holds(T, s, o, e, x)) < 0) goto out;
-            if (h && PyList_Append(cells, c) < 0) goto out;
+            if (!PyCell_Check(c) || !PyCell_GET(c)) continue;
+            if ((h = va_rule_holds(T, s, o, e, PyCell_GET(c))) < 0) goto out;
+            if (!h) continue;
+            if (!cl2 && !(cl2 = va_tuple_copy(cl))) goto out;
+            if (!(st = va_stand_in(stand, PyCell_GET(c), ids))) goto out;
+            nc = PyCell_New(st);
+            t = nc ? Py_BuildValue("(OiO)", nc, -1, st) : NULL;
+            Py_DECREF(st);
+            if (!t || PyList_Append(stood, t) < 0) { Py_XDECREF(t); Py_XDECREF(nc); goto out; }
+            Py_DECREF(t);
+            if (PyTuple_SetItem(cl2, k, nc) < 0) goto out;   /* (steals nc) */
         }
-        for (k = 0; d && PyTuple_Check(d) && k < PyTuple_GET_SIZE(d); k++) {
+        n = d && PyTuple_Check(d) ? PyTuple_GET_SIZE(d) : 0;
+        for (k = 0; k < n; k++) {
+            PyObject *st;
             int h = va_rule_holds(T, s, o, e, PyTuple_GET_ITEM(d, k));
-            PyObject *i;
             if (h < 0) goto out;
             if (!h) continue;
-            if (!(i = PyLong_FromSsize_t(k))) goto out;
-            h = PyList_Append(defs, i);
-            Py_DECREF(i);
-            if (h < 0) goto out;
+            if (!d2 && !(d2 = va_tuple_copy(d))) goto out;
+            if (!(st = va_stand_in(stand, PyTuple_GET_ITEM(d, k), ids))) goto out;
+            if (PyTuple_SetItem(d2, k, st) < 0) goto out;   /* (steals st) */
+        }
+        if (cl2 || d2) {
+            PyFunctionObject *f = (PyFunctionObject *)fn;
+            PyObject *kw = PyFunction_GET_KW_DEFAULTS(fn);
+            if (!(g = PyFunction_NewWithQualName(f->func_code, f->func_globals, f->func_qualname)) ||
+                PyFunction_SetClosure(g, cl2 ? cl2 : cl ? cl : Py_None) < 0 ||
+                PyFunction_SetDefaults(g, d2 ? d2 : d ? d : Py_None) < 0 ||
+                (kw && PyFunction_SetKwDefaults(g, kw) < 0) ||
+                PyObject_SetAttrString(g, "__name__", f->func_name) < 0)
+                goto out;
+            for (k = 0; d2 && k < n; k++) {
+                PyObject *st = PyTuple_GET_ITEM(d2, k), *t;
+                if (st == PyTuple_GET_ITEM(d, k)) continue;
+                if (!(t = Py_BuildValue("(OnO)", g, k, st)) || PyList_Append(stood, t) < 0) { Py_XDECREF(t); goto out; }
+                Py_DECREF(t);
+            }
         }
     }
-    if ((ct = PyList_AsTuple(cells)) && (dt = PyList_AsTuple(defs)))
-        r = Py_BuildValue("(LOO)", (long long)e->key, ct, dt);
+    r = Py_BuildValue("(LOOO)", (long long)e->key, g ? g : fn, stood, ids);
 out:
-    Py_XDECREF(cells); Py_XDECREF(defs); Py_XDECREF(ct); Py_XDECREF(dt);
+    Py_XDECREF(cl2); Py_XDECREF(d2); Py_XDECREF(stood); Py_XDECREF(ids); Py_XDECREF(g);
     return r;
-}
-
-/* stand(recs, pending, Stand): scan()'s common case in C (tapead/custom.py
- * says why): for each pending rule, each closure cell that only its
- * closure and its record hold, and that holds the only reference to a
- * Value, gets Stand(node) instead, noted in the record's stood and ids.
- * Returns the keys whose rules hold anything else (shared cells, default
- * arguments), for the full trial deletion. */
-static PyObject *va_stand(PyObject *mod, PyObject *args)
-{
-    static PyObject *s_cells = NULL, *s_defs = NULL, *s_stood = NULL, *s_ids = NULL;
-    PyObject *recs, *pending, *stand, *slow;
-    Py_ssize_t j;
-    (void)mod;
-    if (!PyArg_ParseTuple(args, "O!O!O!:stand", &PyDict_Type, &recs, &PyList_Type, &pending,
-                          &PyType_Type, &stand))
-        return NULL;
-    if (!s_cells && (!(s_cells = PyUnicode_InternFromString("cells")) || !(s_defs = PyUnicode_InternFromString("defs")) ||
-                     !(s_stood = PyUnicode_InternFromString("stood")) || !(s_ids = PyUnicode_InternFromString("ids"))))
-        return NULL;
-    if (!(slow = PyList_New(0))) return NULL;
-    for (j = 0; j < PyList_GET_SIZE(pending); j++) {
-        PyObject *key = PyList_GET_ITEM(pending, j), *rec, *cells = NULL, *defs = NULL, *stood = NULL, *ids = NULL;
-        Py_ssize_t k;
-        int rest = 0, ok = 0;
-        if (!(rec = PyDict_GetItemWithError(recs, key))) { if (PyErr_Occurred()) goto fail; continue; }
-        Py_INCREF(rec);
-        if (!(cells = PyObject_GetAttr(rec, s_cells)) || !(defs = PyObject_GetAttr(rec, s_defs)) ||
-            !(stood = PyObject_GetAttr(rec, s_stood)) || !(ids = PyObject_GetAttr(rec, s_ids)))
-            goto next;
-        if (!PyTuple_Check(cells) || !PyTuple_Check(defs) || !PyList_Check(stood) || !PyList_Check(ids)) {
-            PyErr_SetString(PyExc_TypeError, "stand: malformed rule record"); goto next;
-        }
-        for (k = 0; k < PyTuple_GET_SIZE(cells); k++) {
-            PyObject *c = PyTuple_GET_ITEM(cells, k), *x, *node, *st, *t;
-            int has;
-            if (!PyCell_Check(c) || !(x = PyCell_GET(c)) || Py_TYPE(x) == (PyTypeObject *)stand) continue;
-            /* the cell: fn's closure and this record; the Value: the cell alone */
-            if (Py_REFCNT(c) != 2 || Py_REFCNT(x) != 1 || !va_is(x) || !((va_obj *)x)->node) { rest = 1; continue; }
-            if (!(node = PyLong_FromLongLong(va_id((va_obj *)x)))) goto next;
-            st = PyObject_CallOneArg(stand, node);
-            if (!st) { Py_DECREF(node); goto next; }
-            has = PySequence_Contains(ids, node);
-            if (has < 0 || (!has && PyList_Append(ids, node) < 0)) { Py_DECREF(node); Py_DECREF(st); goto next; }
-            Py_DECREF(node);
-            if (!(t = Py_BuildValue("(OiO)", c, -1, st))) { Py_DECREF(st); goto next; }
-            if (PyList_Append(stood, t) < 0) { Py_DECREF(t); Py_DECREF(st); goto next; }
-            Py_DECREF(t);
-            if (PyCell_Set(c, st) < 0) { Py_DECREF(st); goto next; }   /* x goes: its hold with it */
-            Py_DECREF(st);
-        }
-        if (PyTuple_GET_SIZE(defs)) rest = 1;
-        if (rest && PyList_Append(slow, key) < 0) goto next;
-        ok = 1;
-    next:
-        Py_XDECREF(cells); Py_XDECREF(defs); Py_XDECREF(stood); Py_XDECREF(ids);
-        Py_DECREF(rec);
-        if (!ok) goto fail;
-    }
-    return slow;
-fail:
-    Py_DECREF(slow);
-    return NULL;
 }
 
 /* held(ids): new Values for existing nodes of this thread, each holding
@@ -866,8 +857,7 @@ out:
 static PyMethodDef va_module_methods[] = {
     {"custom_info", va_custom_info, METH_O, "custom_info(v): (key, name, inputs) or None"},
     {"held", va_held, METH_O, "held(ids): Values for existing nodes, each holding its segment"},
-    {"stand", va_stand, METH_VARARGS, "stand(recs, pending, Stand): scan's common case; the other keys"},
-    {"rule_holders", va_rule_holders, METH_VARARGS, "rule_holders(v, fn): (key, cells, defaults) or None"},
+    {"rule_private", va_rule_private, METH_VARARGS, "rule_private(v, fn, Stand): (key, rule, stood, ids) or None"},
     {"precomputed", va_precomputed, METH_VARARGS, "precomputed(value, inputs, partials, name)"},
     {"make_type", va_make_type, METH_O, "make_type(docs): the native Value type"},
     {"set_hooks", va_set_hooks, METH_VARARGS, "set_hooks(error, real, restore, other, setattr, name, rule)"},

@@ -19,20 +19,20 @@ partials no longer hold; they refuse such a graph, naming the node.
 Lifetime.  A node's Python rule lives in this thread's record table until
 the node dies on the tape (C puts its key on a dead list; drain() drops the
 record).  micrograd's closure captures ``out``, ``self`` and ``other``, and a
-Value holds its tape segment, which holds the node itself: a cycle through C
-that no collector sees.  So scan() finds the Values that nothing but rules'
-closure cells and default arguments refer to (CPython's reference counts
-tell: trial deletion over the rules, as a cycle collector does) and puts a
-stand-in naming the node there; when the rule runs, a live Value for the node
-stands in for the call.  A rule therefore holds its node only while user
-code does.  Only Values of the node, of its inputs, or of earlier nodes it
-then keeps alive as extra inputs (set_backward) are released so: a stand-in
-always names a live node.  (PyPy has no reference counts: there a rule that
-captures its own output keeps that node's segment.)
+Value holds its tape segment, which holds the node itself: a rule keeping
+them would be a cycle through C that no collector sees.  So the rule kept
+is a private copy of the function (rule_private): each closure cell or
+default argument that holds a Value of the node, of its inputs or of an
+earlier node (which the node then keeps alive as an extra input) is, in the
+copy, a new cell holding a stand-in naming that node; the other cells are
+shared.  When the rule runs, a live Value for each such node stands in for
+the call (_run).  The function the user wrote, and the frame that defined
+it, keep their own cells and Values.  The rule thus holds no Value of its
+node's graph, on any Python: its node lives while the tape needs it and no
+longer.  (What a rule holds otherwise -- a later node's Value, a list of
+Values -- it holds as micrograd's would.)
 """
 from __future__ import annotations
-
-import sys
 
 TYPE_CHECKING = False   # typing is not imported at run time (see tapead._c)
 if TYPE_CHECKING:
@@ -47,7 +47,6 @@ from .errors import ReleasedError, TapeadError
 
 CUSTOM = OP["CUSTOM"]
 _tl = _c._tl
-_refcount = getattr(sys, "getrefcount", None)   # None on PyPy: no swapping
 _SHIFT = _c.SHIFT
 _new = object.__new__
 
@@ -75,31 +74,15 @@ def name_of(i: int) -> str:
 
 # -------------------------------------------------------------- records
 class _Rec:
-    """A Python rule and the places in it that hold the Values of its own
-    node or of its inputs: closure cells, and positions of its default
-    arguments (`def _backward(out=out)`); scan() puts stand-ins there."""
-    __slots__ = ("fn", "cells", "defs", "stood", "ids")
+    """A Python rule (rule_private's copy) and where its stand-ins are: the
+    private cells and default positions holding them, and their nodes."""
+    __slots__ = ("fn", "stood", "ids")
 
-    def __init__(self, fn: Callable[[], Any], cells: Tuple[Any, ...], defs: Tuple[int, ...]) -> None:
+    def __init__(self, fn: Callable[[], Any], stood: List[Tuple[Any, int, "_Stand"]],
+                 ids: List[int]) -> None:
         self.fn = fn
-        self.cells = cells
-        self.defs = defs
-        self.stood: List[Tuple[Any, int, "_Stand"]] = []   # where scan() put stand-ins
-        self.ids: List[int] = []                           # their nodes, once each
-
-    def holders(self) -> List[Tuple[Any, int, Any]]:
-        """(cell or fn, default index or -1, what it holds now)."""
-        out: List[Tuple[Any, int, Any]] = []
-        for c in self.cells:
-            try:
-                out.append((c, -1, c.cell_contents))
-            except ValueError:   # emptied since
-                pass
-        d = getattr(self.fn, "__defaults__", None) or ()
-        for k in self.defs:
-            if k < len(d):
-                out.append((self.fn, k, d[k]))
-        return out
+        self.stood = stood    # (cell or fn, default index or -1, stand-in)
+        self.ids = ids        # the stand-ins' nodes, once each
 
 
 def _put(holder: Any, k: int, v: Any) -> None:
@@ -112,7 +95,7 @@ def _put(holder: Any, k: int, v: Any) -> None:
 
 
 class _Stand(int):
-    """Stands for a Value in a rule's closure between runs (see scan): the
+    """Stands for a Value in a rule's private copy between runs (see the top): the
     id of its node (an int, so the native front makes one in C)."""
     __slots__ = ()
 
@@ -129,14 +112,13 @@ class _Stand(int):
 
 
 class _State:
-    """One thread's records (key -> _Rec), the keys awaiting a scan, and the
-    segment tokens and sweeping flag of a running backward()."""
-    __slots__ = ("recs", "pending", "next_scan", "toks", "sweeping")
+    """One thread's records (key -> _Rec), and the segment tokens and
+    sweeping flag of a running backward()."""
+    __slots__ = ("recs", "made", "toks", "sweeping")
 
     def __init__(self) -> None:
         self.recs: Dict[int, _Rec] = {}
-        self.pending: List[int] = []
-        self.next_scan = 64
+        self.made = 0                     # records made since the last drain()
         self.toks: Dict[int, Any] = {}    # segment key -> token, inside backward() only
         self.sweeping = False             # (set by ta_custom_rule, cleared by swept())
 
@@ -201,9 +183,8 @@ def swept() -> None:
         S.toks = {}
 
 
-# the native front's C helpers (None on the cffi front)
+# the native front's C helper (None on the cffi front)
 _native_pre: Optional[Callable[..., Any]] = None
-_stand_fast: Optional[Callable[..., List[int]]] = None
 
 
 # The front this module records through and hands Values out of: tapead.engine,
@@ -220,9 +201,9 @@ def attach(front: Any) -> None:
 
 def bind_native(native: Any) -> None:
     """The native front's C versions of the hot helpers (engine._native_front)."""
-    global _raw_info, _held_ids, _native_pre, _rule_holders, _stand_fast
+    global _raw_info, _held_ids, _native_pre, _rule_private
     _raw_info, _held_ids, _native_pre = native.custom_info, native.held, native.precomputed
-    _rule_holders, _stand_fast = native.rule_holders, native.stand
+    _rule_private = native.rule_private
 
 
 
@@ -329,55 +310,85 @@ def _partial(p: Any) -> float:
 _rule_set = _cc.rule_set
 
 
-def _rule_holders(v: Any, fn: Any) -> Optional[Tuple[int, Tuple[Any, ...], Tuple[int, ...]]]:
-    """None if v's node is not a custom node; else (key, cells, defaults):
-    fn's closure cells and default positions that hold a Value of the node
-    or of its inputs.  Earlier Values it holds besides those are kept alive
-    with the node, so a stand-in for them always names a live node: one C
-    call (ta_custom_rule_set) does both.  (The native front does this in C:
-    _native.rule_holders.)"""
+def _a_cell(x: Any) -> Any:
+    return (lambda: x).__closure__[0]  # type: ignore[index]
+
+
+_Function: Any = type(_a_cell)   # types.FunctionType and types.CellType, without importing types
+_Cell: Any = type(_a_cell(None))
+
+
+def _rule_private(v: Any, fn: Any, Stand: type) -> Optional[Tuple[int, Any, List[Any], List[int]]]:
+    """None if v's node is not a custom node; (0, None, [], []) for a node
+    with partials; else (key, rule, stood, ids): the rule to keep, fn or a
+    private copy of it (see the top), where its stand-ins are, and their
+    nodes.  One C call (ta_custom_rule_set) says which Values the rule may
+    release and keeps the earlier ones alive with the node.  (The native
+    front does this in C: _native.rule_private.)"""
     V = _engine.Value
-    cells: List[Any] = []
-    defs: List[int] = []
+    cells: List[int] = []     # closure positions
+    defs: List[int] = []      # default positions
     ids: List[int] = []
-    if _refcount is not None and callable(fn):   # (PyPy: no stand-ins, nothing to find)
-        for c in getattr(fn, "__closure__", None) or ():
-            try:
-                x = c.cell_contents
-            except ValueError:   # an empty cell
-                continue
-            if isinstance(x, V):
-                cells.append(c)
-                ids.append(x._i)
-        d = getattr(fn, "__defaults__", None)
+    cl = d = None
+    if type(fn) is _Function:
+        cl = fn.__closure__
+        if cl:
+            for k, c in enumerate(cl):
+                try:
+                    x = c.cell_contents
+                except ValueError:   # an empty cell
+                    continue
+                if isinstance(x, V):
+                    cells.append(k)
+                    ids.append(x._i)
+        d = fn.__defaults__
         if d:
-            try:
-                fn.__defaults__ = d    # only where a function's defaults can be replaced
-            except (AttributeError, TypeError):
-                d = ()
             for k, x in enumerate(d):
                 if isinstance(x, V):
                     defs.append(k)
                     ids.append(x._i)
-    n = len(ids)
     got = _rule_set(v._i, ids)
     if got is None:
         return None
     key, ok = got
     if key == 0:
-        return 0, (), ()
+        return 0, None, [], []
     if not callable(fn):
         raise TypeError(f"_backward must be callable, not {type(fn).__name__}")
-    if not all(ok):   # later nodes, other threads', no_grad values: left alone
-        nc = len(cells)
-        cells = [c for j, c in enumerate(cells) if ok[j]]
-        defs = [d for j, d in enumerate(defs) if ok[nc + j]]
-    return key, tuple(cells), tuple(defs)
+    if not ids:
+        return key, fn, [], []
+    stood: List[Any] = []
+    nodes: List[int] = []
+    cl2 = list(cl) if cl else []
+    d2 = list(d) if d else []
+    for j, i in enumerate(ids):
+        if not ok[j]:         # later nodes, other threads', no_grad values: left as they are
+            continue
+        if i not in nodes:
+            nodes.append(i)
+        st = Stand(i)
+        if j < len(cells):
+            c = cl2[cells[j]] = _Cell(st)
+            stood.append((c, -1, st))
+        else:
+            d2[defs[j - len(cells)]] = st
+    if not nodes:
+        return key, fn, [], []
+    g = _Function(fn.__code__, fn.__globals__, fn.__name__, tuple(d2) if d else None,
+                  tuple(cl2) if cl else None)
+    g.__qualname__ = fn.__qualname__
+    if fn.__kwdefaults__:
+        g.__kwdefaults__ = fn.__kwdefaults__
+    for j, k in enumerate(defs):
+        if ok[len(cells) + j]:
+            stood.append((g, k, d2[k]))
+    return key, g, stood, nodes
+
 
 
 def set_backward(v: Any, fn: Any) -> None:
     """out._backward = fn: the rule of a custom node (micrograd's idiom)."""
-    got = _rule_holders(v, fn)
+    got = _rule_private(v, fn, _Stand)
     if got is None:
         op = _engine._node(v)[0]
         if not callable(fn):
@@ -387,16 +398,16 @@ def set_backward(v: Any, fn: Any) -> None:
         raise AttributeError(f"the _backward of a built-in op ({OP_NAMES[op]!r}) is tapead's "
                              f"own (C) rule and cannot be replaced; to define a new op, make its "
                              f"node with Value(data, _children, _op) and set that node's _backward")
-    key, cells, defs = got
+    key, rule, stood, ids = got
     if key == 0:
         raise AttributeError("a node made by tapead.precomputed differentiates by its partials; "
                              "its _backward cannot be replaced")
     S = _state()
-    S.recs[key] = _Rec(fn, cells, defs)
-    if cells or defs:
-        S.pending.append(key)
-        if len(S.pending) >= S.next_scan:
-            scan(S)
+    S.recs[key] = _Rec(rule, stood, ids)
+    S.made += 1
+    if S.made >= 64:     # now and then, drop the records of nodes the tape has reclaimed
+        S.made = 0
+        drain(S)
 
 
 def backward_of(v: Any) -> Callable[[], None]:
@@ -413,8 +424,8 @@ def _step(v: Any) -> None:
 
 
 def _run(key: int, node: int) -> None:
-    """Run the rule of custom node `node`, with Values standing where scan()
-    released them."""
+    """Run the rule of custom node `node`, with live Values where its
+    stand-ins are."""
     rec = _state().recs.get(key)
     if rec is None:
         return
@@ -461,134 +472,6 @@ def ta_custom_rule(node: int, key: int) -> int:
 
 
 # ------------------------------------------------------------- lifetime
-def scan(S: Optional[_State] = None) -> None:
-    """Release the Values that only rules' closures hold, then drain().
-
-    A rule holds Values of its node and inputs (micrograd's closure holds
-    out, self, other); a Value holds its tape segment, and so the node
-    itself: a cycle through C.  Here each such Value that nothing but
-    pending rules refers to (CPython's reference counts tell: trial deletion
-    over the rules, as a cycle collector does) is replaced in them by a
-    stand-in naming its node; _run puts a live Value back for each run.  A
-    cell is touched only if nothing but those rules' closures holds it (a
-    frame still running sees its variables unchanged)."""
-    S = S or _state()
-    rc = _refcount
-    if rc is None:
-        S.pending = []
-        drain(S)
-        return
-    recs = S.recs
-    if _stand_fast is not None:
-        slow = _stand_fast(recs, S.pending, _Stand)
-        left = S.pending
-    else:
-        slow = left = _stand_py(S)   # (the others are fully stood)
-    _scan_shared(S, slow)
-    keep = [k for k in left
-            if k in recs and len(recs[k].stood) < len(recs[k].cells) + len(recs[k].defs)]
-    S.pending = keep
-    S.next_scan = 2 * len(keep) + 64
-    drain(S)
-
-
-
-def _stand_py(S: _State) -> List[int]:
-    """scan()'s common case (_native.stand on the native front); returns the
-    keys of rules holding anything else, or not yet fully stood (empty
-    cells): every other pending rule is fully stood."""
-    rc = _refcount
-    assert rc is not None
-    recs = S.recs
-    Stand = _Stand
-    slow = []
-    x: Any = None
-    for key in S.pending:
-        # the common case first: a cell only this rule's closure holds, and in
-        # it a Value only that cell holds (refs: the closure's tuple,
-        # rec.cells, c, getrefcount's argument; the cell, x, the argument)
-        rec = recs.get(key)
-        if rec is None:
-            continue
-        rest = False
-        for c in rec.cells:
-            try:
-                x = c.cell_contents
-            except ValueError:
-                continue
-            if type(x) is Stand:
-                continue
-            if rc(c) == 4 and rc(x) == 3:
-                i = x._i
-                st = Stand(i)
-                c.cell_contents = st
-                rec.stood.append((c, -1, st))
-                ids = rec.ids
-                if i not in ids:   # (the int, not st.node: a property call costs more)
-                    ids.append(i)
-            else:
-                rest = True
-            x = None
-        if rest or rec.defs or len(rec.stood) < len(rec.cells):
-            slow.append(key)     # (every other one is fully stood: scan() drops it)
-    c = None
-    return slow
-
-
-def _scan_shared(S: _State, pending: List[int]) -> None:
-    """scan() for Values held in several places (shared cells, defaults,
-    several rules): trial deletion over all of those rules at once."""
-    rc = _refcount
-    assert rc is not None
-    cells: Dict[int, List[Any]] = {}     # id(cell) -> [cell, records listing it, fns]
-    e: Any
-    o: Any
-    objs: Dict[int, List[Any]] = {}      # id(Value) -> [Value, holders, [(holder, k), ...]]
-    for key in pending:
-        rec = S.recs.get(key)
-        if rec is None:
-            continue
-        for h, k, x in rec.holders():
-            if type(x) is _Stand:
-                continue
-            if k < 0:
-                e = cells.get(id(h))
-                if e is None:
-                    cells[id(h)] = [h, 1, {id(rec.fn)}, x, [rec]]
-                else:
-                    e[1] += 1
-                    e[2].add(id(rec.fn))
-                    e[4].append(rec)
-                continue
-            o = objs.setdefault(id(x), [x, 0, []])
-            o[1] += 1
-            o[2].append((h, k, [rec]))
-        h = x = None
-    for e in cells.values():
-        # the cell: closures' tuples, the records' tuples, e, getrefcount's argument
-        ok = rc(e[0]) == len(e[2]) + e[1] + 2
-        o = objs.setdefault(id(e[3]), [e[3], 0, []])
-        if ok:
-            o[1] += 1
-            o[2].append((e[0], -1, e[4]))
-        else:
-            o[1] -= 1 << 20          # held by something else: leave it
-        e[3] = None
-    e = o = None
-    for o in objs.values():
-        # the Value: its holders, o, getrefcount's argument
-        if o[1] > 0 and rc(o[0]) == o[1] + 2:
-            st = _Stand(o[0]._i)
-            for h, k, recs in o[2]:
-                _put(h, k, st)
-                for r in recs:
-                    r.stood.append((h, k, st))
-                    if st.node not in r.ids:
-                        r.ids.append(st.node)
-    objs.clear()
-    cells.clear()
-
-
 def drain(S: Optional[_State] = None) -> int:
     """Drop the rules of custom nodes the tape has reclaimed; returns how many."""
     S = S or _state()
@@ -604,12 +487,13 @@ def drain(S: Optional[_State] = None) -> int:
 
 
 def settle() -> int:
-    """What collect() adds for custom nodes: scan, collect and drain until
-    nothing more dies; returns the segments freed."""
+    """What collect() adds for custom nodes: drain, collect and drain until
+    nothing more dies (a rule dropped may let go of what it held); returns
+    the segments freed."""
     S = _pt.state
     freed = 0
     while S is not None and S.recs:
-        scan(S)                  # (drains what the last collection killed)
+        drain(S)
         n = _collect()
         freed += n
         if not drain(S) and not n:

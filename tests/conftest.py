@@ -1,7 +1,8 @@
 """Shared helpers: micrograd as the reference, extended with the tanh and exp
 that micrograd's lecture version has (0.1.0 ships without them); a
 function run on a thread of its own (so on a tape of its own); and
-release_garbage(), for tests that mean "once the garbage is gone"."""
+release_garbage() and collect_all(), for tests that mean "once the garbage
+is gone"."""
 import gc
 import math
 import platform
@@ -80,6 +81,16 @@ def release_garbage(every=0):
         if grown < every:
             return
     gc.collect()
+
+
+def collect_all():
+    """Python's collector, then the tape's, until neither frees anything
+    twice running: all that garbage held on the tape is gone (on PyPy a
+    Value's hold goes at a collection after the one that found it dead)."""
+    idle = 0
+    while idle < 2:
+        gc.collect()
+        idle = idle + 1 if tapead.collect() == 0 else 0
 
 
 def on_fresh_tape(fn):

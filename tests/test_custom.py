@@ -16,7 +16,7 @@ from tapead import Value
 from tapead import custom as _custom
 from tapead._c import lib
 
-from conftest import on_fresh_tape, release_garbage
+from conftest import collect_all, on_fresh_tape, release_garbage
 from opcases import FORMS
 
 SEG = 1 << lib.TA_SHIFT
@@ -170,8 +170,34 @@ def test_an_error_in_backward_propagates_and_leaves_the_tape_unchanged():
     assert x.grad == 3.0
 
 
-@pytest.mark.skipif(platform.python_implementation() != "CPython",
-                    reason="releasing what only rules hold needs reference counts (README: Adding an op)")
+def test_the_function_that_sets_a_rule_keeps_its_own_values():
+    """The rule kept is a private copy: the function the user wrote, and the
+    frame that made it, still see their Values (not stand-ins), and cells
+    holding anything else stay shared with the rule."""
+    x = Value(1.5)
+    seen = {}
+
+    def double(x):
+        out = Value(2 * x.data, (x,), 'double')
+        runs = 0
+
+        def _backward():
+            nonlocal runs
+            runs += 1
+            x.grad += 2 * out.grad
+        out._backward = _backward
+        seen['out'] = out                        # the frame's own `out`, after the rule is set
+        y = out * 1.0                            # and it still records
+        return y, _backward, lambda: runs
+    y, fn, runs = double(x)
+    assert seen['out'] is not None and type(seen['out']) is Value and seen['out'].data == 3.0
+    assert any(c.cell_contents is seen['out'] for c in fn.__closure__)   # the user's function: untouched
+    y.backward()
+    assert (x.grad, runs()) == (2.0, 1)         # the rule's nonlocal counter is the frame's
+    fn()                                        # the user's own function, run by hand, as in micrograd
+    assert (x.grad, runs()) == (2.0 + 2 * seen['out'].grad, 2)
+
+
 def test_values_a_rule_captures_are_kept_alive_and_released():
     """A rule may capture Values that are not its inputs (earlier ones are
     kept alive with the node); nothing stays pinned once all is dropped."""
@@ -192,12 +218,11 @@ def test_values_a_rule_captures_are_kept_alive_and_released():
             y = c * 1.0
             for _ in range(2050):             # fill a segment, so the collector can free it
                 Value(0.0)
-            gc.collect()
-            tapead.collect()                  # `scale` has no other holder now: kept by c
+            collect_all()                     # `scale` has no other holder now: kept by c
             y.backward()
             assert x.grad == 20.0
             del x, c, y
-        gc.collect(); tapead.collect()
+        collect_all()
         return tapead.tape_stats()["nodes"] - base, len(_custom._state().recs)
     grown, recs = on_fresh_tape(run)
     assert grown <= 2048 and recs == 0
@@ -444,7 +469,7 @@ def test_precomputed_in_detect_anomaly_and_no_grad():
     assert lib.ta_validate() == 0
 
 
-def train(steps, every=1):
+def train(steps):
     """A small model with custom nodes, trained op by op; returns losses and
     the tape size after each step."""
     rng = random.Random(0)      # (not the shared generator: threads run this at once)
@@ -469,11 +494,10 @@ def train(steps, every=1):
             p.data -= 0.01 * p.grad
         losses.append(loss.data)
         sizes.append(tapead.tape_stats()["nodes"])
+        release_garbage(every=2048)    # (PyPy: this step's graph is garbage now)
     return losses, sizes
 
 
-@pytest.mark.skipif(platform.python_implementation() != "CPython",
-                    reason="releasing what only rules hold needs reference counts (README: Adding an op)")
 def test_a_sweep_lets_go_of_the_segments_its_rules_used():
     """Rule runs inside one backward() share one token per segment (the
     cffi front's); once backward() returns none is kept, and the graph,
@@ -481,33 +505,29 @@ def test_a_sweep_lets_go_of_the_segments_its_rules_used():
     softplus = ext(Value).softplus     # (micrograd's idiom; it needs only .data and .grad)
 
     def left(sweep):
-        gc.collect(); tapead.collect()
+        collect_all()
         base = tapead.tape_stats()["nodes"]
         x = Value(0.3)
         loss = sum(softplus(x * (k % 7 - 3)) for k in range(3000))   # ~4 segments
-        gc.collect()
-        _custom.scan()                     # the rules now hold stand-ins
-        assert any(r.stood for r in _custom._state().recs.values())
+        recs = _custom._state().recs.values()
+        assert recs and all(r.stood for r in recs)   # each rule holds stand-ins, not Values
         if sweep:
             loss.backward()
             ref = sum((k % 7 - 3) / (1 + math.exp(-x.data * (k % 7 - 3))) for k in range(3000))
             assert math.isclose(x.grad, ref, rel_tol=1e-12)
             assert not _custom._state().toks   # nothing kept past the sweep
         del loss
-        gc.collect(); tapead.collect()
+        collect_all()
         return tapead.tape_stats()["nodes"] - base
     without, with_ = on_fresh_tape(lambda: (left(False), left(True)))
     assert without == with_ <= 2 * 2048   # (x's segment and the current one)
 
 
-@pytest.mark.skipif(platform.python_implementation() != "CPython",
-                    reason="releasing what only rules hold needs reference counts (README: Adding an op)")
 def test_training_with_custom_nodes_runs_in_bounded_memory():
     def run():
         _, sizes = train(300)
         recs = len(_custom._state().recs)
-        gc.collect()
-        tapead.collect()
+        collect_all()
         return sizes, recs, tapead.tape_stats()["nodes"], len(_custom._state().recs)
     sizes, recs, after, recs_after = on_fresh_tape(run)
     # 73 nodes a step: the tape reclaims as it grows (a sawtooth), it does not grow
