@@ -81,6 +81,10 @@ int64_t ta_custom_rec(const int64_t *ins, uint32_t n, double value, const double
  * node, one of its inputs, or an earlier node now kept alive with it
  * (its inputs grow by it), 0 for the rest (later nodes, no_grad values, ...). */
 int64_t ta_custom_rule_set(int64_t id, const int64_t *ids, uint32_t n, int8_t *ok);
+/* The same for the first n (at most 3) of the ids a, b, c, with no arrays
+ * (the record path of micrograd's idiom on PyPy): returns key << 3 | ok
+ * bits (bit k for the k-th id), 0, or a negative status. */
+int64_t ta_custom_rule_set3(int64_t id, int64_t a, int64_t b, int64_t c, uint32_t n);
 /* A custom node's inputs (ins[0..min(n, cap)), ids), name id and key;
  * *n gets the count.  TA_ENOTCUSTOM if id is not a custom node. */
 int     ta_custom_info(int64_t id, uint32_t *n, int64_t *ins, uint32_t cap, uint32_t *name,

@@ -162,6 +162,19 @@ int64_t ta_custom_rule_set(int64_t id, const int64_t *ids, uint32_t n, int8_t *o
     return e->key;
 }
 
+int64_t ta_custom_rule_set3(int64_t id, int64_t a, int64_t b, int64_t c, uint32_t n)
+{
+    int64_t ids[3];
+    int8_t ok[3] = {0, 0, 0};
+    int64_t key;
+    ids[0] = a; ids[1] = b; ids[2] = c;
+    if (n > 3) return TA_EARG;
+    key = ta_custom_rule_set(id, n ? ids : NULL, n, n ? ok : NULL);
+    if (key <= 0) return key;
+    if (key > (INT64_MAX >> 3)) return TA_ELIMIT;
+    return key << 3 | (ok[0] != 0) | (ok[1] != 0) << 1 | (ok[2] != 0) << 2;
+}
+
 void ta_custom_release(ta_tape *T, ta_seg *s, uint32_t i)
 {
     struct ta_cnodes *C = T->cn;

@@ -675,17 +675,21 @@ static int va_rule_holds(ta_tape *T, ta_seg *s, uint32_t o, ta_cnode *e, PyObjec
     return 1;
 }
 
-/* A stand-in for Value x in a rule's private copy (rule_private): Stand(id
- * of x's node), the id noted in ids once.  New reference, or NULL. */
-static PyObject *va_stand_in(PyObject *stand, PyObject *x, PyObject *ids)
+/* Note x's node, for rule_private: in stood as (holder, k, node), and in
+ * ids once.  -1 on failure (exception set). */
+static int va_note_released(PyObject *stood, PyObject *ids, PyObject *holder, Py_ssize_t k, PyObject *x)
 {
-    PyObject *node = PyLong_FromLongLong(va_id((va_obj *)x)), *st = NULL;
-    int has;
-    if (!node) return NULL;
+    PyObject *node = PyLong_FromLongLong(va_id((va_obj *)x)), *t;
+    int has, rc = -1;
+    if (!node) return -1;
     has = PySequence_Contains(ids, node);
-    if (has >= 0 && (has || PyList_Append(ids, node) == 0)) st = PyObject_CallOneArg(stand, node);
+    if (has >= 0 && (has || PyList_Append(ids, node) == 0) &&
+        (t = Py_BuildValue("(OnO)", holder, k, node))) {
+        rc = PyList_Append(stood, t);
+        Py_DECREF(t);
+    }
     Py_DECREF(node);
-    return st;
+    return rc;
 }
 
 /* A new tuple with t's items (PyTuple_GetSlice of a whole tuple is t itself). */
@@ -700,24 +704,24 @@ static PyObject *va_tuple_copy(PyObject *t)
     return c;
 }
 
-/* rule_private(v, fn, Stand): what out._backward = fn records
+/* rule_private(v, fn, released): what out._backward = fn records
  * (tapead/custom.py, set_backward, says why).  None if v's node is not a
  * custom node; (0, None, [], []) for a node with partials; else (key, g,
  * stood, ids).  g is fn, or, if fn is a plain function holding Values of
  * the node, of its inputs or of earlier nodes (kept alive with the node:
  * va_rule_holds) in closure cells or defaults, a copy of fn in which each
- * such cell is a new cell holding Stand(node) and each such default is
- * Stand(node); its other cells are fn's own.  stood lists (cell or g,
- * default index or -1, stand); ids the nodes, once each. */
+ * such cell is a new cell holding `released` and each such default is
+ * `released`; its other cells are fn's own.  stood lists (cell or g,
+ * default index or -1, node); ids the nodes, once each. */
 static PyObject *va_rule_private(PyObject *mod, PyObject *args)
 {
     ta_tape *T = va_tape();
-    PyObject *v, *fn, *stand, *cl2 = NULL, *d2 = NULL, *stood = NULL, *ids = NULL, *g = NULL, *r = NULL;
+    PyObject *v, *fn, *released, *cl2 = NULL, *d2 = NULL, *stood = NULL, *ids = NULL, *g = NULL, *r = NULL;
     ta_seg *s;
     uint32_t o;
     ta_cnode *e;
     (void)mod;
-    if (!T || !PyArg_ParseTuple(args, "OOO!:rule_private", &v, &fn, &PyType_Type, &stand)) return NULL;
+    if (!T || !PyArg_ParseTuple(args, "OOO:rule_private", &v, &fn, &released)) return NULL;
     if (!va_is(v)) { PyErr_SetString(PyExc_TypeError, "rule_private needs a Value"); return NULL; }
     if (!(s = va_node(T, (va_obj *)v, &o))) return NULL;
     if (s->tape != T || (s->op[o] & TA_OPMASK) != TA_CUSTOM) Py_RETURN_NONE;
@@ -733,29 +737,24 @@ static PyObject *va_rule_private(PyObject *mod, PyObject *args)
         Py_ssize_t k, n;
         n = cl && PyTuple_Check(cl) ? PyTuple_GET_SIZE(cl) : 0;
         for (k = 0; k < n; k++) {
-            PyObject *c = PyTuple_GET_ITEM(cl, k), *st, *nc, *t;
+            PyObject *c = PyTuple_GET_ITEM(cl, k), *nc;
             int h;
             if (!PyCell_Check(c) || !PyCell_GET(c)) continue;
             if ((h = va_rule_holds(T, s, o, e, PyCell_GET(c))) < 0) goto out;
             if (!h) continue;
             if (!cl2 && !(cl2 = va_tuple_copy(cl))) goto out;
-            if (!(st = va_stand_in(stand, PyCell_GET(c), ids))) goto out;
-            nc = PyCell_New(st);
-            t = nc ? Py_BuildValue("(OiO)", nc, -1, st) : NULL;
-            Py_DECREF(st);
-            if (!t || PyList_Append(stood, t) < 0) { Py_XDECREF(t); Py_XDECREF(nc); goto out; }
-            Py_DECREF(t);
+            if (!(nc = PyCell_New(released))) goto out;
+            if (va_note_released(stood, ids, nc, -1, PyCell_GET(c)) < 0) { Py_DECREF(nc); goto out; }
             if (PyTuple_SetItem(cl2, k, nc) < 0) goto out;   /* (steals nc) */
         }
         n = d && PyTuple_Check(d) ? PyTuple_GET_SIZE(d) : 0;
         for (k = 0; k < n; k++) {
-            PyObject *st;
             int h = va_rule_holds(T, s, o, e, PyTuple_GET_ITEM(d, k));
             if (h < 0) goto out;
             if (!h) continue;
             if (!d2 && !(d2 = va_tuple_copy(d))) goto out;
-            if (!(st = va_stand_in(stand, PyTuple_GET_ITEM(d, k), ids))) goto out;
-            if (PyTuple_SetItem(d2, k, st) < 0) goto out;   /* (steals st) */
+            Py_INCREF(released);
+            if (PyTuple_SetItem(d2, k, released) < 0) goto out;   /* (steals it) */
         }
         if (cl2 || d2) {
             PyFunctionObject *f = (PyFunctionObject *)fn;
@@ -766,12 +765,10 @@ static PyObject *va_rule_private(PyObject *mod, PyObject *args)
                 (kw && PyFunction_SetKwDefaults(g, kw) < 0) ||
                 PyObject_SetAttrString(g, "__name__", f->func_name) < 0)
                 goto out;
-            for (k = 0; d2 && k < n; k++) {
-                PyObject *st = PyTuple_GET_ITEM(d2, k), *t;
-                if (st == PyTuple_GET_ITEM(d, k)) continue;
-                if (!(t = Py_BuildValue("(OnO)", g, k, st)) || PyList_Append(stood, t) < 0) { Py_XDECREF(t); goto out; }
-                Py_DECREF(t);
-            }
+            for (k = 0; d2 && k < n; k++)
+                if (PyTuple_GET_ITEM(d2, k) != PyTuple_GET_ITEM(d, k) &&
+                    va_note_released(stood, ids, g, k, PyTuple_GET_ITEM(d, k)) < 0)
+                    goto out;
         }
     }
     r = Py_BuildValue("(LOOO)", (long long)e->key, g ? g : fn, stood, ids);
@@ -857,7 +854,7 @@ out:
 static PyMethodDef va_module_methods[] = {
     {"custom_info", va_custom_info, METH_O, "custom_info(v): (key, name, inputs) or None"},
     {"held", va_held, METH_O, "held(ids): Values for existing nodes, each holding its segment"},
-    {"rule_private", va_rule_private, METH_VARARGS, "rule_private(v, fn, Stand): (key, rule, stood, ids) or None"},
+    {"rule_private", va_rule_private, METH_VARARGS, "rule_private(v, fn, released): (key, rule, stood, ids) or None"},
     {"precomputed", va_precomputed, METH_VARARGS, "precomputed(value, inputs, partials, name)"},
     {"make_type", va_make_type, METH_O, "make_type(docs): the native Value type"},
     {"set_hooks", va_set_hooks, METH_VARARGS, "set_hooks(error, real, restore, other, setattr, name, rule)"},

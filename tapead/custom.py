@@ -24,24 +24,32 @@ them would be a cycle through C that no collector sees.  So the rule kept
 is a private copy of the function (rule_private): each closure cell or
 default argument that holds a Value of the node, of its inputs or of an
 earlier node (which the node then keeps alive as an extra input) is, in the
-copy, a new cell holding a stand-in naming that node; the other cells are
-shared.  When the rule runs, a live Value for each such node stands in for
-the call (_run).  The function the user wrote, and the frame that defined
-it, keep their own cells and Values.  The rule thus holds no Value of its
-node's graph, on any Python: its node lives while the tape needs it and no
-longer.  (What a rule holds otherwise -- a later node's Value, a list of
-Values -- it holds as micrograd's would.)
+copy, a new cell that holds no segment; the other cells are shared.  The
+function the user wrote, and the frame that defined it, keep their own
+cells and Values.  The rule thus holds no Value of its node's graph, on any
+Python: its node lives while the tape needs it and no longer.  (What a rule
+holds otherwise -- a later node's Value, a list of Values -- it holds as
+micrograd's would.)
+
+What the new cells hold differs by front, for speed.  The cffi front: a
+rule Value, one of its own Values for the node that holds no segment and
+whose id is RELEASED_ID (C refuses it, naming the cause) except while the
+rule runs, when it is the node's (_run): no cell is written per run, which
+PyPy's JIT makes costly.  The native front: RELEASED, replaced for each run
+by a new Value of the node (native.held), as a native Value always holds
+its segment.  A run needs no hold: the node and its inputs are alive while
+it runs (the sweep holds the collector off; out._backward() holds out).
 """
 from __future__ import annotations
 
 TYPE_CHECKING = False   # typing is not imported at run time (see tapead._c)
 if TYPE_CHECKING:
-    from typing import Any, Callable, Dict, Iterable, List, Optional, SupportsFloat, Tuple
+    from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, SupportsFloat, Tuple
 
 from . import _c
 from ._c import OP, OP_KINDS, OP_NAMES
 from ._c import custom as _cc
-from ._c.holds import collect as _collect
+from ._c.holds import NOTOKEN as _NOTOKEN, collect as _collect
 from ._c.status import on_refusal
 from .errors import ReleasedError, TapeadError
 
@@ -74,15 +82,23 @@ def name_of(i: int) -> str:
 
 # -------------------------------------------------------------- records
 class _Rec:
-    """A Python rule (rule_private's copy) and where its stand-ins are: the
-    private cells and default positions holding them, and their nodes."""
-    __slots__ = ("fn", "stood", "ids")
+    """A Python rule (rule_private's copy) and where its released Values
+    are.  The cffi front: `vals` is (Value, node, Value, node, ...), the
+    rule Values its private cells and defaults hold, each for one node.
+    The native front: `stood` lists (private cell or the copy, default
+    index or -1, node), places holding RELEASED, and `ids` their nodes."""
+    __slots__ = ("fn", "vals", "stood", "ids")
 
-    def __init__(self, fn: Callable[[], Any], stood: List[Tuple[Any, int, "_Stand"]],
-                 ids: List[int]) -> None:
+    def __init__(self, fn: Callable[[], Any], vals: Optional[Tuple[Any, ...]],
+                 stood: Sequence[Tuple[Any, int, int]] = (), ids: Sequence[int] = ()) -> None:
         self.fn = fn
-        self.stood = stood    # (cell or fn, default index or -1, stand-in)
-        self.ids = ids        # the stand-ins' nodes, once each
+        self.vals = vals
+        self.stood = stood
+        self.ids = ids
+
+    def released(self) -> int:
+        """How many nodes' Values the rule holds only while it runs."""
+        return len(self.vals) // 2 if self.vals else len(self.ids)
 
 
 def _put(holder: Any, k: int, v: Any) -> None:
@@ -94,14 +110,11 @@ def _put(holder: Any, k: int, v: Any) -> None:
         holder.__defaults__ = tuple(d)
 
 
-class _Stand(int):
-    """Stands for a Value in a rule's private copy between runs (see the top): the
-    id of its node (an int, so the native front makes one in C)."""
+class _Released:
+    """What a rule's private cells (and defaults) hold between runs on the
+    native front, where its closure held a Value of the node's graph (see
+    the top): one object for all of them; each run puts live Values there."""
     __slots__ = ()
-
-    @property
-    def node(self) -> int:
-        return int(self)
 
     def __getattr__(self, name: str) -> Any:
         raise ReleasedError("a Value captured by a custom node's _backward is only there while "
@@ -109,6 +122,20 @@ class _Stand(int):
 
     def __repr__(self) -> str:
         return "<tapead: a Value captured by a custom node's rule, released between runs>"
+
+
+RELEASED = _Released()
+RELEASED_ID = _cc.RELEASED_ID   # the node of a rule Value between runs
+
+
+def _rule_value() -> Any:
+    """A rule Value (the cffi front's; see the top): one of the front's own
+    Values, holding no segment, whose node is RELEASED_ID except while its
+    rule runs."""
+    v = _new(_engine.PyValue)
+    v._i = RELEASED_ID
+    v._t = _NOTOKEN
+    return v
 
 
 class _State:
@@ -147,7 +174,7 @@ def _raw_info(v: Any) -> Optional[Tuple[int, int, Tuple[int, ...]]]:
     return _cc.custom_info(v._i)
 
 
-def _held_ids(ids: List[int]) -> List[Any]:
+def _held_ids(ids: Sequence[int]) -> List[Any]:
     """Values for the nodes of a rule's stand-ins, for one run (the cffi
     front's; the native front's is _native.held).  Inside backward() the
     tokens are shared: one per segment for the whole sweep (_State.toks),
@@ -183,8 +210,9 @@ def swept() -> None:
         S.toks = {}
 
 
-# the native front's C helper (None on the cffi front)
+# the native front's C helpers (None on the cffi front)
 _native_pre: Optional[Callable[..., Any]] = None
+_native: Any = None
 
 
 # The front this module records through and hands Values out of: tapead.engine,
@@ -201,9 +229,9 @@ def attach(front: Any) -> None:
 
 def bind_native(native: Any) -> None:
     """The native front's C versions of the hot helpers (engine._native_front)."""
-    global _raw_info, _held_ids, _native_pre, _rule_private
+    global _raw_info, _held_ids, _native_pre, _rule_private, _native
     _raw_info, _held_ids, _native_pre = native.custom_info, native.held, native.precomputed
-    _rule_private = native.rule_private
+    _rule_private, _native = _native_rule_private, native
 
 
 
@@ -307,7 +335,7 @@ def _partial(p: Any) -> float:
 
 
 # --------------------------------------------------------- the _backward
-_rule_set = _cc.rule_set
+_rule_set, _rule_set3 = _cc.rule_set, _cc.rule_set3
 
 
 def _a_cell(x: Any) -> Any:
@@ -318,13 +346,66 @@ _Function: Any = type(_a_cell)   # types.FunctionType and types.CellType, withou
 _Cell: Any = type(_a_cell(None))
 
 
-def _rule_private(v: Any, fn: Any, Stand: type) -> Optional[Tuple[int, Any, List[Any], List[int]]]:
-    """None if v's node is not a custom node; (0, None, [], []) for a node
-    with partials; else (key, rule, stood, ids): the rule to keep, fn or a
-    private copy of it (see the top), where its stand-ins are, and their
-    nodes.  One C call (ta_custom_rule_set) says which Values the rule may
-    release and keeps the earlier ones alive with the node.  (The native
-    front does this in C: _native.rule_private.)"""
+def _rule_private(v: Any, fn: Any) -> Optional[Tuple[int, Optional[_Rec]]]:
+    """None if v's node is not a custom node; (0, None) for a node with
+    partials; else (key, record): the rule to keep, fn or a private copy of
+    it (see the top), and its rule Values.  One C call
+    (ta_custom_rule_set) says which Values the rule may release and keeps
+    the earlier ones alive with the node.  (The native front's is
+    _native_rule_private.)
+
+    The common rule, a closure of up to three cells and no defaults (out,
+    self, other), takes a path with no loop: PyPy's JIT does not inline a
+    function that has one, and the call it makes instead costs more than
+    the work (see _c.custom.custom_rec)."""
+    if type(fn) is _Function and not fn.__defaults__:
+        cl = fn.__closure__
+        n = len(cl) if cl else 0
+        if n <= 3:
+            V = _engine.Value
+            x0: Any = _cell_value(cl[0], V) if n else None
+            x1: Any = _cell_value(cl[1], V) if n > 1 else None
+            x2: Any = _cell_value(cl[2], V) if n > 2 else None
+            got = _rule_set3(v._i, x0, x1, x2)
+            if got is None:
+                return None
+            key, ok = got
+            if key == 0 or not ok:
+                return key, (None if key == 0 else _Rec(fn, None))
+            i0 = x0._i if ok & 1 else -1
+            i1 = x1._i if ok & 2 else -1
+            i2 = x2._i if ok & 4 else -1
+            r0 = _rule_value() if i0 >= 0 else None
+            r1 = None if i1 < 0 else r0 if i1 == i0 else _rule_value()
+            r2 = None if i2 < 0 else r0 if i2 == i0 else r1 if i2 == i1 else _rule_value()
+            c0 = _Cell(r0) if r0 is not None else cl[0] if n else None
+            c1 = _Cell(r1) if r1 is not None else cl[1] if n > 1 else None
+            c2 = _Cell(r2) if r2 is not None else cl[2] if n > 2 else None
+            g = _Function(fn.__code__, fn.__globals__, fn.__name__, None,
+                          (c0,) if n == 1 else (c0, c1) if n == 2 else (c0, c1, c2))
+            g.__qualname__ = fn.__qualname__
+            if fn.__kwdefaults__:
+                g.__kwdefaults__ = fn.__kwdefaults__
+            vals: Tuple[Any, ...] = (r0, i0) if r0 is not None else ()
+            if r1 is not None and r1 is not r0:
+                vals += (r1, i1)
+            if r2 is not None and r2 is not r0 and r2 is not r1:
+                vals += (r2, i2)
+            return key, _Rec(g, vals)
+    return _rule_private_any(v, fn)
+
+
+def _cell_value(c: Any, V: type) -> Any:
+    """The Value cell c holds, or None."""
+    try:
+        x = c.cell_contents
+    except ValueError:   # an empty cell
+        return None
+    return x if isinstance(x, V) else None
+
+
+def _rule_private_any(v: Any, fn: Any) -> Optional[Tuple[int, Optional[_Rec]]]:
+    """_rule_private for any rule."""
     V = _engine.Value
     cells: List[int] = []     # closure positions
     defs: List[int] = []      # default positions
@@ -334,11 +415,8 @@ def _rule_private(v: Any, fn: Any, Stand: type) -> Optional[Tuple[int, Any, List
         cl = fn.__closure__
         if cl:
             for k, c in enumerate(cl):
-                try:
-                    x = c.cell_contents
-                except ValueError:   # an empty cell
-                    continue
-                if isinstance(x, V):
+                x = _cell_value(c, V)
+                if x is not None:
                     cells.append(k)
                     ids.append(x._i)
         d = fn.__defaults__
@@ -352,43 +430,46 @@ def _rule_private(v: Any, fn: Any, Stand: type) -> Optional[Tuple[int, Any, List
         return None
     key, ok = got
     if key == 0:
-        return 0, None, [], []
+        return 0, None
     if not callable(fn):
         raise TypeError(f"_backward must be callable, not {type(fn).__name__}")
-    if not ids:
-        return key, fn, [], []
-    stood: List[Any] = []
-    nodes: List[int] = []
+    if not any(ok):          # later nodes, other threads', no_grad values: left as they are
+        return key, _Rec(fn, None)
     cl2 = list(cl) if cl else []
     d2 = list(d) if d else []
+    made: Dict[int, Any] = {}   # node -> its rule Value
     for j, i in enumerate(ids):
-        if not ok[j]:         # later nodes, other threads', no_grad values: left as they are
-            continue
-        if i not in nodes:
-            nodes.append(i)
-        st = Stand(i)
-        if j < len(cells):
-            c = cl2[cells[j]] = _Cell(st)
-            stood.append((c, -1, st))
-        else:
-            d2[defs[j - len(cells)]] = st
-    if not nodes:
-        return key, fn, [], []
+        if ok[j]:
+            r = made.get(i)
+            if r is None:
+                r = made[i] = _rule_value()
+            if j < len(cells):
+                cl2[cells[j]] = _Cell(r)
+            else:
+                d2[defs[j - len(cells)]] = r
     g = _Function(fn.__code__, fn.__globals__, fn.__name__, tuple(d2) if d else None,
                   tuple(cl2) if cl else None)
     g.__qualname__ = fn.__qualname__
     if fn.__kwdefaults__:
         g.__kwdefaults__ = fn.__kwdefaults__
-    for j, k in enumerate(defs):
-        if ok[len(cells) + j]:
-            stood.append((g, k, d2[k]))
-    return key, g, stood, nodes
+    vals: Tuple[Any, ...] = ()
+    for i, r in made.items():
+        vals += (r, i)
+    return key, _Rec(g, vals)
 
+
+def _native_rule_private(v: Any, fn: Any) -> Optional[Tuple[int, Optional[_Rec]]]:
+    """_rule_private on the native front: the copy is made in C."""
+    got = _native.rule_private(v, fn, RELEASED)
+    if got is None:
+        return None
+    key, rule, stood, ids = got
+    return key, (None if key == 0 else _Rec(rule, None, stood, ids))
 
 
 def set_backward(v: Any, fn: Any) -> None:
     """out._backward = fn: the rule of a custom node (micrograd's idiom)."""
-    got = _rule_private(v, fn, _Stand)
+    got = _rule_private(v, fn)
     if got is None:
         op = _engine._node(v)[0]
         if not callable(fn):
@@ -398,12 +479,12 @@ def set_backward(v: Any, fn: Any) -> None:
         raise AttributeError(f"the _backward of a built-in op ({OP_NAMES[op]!r}) is tapead's "
                              f"own (C) rule and cannot be replaced; to define a new op, make its "
                              f"node with Value(data, _children, _op) and set that node's _backward")
-    key, rule, stood, ids = got
-    if key == 0:
+    key, rec = got
+    if rec is None:
         raise AttributeError("a node made by tapead.precomputed differentiates by its partials; "
                              "its _backward cannot be replaced")
     S = _state()
-    S.recs[key] = _Rec(rule, stood, ids)
+    S.recs[key] = rec
     S.made += 1
     if S.made >= 64:     # now and then, drop the records of nodes the tape has reclaimed
         S.made = 0
@@ -424,39 +505,81 @@ def _step(v: Any) -> None:
 
 
 def _run(key: int, node: int) -> None:
-    """Run the rule of custom node `node`, with live Values where its
-    stand-ins are."""
+    """Run the rule of custom node `node`, its released Values live for the
+    run: the cffi front's rule Values get their nodes back (then
+    RELEASED_ID again), the native front's cells get new Values."""
     rec = _state().recs.get(key)
     if rec is None:
         return
-    stood = rec.stood
-    if not stood:
+    p = rec.vals
+    if p:
+        if len(p) == 2:          # (no loop: see _rule_private)
+            v0 = p[0]
+            v0._i = p[1]
+            try:
+                rec.fn()
+            finally:
+                v0._i = RELEASED_ID
+            return
+        if len(p) == 4:
+            v0 = p[0]
+            v1 = p[2]
+            v0._i = p[1]
+            v1._i = p[3]
+            try:
+                rec.fn()
+            finally:
+                v0._i = RELEASED_ID
+                v1._i = RELEASED_ID
+            return
+        _run_vals(rec)
+    elif rec.stood:
+        _run_stood(rec)
+    else:
         rec.fn()
-        return
+
+
+def _run_vals(rec: _Rec) -> None:
+    """_run for a rule of the cffi front with any number of rule Values."""
+    p = rec.vals
+    assert p is not None
+    for k in range(0, len(p), 2):
+        p[k]._i = p[k + 1]
+    try:
+        rec.fn()
+    finally:
+        for k in range(0, len(p), 2):
+            p[k]._i = RELEASED_ID
+
+
+def _run_stood(rec: _Rec) -> None:
+    """_run for a rule of the native front: a new Value in each place that
+    holds RELEASED, for the run."""
     ids = rec.ids
+    stood = rec.stood
     hv = _held_ids(ids)
-    if len(ids) == 1:
+    if len(hv) == 1:
         v0 = hv[0]
-        for h, k, x in stood:
+        for h, k, i in stood:
             if k < 0:
                 h.cell_contents = v0
             else:
                 _put(h, k, v0)
     else:
-        where = ids.index   # (a stand-in is its node's id: an int; ids are few)
-        for h, k, x in stood:
+        where = ids.index   # (ids are few)
+        for h, k, i in stood:
             if k < 0:
-                h.cell_contents = hv[where(x)]
+                h.cell_contents = hv[where(i)]
             else:
-                _put(h, k, hv[where(x)])
+                _put(h, k, hv[where(i)])
     try:
         rec.fn()
     finally:
-        for h, k, x in stood:
+        for h, k, i in stood:
             if k < 0:
-                h.cell_contents = x
+                h.cell_contents = RELEASED
             else:
-                _put(h, k, x)
+                _put(h, k, RELEASED)
 
 
 @_cc.on_custom_rule

@@ -234,10 +234,12 @@ class Value:
         if label:
             self._set_label(label)
 
-    def __getattr__(self, name: str) -> Any:  # only when a slot is unset
+    def __getattr__(self, name: str) -> Any:  # only when a slot is unset, or a getter raised AttributeError
         if name in ("_i", "_t"):
             raise TypeError("this Value was never initialised (made without calling Value(x)): "
                             "it has no node")
+        if self._i == _custom.RELEASED_ID:   # a rule Value between runs (its ReleasedError is an AttributeError)
+            raise error(self._i)
         raise AttributeError(f"'Value' object has no attribute {name!r}")
 
     # ------------------------------------------------------------ data, grad

@@ -15,6 +15,7 @@ import tapead
 from tapead import Value
 from tapead import custom as _custom
 from tapead._c import lib
+from tapead.errors import ReleasedError
 
 from conftest import collect_all, on_fresh_tape, release_garbage
 from opcases import FORMS
@@ -196,6 +197,80 @@ def test_the_function_that_sets_a_rule_keeps_its_own_values():
     assert (x.grad, runs()) == (2.0, 1)         # the rule's nonlocal counter is the frame's
     fn()                                        # the user's own function, run by hand, as in micrograd
     assert (x.grad, runs()) == (2.0 + 2 * seen['out'].grad, 2)
+
+
+def _rule_shapes(x, y):
+    """out = x * y made micrograd's way, its rule written in five shapes
+    (the closure and default layouts the record path tells apart); returns
+    (out, how many places its kept rule should hold RELEASED)."""
+    def one_cell():          # the rule captures only out (x, y by default)
+        out = Value(x.data * y.data, (x, y), 'mul')
+
+        def _backward(x=x, y=y):
+            x.grad += y.data * out.grad
+            y.grad += x.data * out.grad
+        out._backward = _backward
+        return out, 3        # out's cell and two defaults
+
+    def aliased():           # one node in two cells
+        out = Value(x.data * y.data, (x, y), 'mul')
+        o = out
+
+        def _backward():
+            x.grad += y.data * o.grad
+            y.grad += x.data * out.grad
+        out._backward = _backward
+        return out, 4
+
+    def three():             # self, other, out: micrograd's own shape
+        out = Value(x.data * y.data, (x, y), 'mul')
+
+        def _backward():
+            x.grad += y.data * out.grad
+            y.grad += x.data * out.grad
+        out._backward = _backward
+        return out, 3
+
+    def four():              # more cells than the no-loop path takes, one not a Value
+        out = Value(x.data * y.data, (x, y), 'mul')
+        scale = [1.0]
+
+        def _backward():
+            x.grad += scale[0] * y.data * out.grad
+            y.grad += scale[0] * x.data * out.grad
+        out._backward = _backward
+        return out, 3
+
+    def later():             # a later Value, kept as it is (a cycle, as micrograd's)
+        out = Value(x.data * y.data, (x, y), 'mul')
+        box = []
+
+        def _backward():
+            x.grad += y.data * out.grad + 0.0 * box[0].data
+            y.grad += x.data * out.grad
+        out._backward = _backward
+        box.append(out * 1.0)
+        return out, 3
+    return one_cell, aliased, three, four, later
+
+
+@pytest.mark.parametrize("shape", range(5))
+def test_every_shape_of_rule_is_kept_without_its_graphs_values(shape):
+    x, y = Value(1.5), Value(-2.0)
+    out, released = _rule_shapes(x, y)[shape]()
+    key = _custom.info(out)[2]
+    rec = _custom._state().recs[key]
+    assert rec.released() == 3                           # x, y and out: their Values, only for runs
+    kept = [c.cell_contents for c in rec.fn.__closure__ or ()] + list(rec.fn.__defaults__ or ())
+    graph = [k for k in kept if isinstance(k, Value) or k is _custom.RELEASED]
+    assert len(graph) == released                        # every place that held one of them
+    for k in graph:                                      # ... now holds nothing usable
+        with pytest.raises(ReleasedError, match="only there while the rule runs"):
+            k.data
+    (out * out).backward()                               # d(out^2) = 2 out d(out)
+    assert (x.grad, y.grad) == (2 * -3.0 * -2.0, 2 * -3.0 * 1.5)
+    out._backward()                                      # run by hand too: out.grad is 2 out
+    assert (x.grad, y.grad) == (2 * (2 * -3.0 * -2.0), 2 * (2 * -3.0 * 1.5))
 
 
 def test_values_a_rule_captures_are_kept_alive_and_released():
@@ -510,7 +585,7 @@ def test_a_sweep_lets_go_of_the_segments_its_rules_used():
         x = Value(0.3)
         loss = sum(softplus(x * (k % 7 - 3)) for k in range(3000))   # ~4 segments
         recs = _custom._state().recs.values()
-        assert recs and all(r.stood for r in recs)   # each rule holds stand-ins, not Values
+        assert recs and all(r.released() for r in recs)   # each rule holds no Value of the graph
         if sweep:
             loss.backward()
             ref = sum((k % 7 - 3) / (1 + math.exp(-x.data * (k % 7 - 3))) for k in range(3000))

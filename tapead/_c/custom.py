@@ -55,6 +55,8 @@ def custom_failed() -> Optional[Tuple[int, int]]:
 # that has a loop, and the call it makes instead costs ~100 ns, twice a whole
 # op (a comprehension is such a function too).
 _ta_custom_rec, _ta_rule_set, _NULL = lib.ta_custom_rec, lib.ta_custom_rule_set, ffi.NULL
+_ta_rule_set3 = lib.ta_custom_rule_set3
+RELEASED_ID = lib.TA_ERELEASED   # an id C refuses with ReleasedError: a rule Value's between runs
 
 
 def custom_rec(xs: Any, value: float, partials: Any, name: int, V: Any, what: str,
@@ -132,6 +134,52 @@ def rule_set(i: int, ids: List[int]) -> Optional[Tuple[int, List[int]]]:
     if key < 0:
         raise error(key)
     return 0, ok
+
+
+def rule_set3(i: int, x0: Any, x1: Any, x2: Any) -> Optional[Tuple[int, int]]:
+    """rule_set for up to three Values, each or None, in one C call with
+    no arrays and no loop (the record path of micrograd's idiom: see
+    custom_rec): None if node i is not a custom node; else (its key, 0 for
+    a precomputed node; ok: bit k set where the node now keeps the node of
+    xk alive)."""
+    n = 0
+    a = b = c = 0
+    if x0 is not None:
+        a = x0._i
+        n = 1
+    if x1 is not None:
+        if n:
+            b = x1._i
+        else:
+            a = x1._i
+        n += 1
+    if x2 is not None:
+        if n == 2:
+            c = x2._i
+        elif n:
+            b = x2._i
+        else:
+            a = x2._i
+        n += 1
+    r = _ta_rule_set3(i, a, b, c, n)
+    if r > 0:
+        got = r & 7             # bit j: the j-th id passed; now bit k: xk
+        bits = 0
+        j = 0
+        if x0 is not None:
+            bits = got & 1
+            j = 1
+        if x1 is not None:
+            bits |= ((got >> j) & 1) << 1
+            j += 1
+        if x2 is not None:
+            bits |= ((got >> j) & 1) << 2
+        return r >> 3, bits
+    if r == lib.TA_ENOTCUSTOM or r == lib.TA_ENOGRAD:
+        return None
+    if r < 0:
+        raise error(r)
+    return 0, 0
 
 
 def step(i: int) -> None:
