@@ -56,8 +56,7 @@ int     ta_node(int64_t id, int *op, int64_t *x, int64_t *y, double *c);
  * negative status (TA_ETHREAD, TA_EBADID, ...). */
 int64_t ta_node_stamp(int64_t id);
 
-int     ta_backward(int64_t root);     /* seed root with 1, one reverse sweep; TA_RULESRAN
-                                         * (> 0) when done and it called Python rules */
+int     ta_backward(int64_t root);     /* seed root with 1, one reverse sweep */
 /* v._backward(): node id's own local step once, plain accumulation into
  * its inputs' adjoints (TA_EPYRULE for a node with a Python rule: Python
  * runs that itself). */

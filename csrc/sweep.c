@@ -95,7 +95,6 @@ TA_COLD int ta_run_rule(ta_tape *T, ta_seg *s, uint32_t i, uint64_t *pending)
     sw.at = ta_order(s, i);
     sw.pending = pending;
     T->sw = &sw;
-    T->rules_run++;
     rc = (ta_rule_hook ? ta_rule_hook : ta_custom_rule)(TA_ID(T, TA_REF(s, i)),
                                                        ta_cnode_of(T, s, i)->key);
     T->sw = NULL;
@@ -198,12 +197,9 @@ int ta_backward(int64_t root)
     ta_seg *rs;
     uint32_t ro;
     int st;
-    uint64_t ran;
     if (!T) return TA_ENOMEM;
     if ((st = ta_resolve(T, root, &rs, &ro)) != TA_OK) return st;
-    ran = T->rules_run;
-    st = ta_backward_at(T, rs, ro);
-    return st == TA_OK && T->rules_run != ran ? TA_RULESRAN : st;
+    return ta_backward_at(T, rs, ro);
 }
 
 int ta_backward_at(ta_tape *T, ta_seg *rs, uint32_t ro)

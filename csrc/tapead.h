@@ -83,7 +83,6 @@ typedef struct ta_tape {
     int       err_op;  double err_x, err_y;   /* last forward error         */
     int       nograd;            /* > 0 inside tapead.no_grad()             */
     int       anomaly;           /* > 0 inside tapead.detect_anomaly()      */
-    uint64_t  rules_run;         /* Python rules the sweeps have called      */
     struct ta_tape *ng;          /* leaf-only arena for no_grad results     */
     void     *attached;          /* state a layer above the core keeps here (ta_attach) */
     const struct ta_attach *hooks;   /* what the collector and ta_tape_free call on it */

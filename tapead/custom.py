@@ -139,22 +139,17 @@ def _rule_value() -> Any:
 
 
 class _State:
-    """One thread's records (key -> _Rec), and the segment tokens and
-    sweeping flag of a running backward()."""
-    __slots__ = ("recs", "made", "toks", "sweeping")
+    """One thread's records (key -> _Rec)."""
+    __slots__ = ("recs", "made")
 
     def __init__(self) -> None:
         self.recs: Dict[int, _Rec] = {}
         self.made = 0                     # records made since the last drain()
-        self.toks: Dict[int, Any] = {}    # segment key -> token, inside backward() only
-        self.sweeping = False             # (set by ta_custom_rule, cleared by swept())
 
 
 class _PerThread(_c._local):
-    """This thread's _State, None until it first needs one (_state).  A
-    class default, not a missing attribute: backward() asks after every
-    sweep (swept), and a caught AttributeError there cost the cffi front
-    ~30 ns a node of the README expression's backward."""
+    """This thread's _State, None until it first needs one (_state): a class
+    default, not a missing attribute (a caught AttributeError costs more)."""
     state: Optional[_State] = None
 
 
@@ -174,45 +169,10 @@ def _raw_info(v: Any) -> Optional[Tuple[int, int, Tuple[int, ...]]]:
     return _cc.custom_info(v._i)
 
 
-def _held_ids(ids: Sequence[int]) -> List[Any]:
-    """Values for the nodes of a rule's stand-ins, for one run (the cffi
-    front's; the native front's is _native.held).  Inside backward() the
-    tokens are shared: one per segment for the whole sweep (_State.toks),
-    not a held list, a box and a token per rule run."""
-    S = _state()
-    toks = S.toks
-    V = _engine.PyValue
-    out: List[Any] = []
-    for i in ids:
-        t = toks.get(i >> _SHIFT)
-        if t is None:
-            out = _engine.held(ids)
-            if S.sweeping:
-                for v in out:
-                    toks.setdefault(v._i >> _SHIFT, v._t)
-            return out
-        v = _new(V)
-        v._i = i
-        v._t = t
-        out.append(v)
-    return out
-
-
-def swept() -> None:
-    """backward() has returned: let go of the tokens its rule runs shared
-    (they held segments only the sweep needed; Values a rule kept hold
-    their own)."""
-    S = _pt.state
-    if S is None or not S.sweeping:   # (no rule ran: the common case, kept cheap)
-        return
-    S.sweeping = False
-    if S.toks:
-        S.toks = {}
-
-
 # the native front's C helpers (None on the cffi front)
 _native_pre: Optional[Callable[..., Any]] = None
 _native: Any = None
+_held_ids: Any = None        # native.held: new Values for existing nodes, each holding its segment
 
 
 # The front this module records through and hands Values out of: tapead.engine,
@@ -586,7 +546,6 @@ def _run_stood(rec: _Rec) -> None:
 def ta_custom_rule(node: int, key: int) -> int:
     """Called by the C sweep at a node with a Python rule (csrc/sweep.c)."""
     try:
-        _state().sweeping = True   # (backward() calls swept() when it returns)
         _run(key, node)
     except BaseException as e:   # KeyboardInterrupt too: backward() re-raises it
         _tl.custom_exc = e

@@ -45,7 +45,6 @@ _leaf, _op1, _op2, _opc = _c.leaf, _c.op1, _c.op2, _c.opc
 _val, _adj, _set_val, _set_adj = _c.val, _c.adj, _c.set_val, _c.set_adj
 _tl = _c._tl
 _backward = _c.backward
-_swept = _custom.swept
 _recompute, _cmp2, _cmpc = _c.recompute, _c.cmp2, _c.cmpc
 _ta_check = _c.check_node
 _new = object.__new__
@@ -270,10 +269,8 @@ class Value:
     def backward(self) -> None:
         """Seed this node's gradient with 1 and sweep the tape back, in C."""
         st = _backward(self._i)
-        if st:   # Python rules ran (TA_RULESRAN) or an error: let go of what they shared
-            _swept()
-            if st < 0:
-                raise error(st, sweep="backward")
+        if st:
+            raise error(st, sweep="backward")
 
     # ------------------------------------------------------------- operators
     # Each is one node; a plain-number operand travels as the op's constant.
@@ -712,7 +709,6 @@ def collect() -> int:
     else:
         _tl.tok = NOTOKEN
         _let_go_of_an_ended_fast_thread()
-    _custom.swept()           # (tokens a broken-off sweep's rules shared, if any)
     return _holds.collect() + _custom.settle()
 
 
