@@ -778,7 +778,8 @@ out:
 }
 
 /* held(ids): new Values for existing nodes of this thread, each holding
- * its segment (what a Python rule's stand-ins become for a run). */
+ * its segment (what a rule's places holding RELEASED get for a run:
+ * tapead/custom.py, _run_stood). */
 static PyObject *va_held(PyObject *mod, PyObject *seq)
 {
     ta_tape *T = va_tape();

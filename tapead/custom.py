@@ -50,8 +50,8 @@ from . import _c
 from ._c import OP, OP_KINDS, OP_NAMES
 from ._c import custom as _cc
 from ._c.holds import NOTOKEN as _NOTOKEN, collect as _collect
-from ._c.status import on_refusal
-from .errors import ReleasedError, TapeadError
+from ._c.status import error, on_refusal
+from .errors import TapeadError
 
 CUSTOM = OP["CUSTOM"]
 _tl = _c._tl
@@ -117,8 +117,7 @@ class _Released:
     __slots__ = ()
 
     def __getattr__(self, name: str) -> Any:
-        raise ReleasedError("a Value captured by a custom node's _backward is only there while "
-                            "the rule runs (inside backward(), or through out._backward())")
+        raise error(RELEASED_ID)      # ReleasedError, with the status table's words
 
     def __repr__(self) -> str:
         return "<tapead: a Value captured by a custom node's rule, released between runs>"

@@ -173,7 +173,7 @@ def test_an_error_in_backward_propagates_and_leaves_the_tape_unchanged():
 
 def test_the_function_that_sets_a_rule_keeps_its_own_values():
     """The rule kept is a private copy: the function the user wrote, and the
-    frame that made it, still see their Values (not stand-ins), and cells
+    frame that made it, still see their Values (not the copy's), and cells
     holding anything else stay shared with the rule."""
     x = Value(1.5)
     seen = {}
