@@ -340,11 +340,7 @@ def _rule_private(v: Any, fn: Any) -> Optional[Tuple[int, Optional[_Rec]]]:
             c0 = _Cell(r0) if r0 is not None else cl[0] if n else None
             c1 = _Cell(r1) if r1 is not None else cl[1] if n > 1 else None
             c2 = _Cell(r2) if r2 is not None else cl[2] if n > 2 else None
-            g = _Function(fn.__code__, fn.__globals__, fn.__name__, None,
-                          (c0,) if n == 1 else (c0, c1) if n == 2 else (c0, c1, c2))
-            g.__qualname__ = fn.__qualname__
-            if fn.__kwdefaults__:
-                g.__kwdefaults__ = fn.__kwdefaults__
+            g = _copy(fn, None, (c0,) if n == 1 else (c0, c1) if n == 2 else (c0, c1, c2))
             vals: Tuple[Any, ...] = (r0, i0) if r0 is not None else ()
             if r1 is not None and r1 is not r0:
                 vals += (r1, i1)
@@ -352,6 +348,15 @@ def _rule_private(v: Any, fn: Any) -> Optional[Tuple[int, Optional[_Rec]]]:
                 vals += (r2, i2)
             return key, _Rec(g, vals)
     return _rule_private_any(v, fn)
+
+
+def _copy(fn: Any, defaults: Optional[Tuple[Any, ...]], closure: Optional[Tuple[Any, ...]]) -> Any:
+    """fn with these defaults and closure cells: the private copy."""
+    g = _Function(fn.__code__, fn.__globals__, fn.__name__, defaults, closure)
+    g.__qualname__ = fn.__qualname__
+    if fn.__kwdefaults__:
+        g.__kwdefaults__ = fn.__kwdefaults__
+    return g
 
 
 def _cell_value(c: Any, V: type) -> Any:
@@ -406,11 +411,7 @@ def _rule_private_any(v: Any, fn: Any) -> Optional[Tuple[int, Optional[_Rec]]]:
                 cl2[cells[j]] = _Cell(r)
             else:
                 d2[defs[j - len(cells)]] = r
-    g = _Function(fn.__code__, fn.__globals__, fn.__name__, tuple(d2) if d else None,
-                  tuple(cl2) if cl else None)
-    g.__qualname__ = fn.__qualname__
-    if fn.__kwdefaults__:
-        g.__kwdefaults__ = fn.__kwdefaults__
+    g = _copy(fn, tuple(d2) if d else None, tuple(cl2) if cl else None)
     vals: Tuple[Any, ...] = ()
     for i, r in made.items():
         vals += (r, i)
