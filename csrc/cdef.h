@@ -61,6 +61,11 @@ int     ta_backward(int64_t root);     /* seed root with 1, one reverse sweep */
  * its inputs' adjoints (TA_EPYRULE for a node with a Python rule: Python
  * runs that itself). */
 int     ta_step(int64_t id);
+/* v._local_grads: node id's local partial derivatives, one per input in
+ * the order of its inputs (ta_node's x then y; a custom node's ta_custom_info
+ * inputs), into d[0..min(n, cap)); returns n (0 for a leaf), TA_EPYRULE for
+ * a node with a Python rule (it has none), or another negative status. */
+int     ta_local_grads(int64_t id, double *d, uint32_t cap);
 
 /* ---- custom nodes (custom.c) ---- */
 /* A node of value `value` whose inputs are the n nodes ins (no_grad values

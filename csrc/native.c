@@ -54,6 +54,10 @@ static PyObject *va_name_hook = NULL;
 /* rule(node, key) -> 0, or -1 having stored the exception it caught:
  * tapead.custom.ta_custom_rule, called directly rather than through cffi */
 static PyObject *va_rule_fn = NULL;
+/* grads(data, children, third, local_grads) -> a new Value whose node has
+ * those local partials, or a leaf (tapead/custom.py: grads_value), which
+ * Value(data, children, local_grads) takes over */
+static PyObject *va_grads_hook = NULL;
 
 static int va_rule(int64_t node, int64_t key)
 {
@@ -320,17 +324,63 @@ fail:
     return -1;
 }
 
+static int va_set_label(PyObject *self, PyObject *label)
+{
+    if (label && label != Py_None && PyObject_IsTrue(label)) {
+        PyObject *r = PyObject_CallMethod(self, "_set_label", "O", label);
+        if (!r) return -1;
+        Py_DECREF(r);
+    }
+    return 0;
+}
+
+/* Value(data, children, local_grads) (or local_grads=): the node Python
+ * makes (grads_value: precomputed's), which v takes over.  Python runs
+ * before v changes, and v takes its own hold from the new Value, which
+ * holds the node meanwhile. */
+static int va_init_grads(va_obj *v, PyObject *data, PyObject *children, PyObject *third,
+                         PyObject *grads, PyObject *label)
+{
+    PyObject *w, *f;
+    double x;
+    if (!va_grads_hook) { PyErr_SetString(PyExc_RuntimeError, "tapead: custom nodes are not set up"); return -1; }
+    if (PyFloat_CheckExact(data)) x = PyFloat_AS_DOUBLE(data);
+    else {
+        if (!(f = PyObject_CallOneArg(va_real_hook, data))) return -1;
+        x = PyFloat_AsDouble(f);
+        Py_DECREF(f);
+        if (x == -1.0 && PyErr_Occurred()) return -1;
+    }
+    w = PyObject_CallFunction(va_grads_hook, "dOOO", x, children ? children : Py_None,
+                              third ? third : Py_None, grads ? grads : Py_None);
+    if (!w) return -1;
+    if (!Py_IS_TYPE(w, va_type) || !((va_obj *)w)->node) {
+        PyErr_SetString(PyExc_RuntimeError, "tapead: the local_grads hook gave no Value");
+        Py_DECREF(w);
+        return -1;
+    }
+    ta_hold(VA_SEG(((va_obj *)w)->node));
+    if (v->node) ta_unhold_seg(VA_SEG(v->node));      /* __init__ called again */
+    v->node = ((va_obj *)w)->node;
+    Py_DECREF(w);
+    return va_set_label((PyObject *)v, label);
+}
+
 static int va_init(PyObject *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"data", "_children", "_op", "label", NULL};
+    static char *kwlist[] = {"data", "_children", "_op", "label", "local_grads", NULL};
     va_obj *v = (va_obj *)self;
-    PyObject *data, *children = NULL, *opname = NULL, *label = NULL;
+    PyObject *data, *children = NULL, *opname = NULL, *label = NULL, *grads = NULL;
     ta_tape *T;
     ta_seg *where = NULL;
     double x;
     int64_t id;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OOO:Value", kwlist, &data, &children, &opname, &label))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OOOO:Value", kwlist, &data, &children, &opname,
+                                     &label, &grads))
         return -1;
+    if (grads == Py_None) grads = NULL;
+    if (grads || (opname && opname != Py_None && !PyUnicode_Check(opname)))
+        return va_init_grads(v, data, children, opname, grads, label);
     if (children) {
         int t = PyObject_IsTrue(children);
         if (t < 0) return -1;
@@ -354,12 +404,7 @@ static int va_init(PyObject *self, PyObject *args, PyObject *kw)
     if (v->node) ta_unhold_seg(VA_SEG(v->node));      /* __init__ called again */
     v->node = (uintptr_t)where | TA_OFF((uint32_t)id);
     ta_hold(where);
-    if (label && label != Py_None && PyObject_IsTrue(label)) {
-        PyObject *r = PyObject_CallMethod(self, "_set_label", "O", label);
-        if (!r) return -1;
-        Py_DECREF(r);
-    }
-    return 0;
+    return va_set_label(self, label);
 }
 
 static PyObject *va_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
@@ -570,11 +615,13 @@ static PyObject *va_make_type(PyObject *mod, PyObject *docs)
 
 static PyObject *va_set_hooks(PyObject *mod, PyObject *args)
 {
-    PyObject *e, *r, *s, *o, *a, *nm, *rule;
+    PyObject *e, *r, *s, *o, *a, *nm, *rule, *gr;
     (void)mod;
-    if (!PyArg_ParseTuple(args, "OOOOOOO:set_hooks", &e, &r, &s, &o, &a, &nm, &rule)) return NULL;
+    if (!PyArg_ParseTuple(args, "OOOOOOOO:set_hooks", &e, &r, &s, &o, &a, &nm, &rule, &gr)) return NULL;
     if (!PyCallable_Check(rule)) { PyErr_SetString(PyExc_TypeError, "rule hook must be callable"); return NULL; }
     Py_INCREF(e); Py_INCREF(r); Py_INCREF(s); Py_INCREF(o); Py_INCREF(a); Py_INCREF(nm); Py_INCREF(rule);
+    Py_INCREF(gr);
+    Py_XSETREF(va_grads_hook, gr);
     Py_XSETREF(va_name_hook, nm);
     Py_XSETREF(va_rule_fn, rule);
     ta_rule_hook = va_rule;
@@ -858,7 +905,7 @@ static PyMethodDef va_module_methods[] = {
     {"rule_private", va_rule_private, METH_VARARGS, "rule_private(v, fn, released): (key, rule, stood, ids) or None"},
     {"precomputed", va_precomputed, METH_VARARGS, "precomputed(value, inputs, partials, name)"},
     {"make_type", va_make_type, METH_O, "make_type(docs): the native Value type"},
-    {"set_hooks", va_set_hooks, METH_VARARGS, "set_hooks(error, real, restore, other, setattr, name, rule)"},
+    {"set_hooks", va_set_hooks, METH_VARARGS, "set_hooks(error, real, restore, other, setattr, name, rule, grads)"},
     {"adopt", va_adopt, METH_VARARGS, "adopt(h, n): Values taking over the holds of a held list"},
     {NULL, NULL, 0, NULL}
 };

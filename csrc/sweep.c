@@ -273,3 +273,27 @@ int ta_step(int64_t id)
     ta_node_step(T, s, o, op, kind, s->adj[o]);
     return TA_OK;
 }
+
+int ta_local_grads(int64_t id, double *d, uint32_t cap)
+{
+    ta_tape *T = ta_self();
+    ta_seg *s;
+    uint32_t o, k;
+    int op, kind, st;
+    double dx, dy;
+    if (!T) return TA_ENOMEM;
+    if ((st = ta_resolve(T, id, &s, &o)) != TA_OK) return st;
+    op = s->op[o] & TA_OPMASK;
+    kind = ta_kinds[op];
+    if (kind == TA_K_LEAF) return 0;
+    if (kind == TA_K_NARY) {
+        const ta_cnode *e = ta_cnode_of(T, s, o);
+        if (!e->d) return TA_EPYRULE;
+        for (k = 0; d && k < e->nuser && k < cap; k++) d[k] = e->d[k];
+        return (int)e->nuser;
+    }
+    ta_partials_at(T, s, o, op, &dx, &dy);
+    if (d && cap > 0) d[0] = dx;
+    if (d && cap > 1 && kind == TA_K_BIN) d[1] = dy;
+    return kind == TA_K_BIN ? 2 : 1;
+}

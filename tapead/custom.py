@@ -10,7 +10,9 @@ Two ways to add an op (csrc/custom.c holds the nodes' side table):
   of x, so micrograd's closures run as they are.
 * ``precomputed(value, inputs, partials)``: the value and its local partial
   derivatives as numbers (Stan Math's ``precomputed_gradients``); backward()
-  runs it in C, no Python in the sweep.
+  runs it in C, no Python in the sweep.  microgpt's idiom,
+  ``Value(t, (x,), (1 - t**2,))`` (or ``local_grads=``), records the same
+  node (grads_value); any other third argument is a TypeError.
 
 Neither can be replayed, compiled or differentiated twice: those sweeps run
 the tape in C at new points, where a Python rule cannot run and recorded
@@ -206,12 +208,18 @@ def info(v: Any) -> Optional[Tuple[Tuple[int, ...], str, int]]:
 _custom_rec = _cc.custom_rec
 
 
-def record(v: Any, data: float, children: Iterable[Any], op: Any) -> None:
+def record(v: Any, data: float, children: Iterable[Any], op: Any, local_grads: Any = None) -> None:
     """Value(data, _children, _op) on the cffi front: make v the custom node.
 
     As an op is: one C call into the segment of this thread's current token
-    (engine._rec2), no cffi objects made per node."""
+    (engine._rec2), no cffi objects made per node.  A third argument that
+    is no name, or local_grads: grads_value's node, which v takes over."""
     E = _engine
+    if local_grads is not None or (type(op) is not str and op is not None):
+        w = grads_value(data, children, op, local_grads)
+        v._i = w._i
+        v._t = w._t
+        return
     kids = children if type(children) is tuple else tuple(children)
     nm = _NAME_ID.get(op) if type(op) is str else None
     if nm is None:
@@ -255,42 +263,98 @@ def precomputed(value: SupportsFloat, inputs: Iterable[Any], partials: Iterable[
         ps = partials if type(partials) is list or type(partials) is tuple else list(partials)
     except TypeError:
         raise TypeError("precomputed partials must be real numbers, one per input") from None
-    n = len(vals)
-    if len(ps) != n:
-        raise ValueError(f"precomputed needs one partial per input: {n} inputs, {len(ps)} partials")
     if not isinstance(name, str):
         raise TypeError(f"precomputed name must be a str, not {type(name).__name__}")
+    return _with_partials(x, vals, ps, name, _PRE_WORDS)
+
+
+# What _with_partials says when its caller is precomputed(...) / Value(data, children, local_grads)
+_PRE_WORDS = ("precomputed needs one partial per input: {n} inputs, {m} partials",
+              "precomputed partials must be real numbers, one per input",
+              "precomputed inputs must be Values")
+_LG_WORDS = ("Value(data, children, local_grads) needs one local gradient per child: "
+             "{n} children, {m} local_grads",
+             "Value(data, children, local_grads): local_grads must be real numbers, one per child",
+             "Value(data, children, local_grads): each child must be a Value")
+
+
+def _with_partials(x: float, vals: List[Any], ps: Sequence[Any], name: str,
+                   words: Tuple[str, str, str]) -> Any:
+    """A new Value: a node of value x whose inputs are the Values vals and
+    whose local partials are ps (numbers, one per input), named name; what
+    precomputed and Value(data, children, local_grads) record.  words: the
+    errors' wording for the caller."""
+    n = len(vals)
+    if len(ps) != n:
+        raise ValueError(words[0].format(n=n, m=len(ps)))
     if n > 2:               # (no loop for one or two: see _c.custom.custom_rec)
-        ps = [_partial(p) for p in ps]
+        ps = [_partial(p, words[1]) for p in ps]
     elif n == 2:
-        ps = [_partial(ps[0]), _partial(ps[1])]
+        ps = [_partial(ps[0], words[1]), _partial(ps[1], words[1])]
     elif n:
-        ps = [_partial(ps[0])]
+        ps = [_partial(ps[0], words[1])]
     if _native_pre is not None:
+        for c in vals:      # (the native call checks types too, worded for precomputed)
+            if not isinstance(c, _engine.Value):
+                raise TypeError(f"{words[2]}, not {type(c).__name__}")
         return _native_pre(x, vals, list(ps), name_id(name))
     E = _engine
     nm = name_id(name)
     t = E._tok              # as record(): one C call, into the current token's segment
-    i = _custom_rec(vals, x, ps, nm, E.Value, _NOT_AN_INPUT, t.key)
+    i = _custom_rec(vals, x, ps, nm, E.Value, words[2], t.key)
     if i < 0:
-        return E._slow(i, t, _custom_rec, vals, x, ps, nm, E.Value, _NOT_AN_INPUT)
+        return E._slow(i, t, _custom_rec, vals, x, ps, nm, E.Value, words[2])
     out = _new(E.PyValue)
     out._i = i
     out._t = t
     return out
 
 
-_NOT_AN_INPUT = "precomputed inputs must be Values"
-
-
-def _partial(p: Any) -> float:
+def _partial(p: Any, what: str) -> float:
     if type(p) is float:
         return p
     try:
         x: float = _engine._real(p)
     except TypeError:
-        raise TypeError("precomputed partials must be real numbers, one per input") from None
+        raise TypeError(f"{what}, not {type(p).__name__}") from None
     return x
+
+
+_THIRD = ("Value(data, children, x): x must be the op's name (a str, micrograd's _op) or the "
+          "local gradients (a sequence of real numbers, one per child: microgpt's local_grads), "
+          "not {t}")
+
+
+def grads_value(data: float, children: Any, op: Any, local_grads: Any) -> Any:
+    """What Value(data, children, local_grads) and Value(data, children,
+    local_grads=...) make (data already a float): a new Value whose node
+    has these local partials, recorded as precomputed records (no Python
+    in the sweep); or a plain leaf if there are no children.  op: the third
+    argument (local_grads there, or the name if local_grads is given by
+    keyword).  Both fronts' __init__ take over the returned Value's node."""
+    if local_grads is None:
+        grads, name = op, ""
+    else:
+        if op is not None and not isinstance(op, str):
+            raise TypeError("Value() got local_grads twice: as its third argument and as a keyword")
+        grads, name = local_grads, op or ""
+    if isinstance(grads, (str, bytes, set, frozenset, dict)):
+        raise TypeError(_THIRD.format(t=type(grads).__name__))
+    try:
+        ps = grads if type(grads) is list or type(grads) is tuple else list(grads)
+    except TypeError:
+        raise TypeError(_THIRD.format(t=type(grads).__name__)) from None
+    if isinstance(children, (set, frozenset)) and len(children) > 1:
+        raise TypeError("Value(data, children, local_grads): children must be in an order "
+                        "(a tuple or list), the order of local_grads, not a set")
+    try:
+        vals = list(children) if children else []
+    except TypeError:
+        raise TypeError(f"Value(data, children, local_grads): children must be an iterable of "
+                        f"Values, not {type(children).__name__}") from None
+    if not vals and not ps:
+        return _engine.Value(data)
+    return _with_partials(data, vals, ps, name, _LG_WORDS)
 
 
 # --------------------------------------------------------- the _backward
@@ -598,8 +662,8 @@ def refusal(why: str) -> Exception:
     got = _cc.custom_failed()
     nm = name_of(got[1]) if got is not None else "?"
     if got is not None and got[0] == 0:
-        what = (f"the custom node {nm!r} (made by tapead.precomputed) carries only its value "
-                f"and partials at the point it was recorded")
+        what = (f"the custom node {nm!r} (made by tapead.precomputed or Value(data, children, "
+                f"local_grads)) carries only its value and partials at the point it was recorded")
     else:
         what = (f"the custom node {nm!r} (made by Value(data, _children, _op)) is "
                 f"differentiated by its Python _backward")

@@ -28,6 +28,7 @@ from ._c import OP, OP_KINDS, OP_NAMES
 from ._c import holds as _holds
 from ._c.holds import NEEDNG, NEEDSEG, NOTOKEN
 from ._c.status import error
+from .errors import TapeadError
 from ._opsurface import *   # the op codes (ADD, MUL, RELU, ...), generated from csrc/ops.def
 from ._opsurface import FORMS, UNARY
 
@@ -214,12 +215,16 @@ class Value:
     _t: _Token                # holds the node's tape segment
     __array_ufunc__ = None  # numpy scalars defer to our reflected operators
 
-    def __init__(self, data: SupportsFloat, _children: Iterable[Value] = (), _op: str = "",
-                 label: Optional[str] = "") -> None:
+    def __init__(self, data: SupportsFloat, _children: Iterable[Value] = (),
+                 _op: Union[str, Iterable[SupportsFloat]] = "", label: Optional[str] = "",
+                 local_grads: Optional[Iterable[SupportsFloat]] = None) -> None:
         if type(data) is not float:
             data = _real(data)
-        if _children:   # a custom node (micrograd's idiom for a new op): tapead/custom.py
-            _custom.record(self, data, _children, _op)
+        # a custom node: micrograd's idiom for a new op (_op its name, then
+        # out._backward = rule), or microgpt's (its local gradients as the
+        # third argument, or local_grads=): tapead/custom.py
+        if _children or local_grads is not None or (type(_op) is not str and _op is not None):
+            _custom.record(self, data, _children, _op, local_grads)
             if label:
                 self._set_label(label)
             return
@@ -449,6 +454,37 @@ class Value:
         return op_text(OP_NAMES[op], c if OP_KINDS[op] == 3 else None)
 
     @property
+    def _children(self) -> Tuple[Value, ...]:
+        """The Values this node was computed from, in the order of its inputs (microgpt's _children).
+
+        One per input, repeats included (x * x gives (x, x)), the same
+        objects _prev gives; () for a leaf.  A constant is part of the op.
+
+        >>> x = Value(2.0); y = x * x + 3
+        >>> [v.data for v in y._children], y._children[0]._children[0] is y._children[0]._children[1]
+        ([4.0], True)
+        """
+        return tuple(_inputs(self))
+
+    @property
+    def _local_grads(self) -> Tuple[float, ...]:
+        """This node's local partial derivatives, one per input of _children (microgpt's _local_grads).
+
+        Floats, at the recorded values: for a * b, (b.data, a.data).  A node
+        with a Python _backward (micrograd's idiom) has none: TapeadError.
+
+        >>> a, b = Value(2.0), Value(-3.0)
+        >>> (a * b)._local_grads, (a + 1)._local_grads, a._local_grads
+        ((-3.0, 2.0), (1.0,), ())
+        """
+        got = _partials(self._i)
+        if got is None:
+            raise TapeadError(f"the custom node {self._op!r} is differentiated by its Python "
+                              f"_backward: it has no local gradients (a node made with "
+                              f"Value(data, children, local_grads) or tapead.precomputed has)")
+        return got
+
+    @property
     def _prev(self) -> Set[Value]:
         """The Values this node was computed from, as micrograd's set.
 
@@ -463,21 +499,7 @@ class Value:
         >>> [v._op for v in y._prev], [v.data for v in next(iter(y._prev))._prev]
         (['*'], [2.0])
         """
-        op, x, y, _ = _node(self)
-        _nd.know(self)
-        got = _custom.info(self) if op == _CUSTOM else None
-        out = set()
-        fresh = []
-        for i in dict.fromkeys(got[0] if got else (x, y)):
-            if i >= 0:
-                v = _nd.known(i)
-                if v is None:
-                    fresh.append(i)
-                else:
-                    out.add(v)
-        for v in held(fresh):
-            out.add(_nd.know(v))
-        return out
+        return set(_inputs(self))
 
     @property
     def _backward(self) -> Callable[[], None]:
@@ -511,6 +533,31 @@ class Value:
 
 
 _CUSTOM = OP["CUSTOM"]
+
+
+def _inputs(v: Value) -> List[Value]:
+    """The Values for the inputs of v's node, in order, one per input (the
+    Value that stands for each node: _prev's rule)."""
+    op, x, y, _ = _node(v)
+    _nd.know(v)
+    got = _custom.info(v) if op == _CUSTOM else None
+    ids = got[0] if got else tuple(i for i in (x, y) if i >= 0)
+    by: Dict[int, Value] = {}
+    fresh = []
+    for i in dict.fromkeys(ids):
+        w = _nd.known(i)
+        if w is None:
+            fresh.append(i)
+        else:
+            by[i] = w
+    for i, w in zip(fresh, held(fresh)):
+        by[i] = _nd.know(w)
+    return [by[i] for i in ids]
+
+
+def _partials(i: int) -> Optional[Tuple[float, ...]]:
+    from ._c.graph import partials   # (as _node)
+    return partials(i)
 
 
 def _node(v: Value) -> Tuple[int, int, int, float]:
@@ -720,7 +767,8 @@ def collect() -> int:
 PyValue = Value
 FRONT = "cffi"
 _SHARED = ("__repr__", "__lt__", "__le__", "__gt__", "__ge__", "__array_ufunc__", "recompute",
-           "detach", "_op", "_prev", "_set_label", "label", "_backward", "__module__")
+           "detach", "_op", "_prev", "_children", "_local_grads", "_set_label", "label", "_backward",
+           "__module__")
 _DOCUMENTED = ("data", "grad", "backward", "maximum", "minimum", *(name for name, _ in UNARY))
 
 
@@ -735,7 +783,7 @@ def _native_front() -> Any:
     for k in _SHARED:
         setattr(t, k, PyValue.__dict__[k])
     _native.set_hooks(error, _real, _restore, _other, _nd.set_attr, _custom.name_id,
-                      _custom.ta_custom_rule)
+                      _custom.ta_custom_rule, _custom.grads_value)
     _custom.bind_native(_native)
     return t
 

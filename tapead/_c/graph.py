@@ -23,6 +23,24 @@ def node(i: int) -> Optional[Tuple[int, int, int, float]]:
     return p[0], x[0], y[0], c[0]
 
 
+def partials(i: int) -> Optional[Tuple[float, ...]]:
+    """Node i's local partial derivatives, one per input in the order of its
+    inputs (csrc/sweep.c: ta_local_grads); () for a leaf or a no_grad value;
+    None for a custom node with a Python rule (it has none)."""
+    d = ffi.new("double[2]")
+    n = lib.ta_local_grads(i, d, 2)
+    if n == lib.TA_ENOGRAD or n == lib.TA_EPYRULE:
+        return () if n == lib.TA_ENOGRAD else None
+    if n < 0:
+        raise error(n)
+    if n > 2:
+        d = ffi.new("double[]", n)
+        m = lib.ta_local_grads(i, d, n)
+        if m != n:
+            raise error(m if m < 0 else lib.TA_ECORRUPT)
+    return tuple(d[0:n])
+
+
 _ROWS = (("op", "int[]"), ("x", "int64_t[]"), ("y", "int64_t[]"), ("c", "double[]"),
          ("val", "double[]"), ("id", "int64_t[]"), ("tan", "double[]"), ("adj", "double[]"))
 
