@@ -93,8 +93,12 @@ int64_t ta_custom_rule_set3(int64_t id, int64_t a, int64_t b, int64_t c, uint32_
  * *n gets the count.  TA_ENOTCUSTOM if id is not a custom node. */
 int     ta_custom_info(int64_t id, uint32_t *n, int64_t *ins, uint32_t cap, uint32_t *name,
                        int64_t *key);
-/* Pop up to cap keys of dead custom nodes with Python rules; returns how many. */
-int     ta_custom_dead(int64_t *keys, uint32_t cap);
+/* Dead custom nodes with Python rules, oldest first: forget the first
+ * `done` (Python has dropped their records), then copy up to cap of the
+ * keys left into keys, forgetting none; returns how many.  (Two steps, so
+ * that a Ctrl-C between taking keys and dropping records loses none:
+ * the keys come again.) */
+int     ta_custom_dead(uint32_t done, int64_t *keys, uint32_t cap);
 int64_t ta_custom_failed(void);        /* the custom node of the last TA_ECUSTOM */
 int     ta_custom_plain(const int64_t *roots, size_t n);   /* ta_plain, for Python */
 

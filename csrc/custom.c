@@ -31,7 +31,7 @@ static struct ta_cnodes *ta_cnodes_of(ta_tape *T)
     if (!T->cn) {
         struct ta_cnodes *C = (struct ta_cnodes *)ta_calloc(1, sizeof *C);
         if (!C) return NULL;
-        C->freehead = C->deadhead = TA_CNONE;
+        C->freehead = C->deadhead = C->deadtail = TA_CNONE;
         T->cn = C;
     }
     return T->cn;
@@ -183,7 +183,11 @@ void ta_custom_release(ta_tape *T, ta_seg *s, uint32_t i)
     free(e->d ? (void *)e->d : (void *)e->in);
     e->d = NULL; e->in = NULL; e->n = 0;
     C->live--;
-    if (e->key) { e->state = 2; e->next = C->deadhead; C->deadhead = k; }
+    if (e->key) {                          /* onto the dead list's tail (ta_custom_dead) */
+        e->state = 2; e->next = TA_CNONE;
+        if (C->deadtail == TA_CNONE) C->deadhead = k; else C->e[C->deadtail].next = k;
+        C->deadtail = k;
+    }
     else        { e->state = 0; e->next = C->freehead; C->freehead = k; }
 }
 
@@ -199,21 +203,23 @@ void ta_custom_free_all(ta_tape *T)
     T->cn = NULL;
 }
 
-int ta_custom_dead(int64_t *keys, uint32_t cap)
+int ta_custom_dead(uint32_t done, int64_t *keys, uint32_t cap)
 {
     ta_tape *T = ta_self();
     struct ta_cnodes *C;
-    uint32_t got = 0;
+    uint32_t got = 0, k;
     if (!T) return TA_ENOMEM;
-    if (!(C = T->cn) || !keys) return 0;
-    while (got < cap && C->deadhead != TA_CNONE) {
-        uint32_t k = C->deadhead;
+    if (!(C = T->cn)) return 0;
+    /* drop the first `done` (their records are gone): keys die only at the
+     * head, and new ones join at the tail, so these are the ones given */
+    while (done-- > 0 && (k = C->deadhead) != TA_CNONE) {
         ta_cnode *e = &C->e[k];
-        keys[got++] = e->key;
         C->deadhead = e->next;
+        if (C->deadhead == TA_CNONE) C->deadtail = TA_CNONE;
         e->state = 0; e->key = 0;
         e->next = C->freehead; C->freehead = k;
     }
+    for (k = C->deadhead; keys && got < cap && k != TA_CNONE; k = C->e[k].next) keys[got++] = C->e[k].key;
     return (int)got;
 }
 

@@ -38,6 +38,10 @@ typedef struct {
     PyObject *weaklist;
 } va_obj;
 
+/* A new strong reference to o, as an expression (Py_NewRef is 3.10+) */
+#define VA_NEWREF(o) (Py_INCREF(o), (PyObject *)(o))
+#define VA_XNEWREF(o) (Py_XINCREF(o), (PyObject *)(o))
+
 #define VA_SEG(n) ((ta_seg *)((n) & ~(uintptr_t)(TA_SEG_ALIGN - 1u)))
 #define VA_OFF(n) ((uint32_t)((n) & (uintptr_t)(TA_SEG_ALIGN - 1u)))
 
@@ -59,6 +63,12 @@ static PyObject *va_rule_fn = NULL;
  * Value(data, children, local_grads) takes over */
 static PyObject *va_grads_hook = NULL;
 
+/* An exception that escaped the rule hook itself (a Ctrl-C landing
+ * outside its try, or no memory for its arguments): kept here until
+ * backward() raises it (va_fail_in).  One for all threads: from here to
+ * there the aborted sweep runs on in C only, holding the GIL. */
+static PyObject *va_rule_exc = NULL;
+
 static int va_rule(int64_t node, int64_t key)
 {
     PyGILState_STATE g = PyGILState_Ensure();   /* held already unless called through cffi */
@@ -71,7 +81,15 @@ static int va_rule(int64_t node, int64_t key)
         Py_DECREF(r);
     }
     Py_XDECREF(a[0]); Py_XDECREF(a[1]);
-    if (PyErr_Occurred()) { PyErr_Clear(); rc = -1; }   /* (out of memory making two ints) */
+    if (PyErr_Occurred()) {
+        PyObject *t, *v, *tb;
+        PyErr_Fetch(&t, &v, &tb);
+        PyErr_NormalizeException(&t, &v, &tb);
+        if (v && tb) PyException_SetTraceback(v, tb);
+        Py_XSETREF(va_rule_exc, v);
+        Py_XDECREF(t); Py_XDECREF(tb);
+        rc = -1;
+    }
     PyGILState_Release(g);
     return rc;
 }
@@ -81,6 +99,13 @@ static int va_rule(int64_t node, int64_t key)
 static PyObject *va_fail_in(int st, const char *sweep)
 {
     PyObject *e;
+    if (st == TA_EPYTHON && va_rule_exc) {      /* what escaped the rule hook (va_rule) */
+        e = va_rule_exc;
+        va_rule_exc = NULL;
+        PyErr_SetObject((PyObject *)Py_TYPE(e), e);
+        Py_DECREF(e);
+        return NULL;
+    }
     if (!va_error_hook) { PyErr_Format(PyExc_RuntimeError, "tapead status %d", st); return NULL; }
     e = PyObject_CallFunction(va_error_hook, "is", st, sweep);
     if (e) { PyErr_SetObject((PyObject *)Py_TYPE(e), e); Py_DECREF(e); }
@@ -165,7 +190,22 @@ static int va_is(PyObject *o)
  * with another exception set. */
 static int va_number(PyObject *o, double *c)
 {
+    PyObject *f;
     if (PyFloat_CheckExact(o)) { *c = PyFloat_AS_DOUBLE(o); return 0; }
+    if (!PyFloat_Check(o) && !PyLong_Check(o) && va_real_hook) {
+        /* any other type (numpy's non-float64 scalars, Fraction, Decimal):
+         * the Python rule of what a real number is (engine._real), which
+         * refuses complex numbers (numpy's complex64 too: its __float__
+         * would drop the imaginary part) and arrays */
+        if (!(f = PyObject_CallOneArg(va_real_hook, o))) {
+            if (!PyErr_ExceptionMatches(PyExc_TypeError)) return -2;
+            PyErr_Clear();
+            return -1;
+        }
+        *c = PyFloat_AsDouble(f);
+        Py_DECREF(f);
+        return (*c == -1.0 && PyErr_Occurred()) ? -2 : 0;
+    }
     *c = PyFloat_AsDouble(o);
     if (*c == -1.0 && PyErr_Occurred()) {
         if (!PyErr_ExceptionMatches(PyExc_TypeError)) return -2;
@@ -281,8 +321,10 @@ static PyObject *va_minimum(PyObject *a, PyObject *b) { return va_minmax(a, b, T
 /* Value(data, _children, _op) with Values as children: a custom node
  * whose inputs are the children (micrograd's idiom for a new op; its rule
  * is the _backward assigned later, run by Python: tapead/custom.py).
- * Returns its id (its segment in *where, not held) or -1 with an
- * exception set. */
+ * Returns its id (its segment in *where, held once for the caller: the
+ * temporary list of children is dropped after, and a child that dies with
+ * it may run a finalizer that records and lets the tape reclaim) or -1
+ * with an exception set. */
 static int64_t va_custom(ta_tape *T, PyObject *children, PyObject *opname, double x, ta_seg **where)
 {
     PyObject *fast, *nm;
@@ -315,6 +357,7 @@ static int64_t va_custom(ta_tape *T, PyObject *children, PyObject *opname, doubl
     }
     id = ta_custom_at(T, in, m, x, NULL, name, &key, TA_NOKEY, where);
     PyMem_Free(in);
+    if (id >= 0) ta_hold(*where);
     Py_DECREF(fast);
     if (id < 0) { va_fail((int)id); return -1; }
     return id;
@@ -396,14 +439,14 @@ static int va_init(PyObject *self, PyObject *args, PyObject *kw)
     }
     if (!(T = va_tape())) return -1;
     if (children) {
-        if ((id = va_custom(T, children, opname, x, &where)) < 0) return -1;
+        if ((id = va_custom(T, children, opname, x, &where)) < 0) return -1;   /* (held) */
     } else {
         id = ta_leaf_at(T, x, TA_NOKEY, &where);
         if (id < 0) { va_fail((int)id); return -1; }
+        ta_hold(where);
     }
     if (v->node) ta_unhold_seg(VA_SEG(v->node));      /* __init__ called again */
     v->node = (uintptr_t)where | TA_OFF((uint32_t)id);
-    ta_hold(where);
     return va_set_label(self, label);
 }
 
@@ -493,10 +536,16 @@ static int va_set(PyObject *self, PyObject *x, void *what)
     ta_seg *s;
     uint32_t o;
     double d;
+    int st;
     if (!x) { PyErr_SetString(PyExc_AttributeError, "cannot delete a Value's data or grad"); return -1; }
+    /* x first: its __float__ may run any Python (even re-initialise self),
+     * so the node is looked up only after */
+    if ((st = va_number(x, &d)) < 0) {
+        if (st == -1) PyErr_Format(PyExc_TypeError, "a Value's %s must be a real number, not %s",
+                                   what ? "grad" : "data", Py_TYPE(x)->tp_name);
+        return -1;
+    }
     if (!T || !(s = va_node(T, (va_obj *)self, &o))) return -1;
-    d = PyFloat_AsDouble(x);
-    if (d == -1.0 && PyErr_Occurred()) return -1;
     if (what) ta_adj_put(T, s, o, d); else s->val[o] = d;
     return 0;
 }
@@ -682,51 +731,63 @@ static PyObject *va_custom_info(PyObject *mod, PyObject *v)
 {
     ta_tape *T = va_tape();
     ta_seg *s;
-    uint32_t o, k;
+    uint32_t o, k, n, name;
     const ta_cnode *e;
-    PyObject *ins, *r;
+    int64_t key, *ids;
+    PyObject *ins, *r = NULL;
     (void)mod;
     if (!T) return NULL;
     if (!va_is(v)) { PyErr_SetString(PyExc_TypeError, "custom_info needs a Value"); return NULL; }
     if (!(s = va_node(T, (va_obj *)v, &o))) return NULL;
     if (s->tape != T || (s->op[o] & TA_OPMASK) != TA_CUSTOM) Py_RETURN_NONE;
+    /* the entry is copied out before any Python object is made: making one
+     * may run a finalizer that records (the side table then moves) */
     e = ta_cnode_of(T, s, o);
-    if (!(ins = PyTuple_New(e->nuser))) return NULL;
-    for (k = 0; k < e->nuser; k++) {
-        PyObject *i = PyLong_FromLongLong((long long)TA_ID(T, e->in[k]));
-        if (!i) { Py_DECREF(ins); return NULL; }
-        PyTuple_SET_ITEM(ins, k, i);
+    n = e->nuser; name = e->name; key = e->key;
+    if (!(ids = (int64_t *)PyMem_Malloc((size_t)(n ? n : 1) * sizeof *ids))) return PyErr_NoMemory();
+    for (k = 0; k < n; k++) ids[k] = TA_ID(T, e->in[k]);
+    if ((ins = PyTuple_New(n)) != NULL) {
+        for (k = 0; k < n; k++) {
+            PyObject *i = PyLong_FromLongLong((long long)ids[k]);
+            if (!i) { Py_CLEAR(ins); break; }
+            PyTuple_SET_ITEM(ins, k, i);
+        }
     }
-    r = Py_BuildValue("(LIN)", (long long)e->key, (unsigned int)e->name, ins);
+    PyMem_Free(ids);
+    if (ins) r = Py_BuildValue("(LIN)", (long long)key, (unsigned int)name, ins);
     return r;
 }
 
-/* Does Value x (of rule entry e's node (s, o)) name that node or one of its
- * inputs?  An earlier node that is neither is kept alive with e; a later
- * one, another thread's or a no_grad value is not a holder (0).  -1 on
- * failure (exception set). */
-static int va_rule_holds(ta_tape *T, ta_seg *s, uint32_t o, ta_cnode *e, PyObject *x)
+/* Does Value x name the node (s, o) of a rule entry, or one of its
+ * inputs?  An earlier node that is neither is kept alive with the entry; a
+ * later one, another thread's or a no_grad value is not a holder (0).  1
+ * with *id its node's id; -1 on failure (exception set).  Calls no Python:
+ * the entry is looked up here, as a finalizer run by an allocation between
+ * two calls may have moved the side table. */
+static int va_rule_holds(ta_tape *T, ta_seg *s, uint32_t o, PyObject *x, int64_t *id)
 {
     va_obj *v = (va_obj *)x;
+    ta_cnode *e = ta_cnode_of(T, s, o);
     ta_seg *xs;
     uint32_t xo, ref, k;
     int st;
     if (!va_is(x) || !v->node) return 0;
     xs = VA_SEG(v->node); xo = VA_OFF(v->node);
     if (xs->tape != T) return 0;
-    if (xs == s && xo == o) return 1;
     ref = TA_REF(xs, xo);
+    *id = TA_ID(T, ref);
+    if (xs == s && xo == o) return 1;
     for (k = 0; k < e->n; k++) if (e->in[k] == ref) return 1;
     if (xs->pos > s->pos || (xs == s && xo > o)) return 0;
     if ((st = ta_cnode_keep(e, ref)) != TA_OK) { va_fail(st); return -1; }
     return 1;
 }
 
-/* Note x's node, for rule_private: in stood as (holder, k, node), and in
+/* Note node id, for rule_private: in stood as (holder, k, node), and in
  * ids once.  -1 on failure (exception set). */
-static int va_note_released(PyObject *stood, PyObject *ids, PyObject *holder, Py_ssize_t k, PyObject *x)
+static int va_note_released(PyObject *stood, PyObject *ids, PyObject *holder, Py_ssize_t k, int64_t id)
 {
-    PyObject *node = PyLong_FromLongLong(va_id((va_obj *)x)), *t;
+    PyObject *node = PyLong_FromLongLong(id), *t;
     int has, rc = -1;
     if (!node) return -1;
     has = PySequence_Contains(ids, node);
@@ -759,44 +820,58 @@ static PyObject *va_tuple_copy(PyObject *t)
  * va_rule_holds) in closure cells or defaults, a copy of fn in which each
  * such cell is a new cell holding `released` and each such default is
  * `released`; its other cells are fn's own.  stood lists (cell or g,
- * default index or -1, node); ids the nodes, once each. */
+ * default index or -1, node); ids the nodes, once each.
+ *
+ * Every allocation here may run the cyclic collector and with it any
+ * finalizer, which may record (the side table moves), re-initialise v, or
+ * rebind fn's cells, defaults or code: so the node's segment is held for
+ * the call, the entry is looked up afresh after each (va_rule_holds), and
+ * every object read out of fn is a strong reference taken before. */
 static PyObject *va_rule_private(PyObject *mod, PyObject *args)
 {
     ta_tape *T = va_tape();
     PyObject *v, *fn, *released, *cl2 = NULL, *d2 = NULL, *stood = NULL, *ids = NULL, *g = NULL, *r = NULL;
+    PyObject *cl = NULL, *d = NULL, *kw = NULL, *code = NULL, *glob = NULL, *qual = NULL, *name = NULL;
+    PyObject *x = NULL;
     ta_seg *s;
     uint32_t o;
-    ta_cnode *e;
+    int64_t id;
     (void)mod;
     if (!T || !PyArg_ParseTuple(args, "OOO:rule_private", &v, &fn, &released)) return NULL;
     if (!va_is(v)) { PyErr_SetString(PyExc_TypeError, "rule_private needs a Value"); return NULL; }
     if (!(s = va_node(T, (va_obj *)v, &o))) return NULL;
     if (s->tape != T || (s->op[o] & TA_OPMASK) != TA_CUSTOM) Py_RETURN_NONE;
-    e = ta_cnode_of(T, s, o);
-    if (e->d) return Py_BuildValue("(iO[][])", 0, Py_None);
+    if (ta_cnode_of(T, s, o)->d) return Py_BuildValue("(iO[][])", 0, Py_None);
     if (!PyCallable_Check(fn)) {
         PyErr_Format(PyExc_TypeError, "_backward must be callable, not %s", Py_TYPE(fn)->tp_name);
         return NULL;
     }
+    ta_hold(s);                                   /* (s, o) stays, whatever v becomes */
     if (!(stood = PyList_New(0)) || !(ids = PyList_New(0))) goto out;
     if (PyFunction_Check(fn)) {
-        PyObject *cl = PyFunction_GET_CLOSURE(fn), *d = PyFunction_GET_DEFAULTS(fn);
+        PyFunctionObject *f = (PyFunctionObject *)fn;
         Py_ssize_t k, n;
+        cl = VA_XNEWREF(PyFunction_GET_CLOSURE(fn));
+        d = VA_XNEWREF(PyFunction_GET_DEFAULTS(fn));
+        kw = VA_XNEWREF(PyFunction_GET_KW_DEFAULTS(fn));
+        code = VA_NEWREF(f->func_code); glob = VA_NEWREF(f->func_globals);
+        qual = VA_NEWREF(f->func_qualname); name = VA_NEWREF(f->func_name);
         n = cl && PyTuple_Check(cl) ? PyTuple_GET_SIZE(cl) : 0;
         for (k = 0; k < n; k++) {
             PyObject *c = PyTuple_GET_ITEM(cl, k), *nc;
             int h;
             if (!PyCell_Check(c) || !PyCell_GET(c)) continue;
-            if ((h = va_rule_holds(T, s, o, e, PyCell_GET(c))) < 0) goto out;
+            Py_XSETREF(x, VA_NEWREF(PyCell_GET(c)));
+            if ((h = va_rule_holds(T, s, o, x, &id)) < 0) goto out;
             if (!h) continue;
             if (!cl2 && !(cl2 = va_tuple_copy(cl))) goto out;
             if (!(nc = PyCell_New(released))) goto out;
-            if (va_note_released(stood, ids, nc, -1, PyCell_GET(c)) < 0) { Py_DECREF(nc); goto out; }
+            if (va_note_released(stood, ids, nc, -1, id) < 0) { Py_DECREF(nc); goto out; }
             if (PyTuple_SetItem(cl2, k, nc) < 0) goto out;   /* (steals nc) */
         }
         n = d && PyTuple_Check(d) ? PyTuple_GET_SIZE(d) : 0;
         for (k = 0; k < n; k++) {
-            int h = va_rule_holds(T, s, o, e, PyTuple_GET_ITEM(d, k));
+            int h = va_rule_holds(T, s, o, PyTuple_GET_ITEM(d, k), &id);
             if (h < 0) goto out;
             if (!h) continue;
             if (!d2 && !(d2 = va_tuple_copy(d))) goto out;
@@ -804,23 +879,26 @@ static PyObject *va_rule_private(PyObject *mod, PyObject *args)
             if (PyTuple_SetItem(d2, k, released) < 0) goto out;   /* (steals it) */
         }
         if (cl2 || d2) {
-            PyFunctionObject *f = (PyFunctionObject *)fn;
-            PyObject *kw = PyFunction_GET_KW_DEFAULTS(fn);
-            if (!(g = PyFunction_NewWithQualName(f->func_code, f->func_globals, f->func_qualname)) ||
+            if (!(g = PyFunction_NewWithQualName(code, glob, qual)) ||
                 PyFunction_SetClosure(g, cl2 ? cl2 : cl ? cl : Py_None) < 0 ||
                 PyFunction_SetDefaults(g, d2 ? d2 : d ? d : Py_None) < 0 ||
                 (kw && PyFunction_SetKwDefaults(g, kw) < 0) ||
-                PyObject_SetAttrString(g, "__name__", f->func_name) < 0)
+                PyObject_SetAttrString(g, "__name__", name) < 0)
                 goto out;
             for (k = 0; d2 && k < n; k++)
                 if (PyTuple_GET_ITEM(d2, k) != PyTuple_GET_ITEM(d, k) &&
-                    va_note_released(stood, ids, g, k, PyTuple_GET_ITEM(d, k)) < 0)
+                    va_rule_holds(T, s, o, PyTuple_GET_ITEM(d, k), &id) > 0 &&
+                    va_note_released(stood, ids, g, k, id) < 0)
                     goto out;
+            if (PyErr_Occurred()) goto out;
         }
     }
-    r = Py_BuildValue("(LOOO)", (long long)e->key, g ? g : fn, stood, ids);
+    r = Py_BuildValue("(LOOO)", (long long)ta_cnode_of(T, s, o)->key, g ? g : fn, stood, ids);
 out:
     Py_XDECREF(cl2); Py_XDECREF(d2); Py_XDECREF(stood); Py_XDECREF(ids); Py_XDECREF(g);
+    Py_XDECREF(cl); Py_XDECREF(d); Py_XDECREF(kw); Py_XDECREF(code); Py_XDECREF(glob);
+    Py_XDECREF(qual); Py_XDECREF(name); Py_XDECREF(x);
+    ta_unhold_seg(s);
     return r;
 }
 
@@ -853,6 +931,43 @@ static PyObject *va_held(PyObject *mod, PyObject *seq)
 fail:
     Py_DECREF(fast); Py_DECREF(out);
     return NULL;
+}
+
+/* unstand(stood, released): put `released` back in every place of stood
+ * (tapead/custom.py, _run_stood), in one call: a Ctrl-C cannot land
+ * between two places and leave one holding its Value (and segment). */
+static PyObject *va_unstand(PyObject *mod, PyObject *args)
+{
+    PyObject *stood, *released, *fast;
+    Py_ssize_t n, j;
+    int failed = 0;
+    (void)mod;
+    if (!PyArg_ParseTuple(args, "OO:unstand", &stood, &released)) return NULL;
+    if (!(fast = PySequence_Fast(stood, "unstand needs a sequence"))) return NULL;
+    n = PySequence_Fast_GET_SIZE(fast);
+    for (j = 0; j < n; j++) {      /* each place, even after one failed */
+        PyObject *t = PySequence_Fast_GET_ITEM(fast, j), *h, *d, *d2;
+        Py_ssize_t k;
+        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 3) { failed = 1; continue; }
+        h = PyTuple_GET_ITEM(t, 0);
+        k = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 1));
+        if (k == -1 && PyErr_Occurred()) { PyErr_Clear(); failed = 1; continue; }
+        if (k < 0) {
+            if (!PyCell_Check(h) || PyCell_Set(h, released) < 0) { PyErr_Clear(); failed = 1; }
+            continue;
+        }
+        if (!PyFunction_Check(h) || !(d = PyFunction_GET_DEFAULTS(h)) || !PyTuple_Check(d) ||
+            k >= PyTuple_GET_SIZE(d)) { failed = 1; continue; }
+        if (PyTuple_GET_ITEM(d, k) == released) continue;
+        if (!(d2 = va_tuple_copy(d))) { PyErr_Clear(); failed = 1; continue; }
+        Py_INCREF(released);
+        Py_SETREF(((PyTupleObject *)d2)->ob_item[k], released);
+        if (PyFunction_SetDefaults(h, d2) < 0) { PyErr_Clear(); failed = 1; }
+        Py_DECREF(d2);
+    }
+    Py_DECREF(fast);
+    if (failed) { PyErr_SetString(PyExc_RuntimeError, "tapead: a rule's place could not be released"); return NULL; }
+    Py_RETURN_NONE;
 }
 
 /* precomputed(value, inputs, partials, name id): tapead.precomputed on the
@@ -902,6 +1017,7 @@ out:
 static PyMethodDef va_module_methods[] = {
     {"custom_info", va_custom_info, METH_O, "custom_info(v): (key, name, inputs) or None"},
     {"held", va_held, METH_O, "held(ids): Values for existing nodes, each holding its segment"},
+    {"unstand", va_unstand, METH_VARARGS, "unstand(stood, released): released back in each place"},
     {"rule_private", va_rule_private, METH_VARARGS, "rule_private(v, fn, released): (key, rule, stood, ids) or None"},
     {"precomputed", va_precomputed, METH_VARARGS, "precomputed(value, inputs, partials, name)"},
     {"make_type", va_make_type, METH_O, "make_type(docs): the native Value type"},

@@ -241,7 +241,8 @@ void ta_bulk_end(ta_tape *T, const ta_bulk *bk, int failed);
 /* custom.c: the side table of custom nodes (op CUSTOM).  Entries die
  * with their nodes (ta_custom_release, from the collector and rollback);
  * an entry with a Python rule waits on a dead list until Python drains its
- * key (ta_custom_dead).  ta_custom_inputs gives an entry's inputs (refs). */
+ * key (ta_custom_dead; a FIFO, so that Python can drop records before C
+ * forgets their keys).  ta_custom_inputs gives an entry's inputs (refs). */
 typedef struct ta_cnode {
     uint32_t n;                  /* inputs                                  */
     uint32_t nuser;              /* of which the node's own (the rest: earlier
@@ -253,7 +254,7 @@ typedef struct ta_cnode {
     double  *d;                  /* n partials, or NULL (a Python rule)     */
     uint32_t *in;                /* n input refs                            */
 } ta_cnode;
-struct ta_cnodes { ta_cnode *e; uint32_t n, cap, freehead, deadhead; int64_t nextkey; uint64_t live; };
+struct ta_cnodes { ta_cnode *e; uint32_t n, cap, freehead, deadhead, deadtail; int64_t nextkey; uint64_t live; };
 static inline ta_cnode *ta_cnode_of(const ta_tape *T, const ta_seg *s, uint32_t i)
 { return &T->cn->e[s->x[i]]; }
 void ta_custom_release(ta_tape *T, ta_seg *s, uint32_t i);

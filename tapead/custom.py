@@ -520,8 +520,16 @@ def backward_of(v: Any) -> Callable[[], None]:
     got = _raw_info(v)
     if got is None or got[0] == 0:
         return lambda: _step(v)
-    key = got[0]
-    return lambda: _run(key, v._i)   # (holds v: the node and its inputs stay alive for it)
+    return lambda: _run_own(v)       # (holds v: the node and its inputs stay alive for it)
+
+
+def _run_own(v: Any) -> None:
+    """out._backward(): the rule of v's custom node, looked up again in the
+    calling thread (keys are per tape: another thread's Value raises
+    TapeError, as a built-in node's step does, never runs another node's)."""
+    got = _raw_info(v)
+    if got is not None and got[0]:
+        _run(got[0], v._i)
 
 
 def _step(v: Any) -> None:
@@ -539,8 +547,8 @@ def _run(key: int, node: int) -> None:
     if p:
         if len(p) == 2:          # (no loop: see _rule_private)
             v0 = p[0]
-            v0._i = p[1]
-            try:
+            try:                 # (bound inside: a Ctrl-C right after still unbinds)
+                v0._i = p[1]
                 rec.fn()
             finally:
                 v0._i = RELEASED_ID
@@ -548,9 +556,9 @@ def _run(key: int, node: int) -> None:
         if len(p) == 4:
             v0 = p[0]
             v1 = p[2]
-            v0._i = p[1]
-            v1._i = p[3]
             try:
+                v0._i = p[1]
+                v1._i = p[3]
                 rec.fn()
             finally:
                 v0._i = RELEASED_ID
@@ -567,9 +575,9 @@ def _run_vals(rec: _Rec) -> None:
     """_run for a rule of the cffi front with any number of rule Values."""
     p = rec.vals
     assert p is not None
-    for k in range(0, len(p), 2):
-        p[k]._i = p[k + 1]
     try:
+        for k in range(0, len(p), 2):
+            p[k]._i = p[k + 1]
         rec.fn()
     finally:
         for k in range(0, len(p), 2):
@@ -582,31 +590,26 @@ def _run_stood(rec: _Rec) -> None:
     ids = rec.ids
     stood = rec.stood
     hv = _held_ids(ids)
-    if len(hv) == 1:
-        v0 = hv[0]
-        for h, k, i in stood:
-            if k < 0:
-                h.cell_contents = v0
-            else:
-                _put(h, k, v0)
-    else:
-        where = ids.index   # (ids are few)
-        for h, k, i in stood:
-            if k < 0:
-                h.cell_contents = hv[where(i)]
-            else:
-                _put(h, k, hv[where(i)])
-    try:
+    try:    # (the cells are filled inside: a Ctrl-C while filling still empties them)
+        if len(hv) == 1:
+            v0 = hv[0]
+            for h, k, i in stood:
+                if k < 0:
+                    h.cell_contents = v0
+                else:
+                    _put(h, k, v0)
+        else:
+            where = ids.index   # (ids are few)
+            for h, k, i in stood:
+                if k < 0:
+                    h.cell_contents = hv[where(i)]
+                else:
+                    _put(h, k, hv[where(i)])
         rec.fn()
     finally:
-        for h, k, i in stood:
-            if k < 0:
-                h.cell_contents = RELEASED
-            else:
-                _put(h, k, RELEASED)
+        _native.unstand(stood, RELEASED)   # (one call: no Ctrl-C between two places)
 
 
-@_cc.on_custom_rule
 def ta_custom_rule(node: int, key: int) -> int:
     """Called by the C sweep at a node with a Python rule (csrc/sweep.c)."""
     try:
@@ -617,19 +620,29 @@ def ta_custom_rule(node: int, key: int) -> int:
     return 0
 
 
+def _escaped(tp: Any, e: Any, tb: Any) -> None:
+    """An exception that escaped ta_custom_rule's try (a Ctrl-C between two
+    of its bytecodes): kept for backward() to raise, as the rule's own."""
+    _tl.custom_exc = e
+
+
+_cc.on_custom_rule(ta_custom_rule, _escaped)
+
+
 # ------------------------------------------------------------- lifetime
 def drain(S: Optional[_State] = None) -> int:
     """Drop the rules of custom nodes the tape has reclaimed; returns how many."""
     S = S or _state()
-    total = 0
+    total = done = 0
     while True:
-        keys = _cc.custom_dead()
+        keys = _cc.custom_dead(done)   # (C forgets keys only once their records are gone)
         if not keys:
             return total
         pop = S.recs.pop
         for k in keys:   # (one list: no cdata indexing per key)
             pop(k, None)
-        total += len(keys)
+        done = len(keys)
+        total += done
 
 
 def settle() -> int:

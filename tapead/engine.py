@@ -165,19 +165,22 @@ def node_ids(values: Union[Value, Iterable[Value]], what: str = "values") -> Tup
 
 
 _Real: Any = None
+_Complex: Any = None
 
 
 def _real(x: Any) -> float:
     """x as a float if it is a real number, else TypeError: what the operators
     take (int, float, bool, numpy scalars numpy.bool among them, Fraction,
-    Decimal: anything with __float__), so Value(x) works wherever v + x does."""
-    global _Real
+    Decimal: anything with __float__), so Value(x) works wherever v + x does.
+    A complex number is refused, numpy's among them (complex64's __float__
+    would drop the imaginary part)."""
+    global _Real, _Complex
     if type(x) is float:        # the common case first: the Real check is an ABC's, slow
         return x
     if _Real is None:           # numbers loads on first use, not with `import tapead`
         import numbers
-        _Real = numbers.Real
-    if isinstance(x, _Real) or (hasattr(type(x), "__float__") and not isinstance(x, complex)
+        _Real, _Complex = numbers.Real, numbers.Complex
+    if isinstance(x, _Real) or (hasattr(type(x), "__float__") and not isinstance(x, _Complex)
                                 and not getattr(x, "ndim", 0)):   # an array, even of one element: not a number
         try:
             return float(x)
@@ -187,6 +190,14 @@ def _real(x: Any) -> float:
     name = t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__name__}"
     raise TypeError(f"Value() needs a real number (int, float, bool, a numpy scalar, ...), "
                     f"not {name}")
+
+
+def _settable(x: Any, what: str) -> float:
+    """x for `v.data = x` / `v.grad = x`: a real number (_real), as a float."""
+    try:
+        return _real(x)
+    except TypeError:
+        raise TypeError(f"a Value's {what} must be a real number, not {type(x).__name__}") from None
 
 
 def read_checked(get: Callable[[int], float], i: int) -> float:
@@ -256,6 +267,8 @@ class Value:
 
     @data.setter
     def data(self, x: SupportsFloat) -> None:
+        if type(x) is not float:    # (first: its __float__ may run any code, even move self)
+            x = _settable(x, "data")
         st = _set_val(self._i, x)
         if st:
             raise error(st)
@@ -267,6 +280,8 @@ class Value:
 
     @grad.setter
     def grad(self, x: SupportsFloat) -> None:
+        if type(x) is not float:    # (first: its __float__ may run any code, even move self)
+            x = _settable(x, "grad")
         st = _set_adj(self._i, x)
         if st:
             raise error(st)
@@ -585,7 +600,7 @@ def _compare(kind: int, a: Value, b: Operand) -> bool:
         r = _cmp2(kind, a._i, b._i)
     else:
         try:
-            r = _cmpc(kind, a._i, b)
+            r = _cmpc(kind, a._i, _const(b))
         except TypeError:
             return NotImplemented  # type: ignore[no-any-return]  # (NotImplemented is typed Any)
     if r < 0:

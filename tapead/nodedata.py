@@ -67,10 +67,9 @@ def _table() -> _Table:
 
 
 def _alive(i: int, e: _Entry) -> bool:
-    """Is entry e still about node i?  (Its Value alive holds the node.)"""
-    v = e.ref() if e.ref is not None else None
-    if v is not None and v._i == i:
-        return True
+    """Is entry e still about node i?  By the stamp only: the Value the entry
+    last saw may be alive with id i and yet on another node, v.__init__
+    having moved it to a new node that reuses i."""
     return bool(_stamp(i) == e.stamp)
 
 

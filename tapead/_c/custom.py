@@ -187,15 +187,24 @@ def step(i: int) -> None:
     check(lib.ta_step(i))
 
 
-def custom_dead() -> List[int]:
-    """Keys of custom nodes the tape has reclaimed since the last call (up
-    to 256 a call; [] when none are left)."""
+def custom_dead(done: int) -> List[int]:
+    """Keys of custom nodes the tape has reclaimed, oldest first (up to 256;
+    [] when none are left), having forgotten the first `done` (the keys
+    the caller got last time and has dropped the records of).  A key stays
+    until then: got again after a Ctrl-C, it is dropped again, harmlessly."""
     buf = _bufs()[4]
-    n = lib.ta_custom_dead(buf, 256)
+    n = lib.ta_custom_dead(done, buf, 256)
+    if n < 0:
+        raise error(n)
     return ffi.unpack(buf, n) if n > 0 else []  # type: ignore[return-value]  # (a list of ints here)
 
 
-def on_custom_rule(fn: Callable[[int, int], int]) -> Callable[[int, int], int]:
+def on_custom_rule(fn: Callable[[int, int], int],
+                   escaped: Callable[[Any, Any, Any], None]) -> Callable[[int, int], int]:
     """Make fn(node, key) the Python function C's sweep calls at a node with
-    a Python rule (csrc/sweep.c: ta_custom_rule)."""
-    return ffi.def_extern(name="ta_custom_rule")(fn)
+    a Python rule (csrc/sweep.c: ta_custom_rule).  An exception that escapes
+    fn anyway (a Ctrl-C landing outside its try) makes the call return -1,
+    so the sweep stops as for a rule that raised, and goes to
+    escaped(type, value, traceback) to keep, instead of being printed and
+    dropped by cffi."""
+    return ffi.def_extern(name="ta_custom_rule", error=-1, onerror=escaped)(fn)
