@@ -17,6 +17,7 @@
  * rule allows: they call ta_plain first, which refuses a graph with a
  * custom node behind it (TA_ECUSTOM, naming the node) before anything is
  * touched, and costs nothing while the tape has no custom node. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "tapead.h"
@@ -330,6 +331,7 @@ double ta_adj_get_sw(ta_tape *T, ta_seg *s, uint32_t o)
 void ta_adj_put_sw(ta_tape *T, ta_seg *s, uint32_t o, double v)
 {
     uint8_t b = s->op[o];
+    if (T->anomaly && isnan(v) && !isnan(ta_adj_get_sw(T, s, o))) T->sw->nan = 1;   /* newly nan */
     if (ta_before_current(T, s, o) && !(b & TA_MARK) && ta_kinds[b & TA_OPMASK] != TA_K_LEAF) {
         s->op[o] = (uint8_t)(b | TA_MARK);   /* reached now: the sweep will visit it */
         s->marked = 1;

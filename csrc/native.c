@@ -590,7 +590,10 @@ static PyObject *va_reduce(PyObject *self, PyObject *u)
     (void)u;
     if (!v->node) return va_unmade();
     s = VA_SEG(v->node);
-    return Py_BuildValue("O(dd)", va_restore_hook, s->val[VA_OFF(v->node)], s->adj[VA_OFF(v->node)]);
+    if (Py_IS_TYPE(self, va_type))
+        return Py_BuildValue("O(dd)", va_restore_hook, s->val[VA_OFF(v->node)], s->adj[VA_OFF(v->node)]);
+    return Py_BuildValue("O(ddO)", va_restore_hook, s->val[VA_OFF(v->node)], s->adj[VA_OFF(v->node)],
+                         (PyObject *)Py_TYPE(self));          /* a subclass stays one */
 }
 
 #define VA_MD_UN(NAME, PY) {PY, va_m_##NAME, METH_NOARGS, NULL},

@@ -20,7 +20,8 @@
  * A custom node (custom.c) with partials is stepped in C; one with a Python
  * rule makes the sweep call ta_custom_rule, with T->sw saying where the
  * sweep is, so that .grad inside the rule reads and writes this pass's
- * adjoints; if the rule raises, the sweep aborts as an anomaly does. */
+ * adjoints; if the rule raises, the sweep aborts as an anomaly does, and
+ * inside detect_anomaly() so it does if the rule made an adjoint nan. */
 #include <math.h>
 #include "tapead.h"
 #include "ops.h"
@@ -94,11 +95,12 @@ TA_COLD int ta_run_rule(ta_tape *T, ta_seg *s, uint32_t i, uint64_t *pending)
     int rc;
     sw.at = ta_order(s, i);
     sw.pending = pending;
+    sw.nan = 0;
     T->sw = &sw;
     rc = (ta_rule_hook ? ta_rule_hook : ta_custom_rule)(TA_ID(T, TA_REF(s, i)),
                                                        ta_cnode_of(T, s, i)->key);
     T->sw = NULL;
-    return rc == 0 ? TA_OK : TA_EPYTHON;
+    return rc != 0 ? TA_EPYTHON : sw.nan ? TA_EANOMALY : TA_OK;
 }
 
 /* The sweep's step for each op, generated from the op table: one switch
@@ -240,7 +242,10 @@ int ta_backward_at(ta_tape *T, ta_seg *rs, uint32_t ro)
                 st = e->d ? ta_cnode_step(T, e, s->adj[i], &left) : ta_run_rule(T, s, i, &left);
                 pending = left;
                 if (st == TA_OK) continue;
-                if (st == TA_EANOMALY) { T->err_op = TA_CUSTOM; T->err_x = T->err_y = 0.0; }
+                if (st == TA_EANOMALY) {
+                    T->err_op = TA_CUSTOM; T->err_x = T->err_y = 0.0;
+                    T->err_node = TA_ID(T, TA_REF(s, i));
+                }
             } else {                       /* cold: the values, for the message */
                 ta_local L;
                 ta_local_at(T, s, i, &L);

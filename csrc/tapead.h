@@ -88,7 +88,8 @@ typedef struct ta_tape {
     const struct ta_attach *hooks;   /* what the collector and ta_tape_free call on it */
     struct ta_cnodes *cn;        /* custom.c: the custom nodes' side table  */
     struct ta_sweep  *sw;        /* set while backward() runs a Python rule */
-    int64_t   err_node;          /* the custom node behind the last TA_ECUSTOM */
+    int64_t   err_node;          /* the custom node behind the last TA_ECUSTOM, or the
+                                    one whose step gave the last sweep's TA_EANOMALY */
     void     *spare_sub;         /* subtape.c: the last sub-tape's memory, kept for the next */
     size_t    spare_subcap;      /* (NULL while one holds it; at most TA_SUB_KEEP bytes) */
 } ta_tape;
@@ -105,7 +106,8 @@ static inline uint64_t ta_order(const ta_seg *s, uint32_t o)
  * unvisited nodes.  .grad of an earlier node then reads and writes the
  * sweep's live adjoint (ta_adj_get / ta_adj_put); the collector and every
  * other sweep stay off. */
-struct ta_sweep { uint64_t at; uint64_t *pending; };
+struct ta_sweep { uint64_t at; uint64_t *pending; int nan; };   /* nan: inside detect_anomaly(),
+                                    the rule made an adjoint nan (ta_adj_put_sw) */
 
 extern const uint8_t ta_kinds[TA_NOPS];
 

@@ -53,7 +53,7 @@ from ._c import OP, OP_KINDS, OP_NAMES
 from ._c import custom as _cc
 from ._c.holds import NOTOKEN as _NOTOKEN, collect as _collect
 from ._c.status import error, on_refusal
-from .errors import TapeadError
+from .errors import AnomalyError, TapeadError
 
 CUSTOM = OP["CUSTOM"]
 _tl = _c._tl
@@ -663,11 +663,18 @@ def settle() -> int:
 # -------------------------------------------------------------- errors
 def refusal(why: str) -> Exception:
     """The exception for a refusal of C's (_c.status.error): "python" (TA_EPYTHON:
-    a rule raised), "busy" (TA_EBUSY) or "custom" (TA_ECUSTOM)."""
+    a rule raised), "busy" (TA_EBUSY), "custom" (TA_ECUSTOM) or "anomaly"
+    (TA_EANOMALY at a custom node)."""
     if why == "python":
         e = getattr(_tl, "custom_exc", None)
         _tl.custom_exc = None
         return e if e is not None else TapeadError("a custom node's _backward raised")
+    if why == "anomaly":
+        got = _cc.custom_failed()
+        nm = name_of(got[1]) if got is not None else "?"
+        how = ("its rule made a gradient nan" if got is not None and got[0] else
+               "its partial times the gradient arriving there became nan")
+        return AnomalyError(f"detect_anomaly: in backward(), the custom node {nm!r}: {how}")
     if why == "busy":
         return TapeadError("this cannot run inside a custom node's _backward while backward() "
                            "is running (it would disturb the sweep); call it after backward() "

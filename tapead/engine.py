@@ -446,7 +446,8 @@ class Value:
         if not isinstance(t, _holds._Token) or t.key != self._i >> _c.SHIFT:
             return (_restore, (self.data, self.grad))  # a forged handle: raises TapeError
         off = self._i & _OFFMASK
-        return (_restore, (_peek(t.box[0], off, 0), _peek(t.box[0], off, 1)))
+        got = (_peek(t.box[0], off, 0), _peek(t.box[0], off, 1))
+        return (_restore, got if type(self) is Value else got + (type(self),))
 
     # ------------------------------------------ micrograd's graph attributes
     # Code written for micrograd walks the graph through these (its
@@ -632,8 +633,17 @@ def _compare_no_grad(kind: int, a: Value, b: Operand) -> int:
     return int(r)
 
 
-def _restore(data: float, grad: float) -> Value:
-    v = Value(data)
+def _restore(data: float, grad: float, cls: Optional[type] = None) -> Value:
+    """A detached leaf of this data and grad (unpickling, copy); of class
+    cls, a subclass of Value, made as pickle makes an object (its __new__,
+    not its __init__, which may take other arguments)."""
+    if cls is None or cls is Value:
+        v = Value(data)
+    elif isinstance(cls, type) and issubclass(cls, Value):
+        v = cls.__new__(cls)
+        Value.__init__(v, data)
+    else:
+        raise TypeError(f"a pickled Value's class must be a subclass of Value, not {cls!r}")
     v.grad = grad
     return v
 

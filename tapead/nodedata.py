@@ -83,8 +83,7 @@ def entry(i: int, make: bool = False) -> Optional[_Entry]:
     if e is None and make:
         st = _stamp(i)
         if st <= 0:
-            from ._c.status import error
-            raise error(int(st))
+            _mine(i)
         if len(t.entries) >= t.purge_at:
             _purge(t)
         e = t.entries[i] = _Entry(int(st))
@@ -152,7 +151,18 @@ def get_label(value: Value) -> str:
     """
     _check(value, "get_label")
     e = entry(value._i)
+    if e is None:
+        _mine(value._i)
     return e.label if e is not None else ""
+
+
+def _mine(i: int) -> None:
+    """TapeError (or the like) unless node i is of this thread: the tables
+    are per thread, so another thread's node would seem to have no data."""
+    st = _stamp(i)
+    if st <= 0:
+        from ._c.status import error
+        raise error(int(st))
 
 
 def _check(value: Any, what: str) -> None:
@@ -183,6 +193,7 @@ class UserAttr:
             return self
         e = entry(v._i)
         if e is None or not e.attrs or self.name not in e.attrs:
+            _mine(v._i)
             raise AttributeError(f"'Value' object has no attribute {self.name!r}")
         return e.attrs[self.name]
 

@@ -283,8 +283,8 @@ class Program:
             n = operator.index(threads)
         except TypeError:
             n = 0
-        if isinstance(threads, bool) or n < 1:
-            raise ValueError(f"threads must be a positive int or None, not {threads!r}")
+        if isinstance(threads, bool) or not 1 <= n < 1 << 31:
+            raise ValueError(f"threads must be a positive int (below 2**31) or None, not {threads!r}")
         return n
 
     def _run(self, X: Any, seed: Optional[ArrayLike], grad: Optional[str],

@@ -169,3 +169,116 @@ def test_a_value_moved_by_init_never_shows_a_dead_nodes_label():
     if got is None:
         pytest.skip("the freed slot was not the next one reused")
     assert got == (True, "", 3.0)
+
+
+# ------------------------------------ the smaller items (issue 23, finding 13)
+def _in_thread(fn):
+    out = []
+    t = threading.Thread(target=lambda: out.append(_outcome(fn)))
+    t.start()
+    t.join()
+    return out[0]
+
+
+def _outcome(fn):
+    try:
+        return ("ok", fn())
+    except Exception as e:  # noqa: BLE001 - compared by the test
+        return (type(e).__name__, None)
+
+
+def test_a_label_read_in_another_thread_raises_as_setting_does():
+    x = Value(2.0, label="x")
+    w = Value(3.0)
+    assert _in_thread(lambda: x.label) == ("TapeError", None)
+    assert _in_thread(lambda: w.label) == ("TapeError", None)
+    assert _in_thread(lambda: tapead.get_label(x)) == ("TapeError", None)
+    assert _in_thread(lambda: setattr(x, "label", "y")) == ("TapeError", None)
+    assert _in_thread(lambda: Value(1.0).label) == ("ok", "")
+    assert x.label == "x"
+
+
+def test_init_in_another_thread_makes_the_value_that_threads_alike_on_both_fronts():
+    """v.__init__(x) makes v a new leaf of the calling thread's tape, as
+    Value(x) there would (the same on both fronts); its first thread then
+    refuses it as any other thread's Value."""
+    v = Value(5.0)
+
+    def there():
+        v.__init__(6.0)
+        return v.data
+    assert _in_thread(there) == ("ok", 6.0)
+    with pytest.raises(tapead.TapeError):
+        v.data
+
+
+class ValueExt(Value):
+    def softplus(self):
+        out = ValueExt(math.log1p(math.exp(self.data)), (self,), "softplus")
+
+        def _backward():
+            self.grad += out.grad / (1 + math.exp(-self.data))
+        out._backward = _backward
+        return out
+
+
+def test_copy_and_pickle_keep_a_subclass():
+    import copy
+    import pickle
+    e = ValueExt(0.5)
+    e.grad = 0.25
+    for c in (copy.copy(e), copy.deepcopy(e), pickle.loads(pickle.dumps(e))):
+        assert type(c) is ValueExt and (c.data, c.grad) == (0.5, 0.25)
+        c.softplus().backward()
+        assert c.grad == pytest.approx(0.25 + 1 / (1 + math.exp(-0.5)), rel=1e-15)
+    assert type(pickle.loads(pickle.dumps(Value(1.0)))) is Value
+
+
+def test_threads_out_of_range_is_a_value_error():
+    np = pytest.importorskip("numpy")
+    a, b = Value(0.0), Value(1.0)
+    prog = tapead.compile(a * b, [a])
+    for bad in (2 ** 40, 2 ** 31, 0, -1, True, 1.5):
+        with pytest.raises(ValueError, match="threads must be"):
+            prog(np.zeros((10, 1)), threads=bad)
+
+
+def test_a_failing_row_of_a_chunk_of_unknown_place_is_named_in_its_chunk():
+    from tapead._c.program import _run_error
+
+    class F:
+        row, op, x, y = 7, 0, 0.0, 0.0
+    for row0 in (float("nan"), None):
+        msg = str(_run_error(tapead._c.lib.TA_EDOMAIN, F(), row0))
+        assert "row 7 of its chunk" in msg and "nan" not in msg
+    assert "at row 107" in str(_run_error(tapead._c.lib.TA_EDOMAIN, F(), 100))
+
+
+@pytest.mark.parametrize("where", ["leaf", "intermediate"])
+def test_detect_anomaly_catches_a_rules_nan_naming_the_node(where):
+    def mysqrt(x):
+        out = Value(math.sqrt(x.data), (x,), "mysqrt")
+
+        def _backward():
+            x.grad += out.grad / (2 * out.data) if out.data else float("nan")
+        out._backward = _backward
+        return out
+    x0 = Value(0.0)
+    y = mysqrt(x0 if where == "leaf" else x0 * 1.0) * 2.0
+    with tapead.detect_anomaly():
+        with pytest.raises(tapead.AnomalyError, match="'mysqrt'"):
+            y.backward()
+    assert tapead._c.lib.ta_validate() == 0
+    x1 = Value(4.0)
+    z = mysqrt(x1) * 2.0
+    with tapead.detect_anomaly():
+        z.backward()                     # no nan: runs as ever
+    assert x1.grad == 0.5
+
+
+def test_a_precomputed_nan_is_named_too():
+    x = Value(1.0)
+    n = tapead.precomputed(1.0, [x], [math.inf], name="blowup") * 0.0
+    with tapead.detect_anomaly():
+        with pytest.raises(tapead.AnomalyError, match="'blowup'"):
+            n.backward()

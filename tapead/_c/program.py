@@ -93,8 +93,12 @@ def prog_run(p: Any, fields: Dict[str, Any], row0: int) -> None:
         raise _run_error(st, f, row0)
 
 
-def _run_error(st: int, f: Any, row0: int) -> Exception:
-    where = f" at row {f.row + row0}"
+def _run_error(st: int, f: Any, row0: Any) -> Exception:
+    if row0 == row0 and row0 is not None:
+        where = f" at row {f.row + int(row0)}"
+    else:           # (tapead.dask: a chunk of an array whose chunk sizes are unknown)
+        where = (f" at row {f.row} of its chunk (where the chunk starts is unknown: the "
+                 f"array's chunk sizes are unknown)")
     if st == lib.TA_EGUARD:
         return guard_error(f.kind, f.outcome, f.x, f.y, where)
     if st in (lib.TA_EZERODIV, lib.TA_EDOMAIN, lib.TA_ERANGE):

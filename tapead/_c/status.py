@@ -95,6 +95,8 @@ def error(code: int, sweep: str = "") -> Exception:
     if code == lib.TA_EANOMALY:
         opn, x, y = ffi.new("int *"), ffi.new("double *"), ffi.new("double *")
         lib.ta_last_error(opn, x, y)
+        if OP_KINDS[opn[0]] == 4:              # a custom node (kind NARY): its name is tapead.custom's
+            return _refusal("anomaly")
         at = f"op {OP_NAMES[opn[0]]!r} with {_inputs(opn[0], x[0], y[0])}"
         if sweep:
             return AnomalyError(f"detect_anomaly: in {sweep}(), the gradient through {at} "
