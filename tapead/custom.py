@@ -88,8 +88,10 @@ class _Rec:
     are.  The cffi front: `vals` is (Value, node, Value, node, ...), the
     rule Values its private cells and defaults hold, each for one node.
     The native front: `stood` lists (private cell or the copy, default
-    index or -1, node), places holding RELEASED, and `ids` their nodes."""
-    __slots__ = ("fn", "vals", "stood", "ids")
+    index or -1, node), places holding RELEASED, and `ids` their nodes.
+    `runs`: how many runs are under way (only the outermost binds and
+    releases)."""
+    __slots__ = ("fn", "vals", "stood", "ids", "runs")
 
     def __init__(self, fn: Callable[[], Any], vals: Optional[Tuple[Any, ...]],
                  stood: Sequence[Tuple[Any, int, int]] = (), ids: Sequence[int] = ()) -> None:
@@ -97,6 +99,7 @@ class _Rec:
         self.vals = vals
         self.stood = stood
         self.ids = ids
+        self.runs = 0        # runs under way (a rule may run its own step: micrograd allows it)
 
     def released(self) -> int:
         """How many nodes' Values the rule holds only while it runs."""
@@ -544,31 +547,48 @@ def _run(key: int, node: int) -> None:
     if rec is None:
         return
     p = rec.vals
+    if rec.runs or not (p or rec.stood):
+        _run_again(rec)          # (its Values are in place: this is a run inside its own run)
+        return
     if p:
         if len(p) == 2:          # (no loop: see _rule_private)
             v0 = p[0]
             try:                 # (bound inside: a Ctrl-C right after still unbinds)
+                rec.runs = 1
                 v0._i = p[1]
                 rec.fn()
             finally:
                 v0._i = RELEASED_ID
+                rec.runs = 0
             return
         if len(p) == 4:
             v0 = p[0]
             v1 = p[2]
             try:
+                rec.runs = 1
                 v0._i = p[1]
                 v1._i = p[3]
                 rec.fn()
             finally:
                 v0._i = RELEASED_ID
                 v1._i = RELEASED_ID
+                rec.runs = 0
             return
         _run_vals(rec)
-    elif rec.stood:
-        _run_stood(rec)
     else:
+        _run_stood(rec)
+
+
+def _run_again(rec: _Rec) -> None:
+    """Run a rule that is running already (it ran its own node's step, as
+    micrograd allows) or that released nothing: as it is, counted, so that
+    only the outermost run puts its Values back."""
+    n = rec.runs
+    try:
+        rec.runs = n + 1
         rec.fn()
+    finally:
+        rec.runs = n
 
 
 def _run_vals(rec: _Rec) -> None:
@@ -576,12 +596,14 @@ def _run_vals(rec: _Rec) -> None:
     p = rec.vals
     assert p is not None
     try:
+        rec.runs = 1
         for k in range(0, len(p), 2):
             p[k]._i = p[k + 1]
         rec.fn()
     finally:
         for k in range(0, len(p), 2):
             p[k]._i = RELEASED_ID
+        rec.runs = 0
 
 
 def _run_stood(rec: _Rec) -> None:
@@ -591,6 +613,7 @@ def _run_stood(rec: _Rec) -> None:
     stood = rec.stood
     hv = _held_ids(ids)
     try:    # (the cells are filled inside: a Ctrl-C while filling still empties them)
+        rec.runs = 1
         if len(hv) == 1:
             v0 = hv[0]
             for h, k, i in stood:
@@ -608,6 +631,7 @@ def _run_stood(rec: _Rec) -> None:
         rec.fn()
     finally:
         _native.unstand(stood, RELEASED)   # (one call: no Ctrl-C between two places)
+        rec.runs = 0
 
 
 def ta_custom_rule(node: int, key: int) -> int:

@@ -282,3 +282,38 @@ def test_a_precomputed_nan_is_named_too():
     with tapead.detect_anomaly():
         with pytest.raises(tapead.AnomalyError, match="'blowup'"):
             n.backward()
+
+
+@pytest.mark.parametrize("captured", ["cells", "defaults"])
+def test_a_rule_that_runs_its_own_step_again_gives_micrograds_grad(mg, captured):
+    """out._backward() inside its own _backward (micrograd allows it: the
+    step runs twice): the outer run keeps its captured Values."""
+    def make(V):
+        x = V(2.0)
+        out = V(x.data * 3, (x,), "x3")
+        depth = [0]
+        if captured == "cells":
+            def _backward():
+                if depth[0] == 0:
+                    depth[0] += 1
+                    out._backward()
+                    depth[0] -= 1
+                x.grad += 3 * out.grad
+        else:
+            def _backward(x=x, out=out):
+                if depth[0] == 0:
+                    depth[0] += 1
+                    out._backward()
+                    depth[0] -= 1
+                x.grad += 3 * out.grad
+        out._backward = _backward
+        return x, out
+    x, out = make(Value)
+    out.backward()
+    mx, mout = make(mg)
+    mout.backward()
+    assert x.grad == mx.grad == 6.0
+    x.grad = 0.0
+    out.grad = 1.0
+    out._backward()                      # by hand, the same
+    assert x.grad == 6.0
