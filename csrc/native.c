@@ -936,41 +936,81 @@ fail:
     return NULL;
 }
 
-/* unstand(stood, released): put `released` back in every place of stood
- * (tapead/custom.py, _run_stood), in one call: a Ctrl-C cannot land
- * between two places and leave one holding its Value (and segment). */
-static PyObject *va_unstand(PyObject *mod, PyObject *args)
+/* Put x in place t of a rule's stood list, (cell, -1, node) or (copy,
+ * default index, node).  0, or -1 with an exception set. */
+static int va_put_place(PyObject *t, PyObject *x)
 {
-    PyObject *stood, *released, *fast;
-    Py_ssize_t n, j;
-    int failed = 0;
-    (void)mod;
-    if (!PyArg_ParseTuple(args, "OO:unstand", &stood, &released)) return NULL;
-    if (!(fast = PySequence_Fast(stood, "unstand needs a sequence"))) return NULL;
-    n = PySequence_Fast_GET_SIZE(fast);
-    for (j = 0; j < n; j++) {      /* each place, even after one failed */
-        PyObject *t = PySequence_Fast_GET_ITEM(fast, j), *h, *d, *d2;
-        Py_ssize_t k;
-        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 3) { failed = 1; continue; }
-        h = PyTuple_GET_ITEM(t, 0);
-        k = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 1));
-        if (k == -1 && PyErr_Occurred()) { PyErr_Clear(); failed = 1; continue; }
-        if (k < 0) {
-            if (!PyCell_Check(h) || PyCell_Set(h, released) < 0) { PyErr_Clear(); failed = 1; }
-            continue;
-        }
-        if (!PyFunction_Check(h) || !(d = PyFunction_GET_DEFAULTS(h)) || !PyTuple_Check(d) ||
-            k >= PyTuple_GET_SIZE(d)) { failed = 1; continue; }
-        if (PyTuple_GET_ITEM(d, k) == released) continue;
-        if (!(d2 = va_tuple_copy(d))) { PyErr_Clear(); failed = 1; continue; }
-        Py_INCREF(released);
-        Py_SETREF(((PyTupleObject *)d2)->ob_item[k], released);
-        if (PyFunction_SetDefaults(h, d2) < 0) { PyErr_Clear(); failed = 1; }
-        Py_DECREF(d2);
+    PyObject *h, *d, *d2;
+    Py_ssize_t k;
+    int rc;
+    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 3) goto bad;
+    h = PyTuple_GET_ITEM(t, 0);
+    k = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 1));
+    if (k == -1 && PyErr_Occurred()) return -1;
+    if (k < 0) {
+        if (!PyCell_Check(h)) goto bad;
+        return PyCell_Set(h, x);
     }
-    Py_DECREF(fast);
-    if (failed) { PyErr_SetString(PyExc_RuntimeError, "tapead: a rule's place could not be released"); return NULL; }
-    Py_RETURN_NONE;
+    if (!PyFunction_Check(h) || !(d = PyFunction_GET_DEFAULTS(h)) || !PyTuple_Check(d) ||
+        k >= PyTuple_GET_SIZE(d)) goto bad;
+    if (PyTuple_GET_ITEM(d, k) == x) return 0;
+    if (!(d2 = va_tuple_copy(d))) return -1;
+    Py_INCREF(x);
+    Py_SETREF(((PyTupleObject *)d2)->ob_item[k], x);
+    rc = PyFunction_SetDefaults(h, d2);
+    Py_DECREF(d2);
+    return rc;
+bad:
+    PyErr_SetString(PyExc_RuntimeError, "tapead: a rule's place is not one rule_private made");
+    return -1;
+}
+
+/* run_stood(rec, released): run the rule of record rec (tapead/custom.py,
+ * _Rec) with a new Value for each of its nodes in the places of rec.stood,
+ * and `released` put back in every place after, whatever happened: all in
+ * one call, so that no Ctrl-C can land between two of these steps and
+ * leave a place holding its Value (and its segment).  rec.runs is 1 while
+ * the rule runs.  Returns what the rule returns; raises what it raises. */
+static PyObject *va_run_stood(PyObject *mod, PyObject *args)
+{
+    PyObject *rec, *released, *fn = NULL, *stood = NULL, *ids = NULL, *hv = NULL, *r = NULL;
+    PyObject *et = NULL, *ev = NULL, *etb = NULL, *one;
+    Py_ssize_t n, j, m, q;
+    if (!PyArg_ParseTuple(args, "OO:run_stood", &rec, &released)) return NULL;
+    if (!(fn = PyObject_GetAttrString(rec, "fn")) || !(stood = PyObject_GetAttrString(rec, "stood")) ||
+        !(ids = PyObject_GetAttrString(rec, "ids")) || !PyList_Check(stood) || !PyList_Check(ids)) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "run_stood needs a rule record");
+        goto out;
+    }
+    if (!(hv = va_held(mod, ids))) goto out;
+    if (!(one = PyLong_FromLong(1)) || PyObject_SetAttrString(rec, "runs", one) < 0) { Py_XDECREF(one); goto out; }
+    Py_DECREF(one);
+    n = PyList_GET_SIZE(stood);
+    m = PyList_GET_SIZE(ids);
+    for (j = 0; j < n; j++) {                     /* bind */
+        PyObject *t = PyList_GET_ITEM(stood, j);
+        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 3) break;
+        for (q = 0; q < m; q++) {
+            int eq = PyObject_RichCompareBool(PyList_GET_ITEM(ids, q), PyTuple_GET_ITEM(t, 2), Py_EQ);
+            if (eq < 0) break;
+            if (eq) break;
+        }
+        if (PyErr_Occurred()) break;
+        if (q == m) { PyErr_SetString(PyExc_RuntimeError, "tapead: a rule's node is not in its ids"); break; }
+        if (va_put_place(t, PyList_GET_ITEM(hv, q)) < 0) break;
+    }
+    if (!PyErr_Occurred()) r = PyObject_CallNoArgs(fn);
+    PyErr_Fetch(&et, &ev, &etb);                  /* (none, or what binding or the rule raised) */
+    for (j = 0; j < n; j++)                       /* release: every place, whatever happened */
+        if (va_put_place(PyList_GET_ITEM(stood, j), released) < 0) PyErr_Clear();
+    if ((one = PyLong_FromLong(0)) != NULL) {
+        if (PyObject_SetAttrString(rec, "runs", one) < 0) PyErr_Clear();
+        Py_DECREF(one);
+    } else PyErr_Clear();
+    if (et) { Py_CLEAR(r); PyErr_Restore(et, ev, etb); }
+out:
+    Py_XDECREF(fn); Py_XDECREF(stood); Py_XDECREF(ids); Py_XDECREF(hv);
+    return r;
 }
 
 /* precomputed(value, inputs, partials, name id): tapead.precomputed on the
@@ -1020,7 +1060,7 @@ out:
 static PyMethodDef va_module_methods[] = {
     {"custom_info", va_custom_info, METH_O, "custom_info(v): (key, name, inputs) or None"},
     {"held", va_held, METH_O, "held(ids): Values for existing nodes, each holding its segment"},
-    {"unstand", va_unstand, METH_VARARGS, "unstand(stood, released): released back in each place"},
+    {"run_stood", va_run_stood, METH_VARARGS, "run_stood(rec, released): run a rule, its places bound for the run"},
     {"rule_private", va_rule_private, METH_VARARGS, "rule_private(v, fn, released): (key, rule, stood, ids) or None"},
     {"precomputed", va_precomputed, METH_VARARGS, "precomputed(value, inputs, partials, name)"},
     {"make_type", va_make_type, METH_O, "make_type(docs): the native Value type"},

@@ -106,15 +106,6 @@ class _Rec:
         return len(self.vals) // 2 if self.vals else len(self.ids)
 
 
-def _put(holder: Any, k: int, v: Any) -> None:
-    if k < 0:
-        holder.cell_contents = v
-    else:
-        d = list(holder.__defaults__)
-        d[k] = v
-        holder.__defaults__ = tuple(d)
-
-
 class _Released:
     """What a rule's private cells (and defaults) hold between runs on the
     native front, where its closure held a Value of the node's graph (see
@@ -608,30 +599,9 @@ def _run_vals(rec: _Rec) -> None:
 
 def _run_stood(rec: _Rec) -> None:
     """_run for a rule of the native front: a new Value in each place that
-    holds RELEASED, for the run."""
-    ids = rec.ids
-    stood = rec.stood
-    hv = _held_ids(ids)
-    try:    # (the cells are filled inside: a Ctrl-C while filling still empties them)
-        rec.runs = 1
-        if len(hv) == 1:
-            v0 = hv[0]
-            for h, k, i in stood:
-                if k < 0:
-                    h.cell_contents = v0
-                else:
-                    _put(h, k, v0)
-        else:
-            where = ids.index   # (ids are few)
-            for h, k, i in stood:
-                if k < 0:
-                    h.cell_contents = hv[where(i)]
-                else:
-                    _put(h, k, hv[where(i)])
-        rec.fn()
-    finally:
-        _native.unstand(stood, RELEASED)   # (one call: no Ctrl-C between two places)
-        rec.runs = 0
+    holds RELEASED, for the run, in one C call (native.run_stood: no Ctrl-C
+    can land between binding and releasing)."""
+    _native.run_stood(rec, RELEASED)
 
 
 def ta_custom_rule(node: int, key: int) -> int:

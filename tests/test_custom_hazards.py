@@ -85,23 +85,30 @@ def test_ctrl_c_anywhere_in_a_backward_through_a_rule():
     tapead's Python in turn (the rule hook, the rule's run): it raises that
     KeyboardInterrupt (never a TapeadError, never swallowed), or, past the
     last, gives micrograd's gradient."""
-    swallowed = []
-    old_hook = sys.unraisablehook
-    sys.unraisablehook = lambda u: swallowed.append(u.exc_type)
-    try:
-        k = 1
-        while True:
-            x = Value(0.5)
-            y = softplus(x * 2.0) * 3.0
-            hit, got = _interrupt_at(k, y.backward)
-            assert got is None or not isinstance(got, BaseException), (k, got)
-            if not hit:
-                break
-            k += 1
-    finally:
-        sys.unraisablehook = old_hook
-    assert k > 3 and swallowed == []
-    assert x.grad == pytest.approx(3.0 * 2.0 / (1 + math.exp(-1.0)), rel=1e-15)
+    def body():
+        swallowed = []
+        old_hook = sys.unraisablehook
+        sys.unraisablehook = lambda u: swallowed.append(u.exc_type)
+        try:
+            k = 1
+            while True:
+                x = Value(0.5)
+                y = softplus(x * 2.0) * 3.0
+                hit, got = _interrupt_at(k, y.backward)
+                assert got is None or not isinstance(got, BaseException), (k, got)
+                if not hit:
+                    break
+                k += 1
+        finally:
+            sys.unraisablehook = old_hook
+        assert k > 3 and swallowed == []
+        assert x.grad == pytest.approx(3.0 * 2.0 / (1 + math.exp(-1.0)), rel=1e-15)
+        del x, y
+        pad = [Value(0.0) for _ in range(2 * SEG)]   # (the segments of the loop: not current)
+        del pad
+        collect_all()
+        return len(C._state().recs)
+    assert on_fresh_tape(body) == 0      # no run left a captured Value in place: nothing kept
 
 
 def test_a_custom_step_called_in_another_thread_raises():
