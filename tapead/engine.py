@@ -438,7 +438,7 @@ class Value:
         """A new leaf with the same data (its grad starts at 0)."""
         return Value(self.data)
 
-    def __reduce__(self) -> Tuple[object, Tuple[float, float]]:
+    def __reduce__(self) -> Tuple[object, Tuple[Any, ...]]:
         # pickle, copy.copy and copy.deepcopy: a detached leaf, same data and
         # grad.  Read through the token's hold, so it works in any thread
         # (multiprocessing pickles in helper threads).
