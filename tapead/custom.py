@@ -38,9 +38,12 @@ rule Value, one of its own Values for the node that holds no segment and
 whose id is RELEASED_ID (C refuses it, naming the cause) except while the
 rule runs, when it is the node's (_run): no cell is written per run, which
 PyPy's JIT makes costly.  The native front: RELEASED, replaced for each run
-by a new Value of the node (native.held), as a native Value always holds
-its segment.  A run needs no hold: the node and its inputs are alive while
-it runs (the sweep holds the collector off; out._backward() holds out).
+by a new Value of the node, as a native Value always holds its segment
+(native.run_stood binds, runs and releases in one C call: no Ctrl-C can
+leave a place bound).  A run needs no hold: the node and its inputs are
+alive while it runs (the sweep holds the collector off; out._backward()
+holds out).  A rule may run its own step inside itself: only the
+outermost run binds and releases (_Rec.runs).
 """
 from __future__ import annotations
 
@@ -167,7 +170,6 @@ def _raw_info(v: Any) -> Optional[Tuple[int, int, Tuple[int, ...]]]:
 # the native front's C helpers (None on the cffi front)
 _native_pre: Optional[Callable[..., Any]] = None
 _native: Any = None
-_held_ids: Any = None        # native.held: new Values for existing nodes, each holding its segment
 
 
 # The front this module records through and hands Values out of: tapead.engine,
@@ -184,8 +186,8 @@ def attach(front: Any) -> None:
 
 def bind_native(native: Any) -> None:
     """The native front's C versions of the hot helpers (engine._native_front)."""
-    global _raw_info, _held_ids, _native_pre, _rule_private, _native
-    _raw_info, _held_ids, _native_pre = native.custom_info, native.held, native.precomputed
+    global _raw_info, _native_pre, _rule_private, _native
+    _raw_info, _native_pre = native.custom_info, native.precomputed
     _rule_private, _native = _native_rule_private, native
 
 
