@@ -290,9 +290,10 @@ def _with_partials(x: float, vals: List[Any], ps: Sequence[Any], name: str,
     elif n:
         ps = [_partial(ps[0], words[1])]
     if _native_pre is not None:
-        for c in vals:      # (the native call checks types too, worded for precomputed)
-            if not isinstance(c, _engine.Value):
-                raise TypeError(f"{words[2]}, not {type(c).__name__}")
+        if words is not _PRE_WORDS:   # (the native call checks too, in precomputed's words)
+            for c in vals:
+                if not isinstance(c, _engine.Value):
+                    raise TypeError(f"{words[2]}, not {type(c).__name__}")
         return _native_pre(x, vals, list(ps), name_id(name))
     E = _engine
     nm = name_id(name)
