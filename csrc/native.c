@@ -974,17 +974,21 @@ bad:
 static PyObject *va_run_stood(PyObject *mod, PyObject *args)
 {
     PyObject *rec, *released, *fn = NULL, *stood = NULL, *ids = NULL, *hv = NULL, *r = NULL;
-    PyObject *et = NULL, *ev = NULL, *etb = NULL, *one;
+    PyObject *et = NULL, *ev = NULL, *etb = NULL;
+    static PyObject *s_fn, *s_stood, *s_ids, *s_runs, *zero, *unit;   /* (made once, kept) */
     Py_ssize_t n, j, m, q;
     if (!PyArg_ParseTuple(args, "OO:run_stood", &rec, &released)) return NULL;
-    if (!(fn = PyObject_GetAttrString(rec, "fn")) || !(stood = PyObject_GetAttrString(rec, "stood")) ||
-        !(ids = PyObject_GetAttrString(rec, "ids")) || !PyList_Check(stood) || !PyList_Check(ids)) {
+    if (!s_runs && (!(s_fn = PyUnicode_InternFromString("fn")) || !(s_stood = PyUnicode_InternFromString("stood")) ||
+                    !(s_ids = PyUnicode_InternFromString("ids")) || !(zero = PyLong_FromLong(0)) ||
+                    !(unit = PyLong_FromLong(1)) || !(s_runs = PyUnicode_InternFromString("runs"))))
+        return NULL;
+    if (!(fn = PyObject_GetAttr(rec, s_fn)) || !(stood = PyObject_GetAttr(rec, s_stood)) ||
+        !(ids = PyObject_GetAttr(rec, s_ids)) || !PyList_Check(stood) || !PyList_Check(ids)) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "run_stood needs a rule record");
         goto out;
     }
     if (!(hv = va_held(mod, ids))) goto out;
-    if (!(one = PyLong_FromLong(1)) || PyObject_SetAttrString(rec, "runs", one) < 0) { Py_XDECREF(one); goto out; }
-    Py_DECREF(one);
+    if (PyObject_SetAttr(rec, s_runs, unit) < 0) goto out;
     n = PyList_GET_SIZE(stood);
     m = PyList_GET_SIZE(ids);
     for (j = 0; j < n; j++) {                     /* bind */
@@ -1003,10 +1007,7 @@ static PyObject *va_run_stood(PyObject *mod, PyObject *args)
     PyErr_Fetch(&et, &ev, &etb);                  /* (none, or what binding or the rule raised) */
     for (j = 0; j < n; j++)                       /* release: every place, whatever happened */
         if (va_put_place(PyList_GET_ITEM(stood, j), released) < 0) PyErr_Clear();
-    if ((one = PyLong_FromLong(0)) != NULL) {
-        if (PyObject_SetAttrString(rec, "runs", one) < 0) PyErr_Clear();
-        Py_DECREF(one);
-    } else PyErr_Clear();
+    if (PyObject_SetAttr(rec, s_runs, zero) < 0) PyErr_Clear();
     if (et) { Py_CLEAR(r); PyErr_Restore(et, ev, etb); }
 out:
     Py_XDECREF(fn); Py_XDECREF(stood); Py_XDECREF(ids); Py_XDECREF(hv);
