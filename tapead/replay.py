@@ -138,6 +138,18 @@ def _flat_len(size: str, sizes: Dict[str, int]) -> int:
     return 2 * sizes["ng"] if size == "2ng" else sizes[size]
 
 
+def _flat_arrays(prog: "Program") -> Dict[str, Any]:
+    """prog's flat form (csrc/cdef.h: ta_flat_t): its sizes as ints, its arrays
+    as numpy arrays of their lengths."""
+    np = _np()
+    sizes = _prog.prog_flat_sizes(prog._p, _SIZES)
+    arrs = {name: np.zeros(max(_flat_len(size, sizes), 1), dtype=t) for name, t, size in _FLAT}
+    _prog.prog_flat(prog._p, sizes, arrs)
+    out: Dict[str, Any] = dict(sizes)
+    out.update((name, arrs[name][:_flat_len(size, sizes)]) for name, _, size in _FLAT)
+    return out
+
+
 def _load(state: Dict[str, Any]) -> "Program":
     """A Program from its pickled state (Program.__reduce__); every field is
     checked in C, so bytes from anywhere make a Program or a ValueError."""
@@ -341,13 +353,11 @@ class Program:
                          params)
 
     def __reduce__(self) -> Tuple[Any, Tuple[Dict[str, Any]]]:
-        np = _np()
-        sizes = _prog.prog_flat_sizes(self._p, _SIZES)
-        arrs = {name: np.zeros(max(_flat_len(size, sizes), 1), dtype=t) for name, t, size in _FLAT}
-        _prog.prog_flat(self._p, sizes, arrs)
-        state: Dict[str, Any] = {"format": _FORMAT, "ops": tuple(OP), **sizes}
-        for name, t, size in _FLAT:
-            state[name] = arrs[name][:_flat_len(size, sizes)].astype("<" + t).tobytes()
+        flat = _flat_arrays(self)
+        state: Dict[str, Any] = {"format": _FORMAT, "ops": tuple(OP)}
+        for name, t, _ in _FLAT:
+            state[name] = flat[name].astype("<" + t).tobytes()
+        state.update((k, flat[k]) for k in _SIZES)
         state["params"] = self.params.astype("<f8").tobytes()
         return (_load, (state,))
 
