@@ -282,8 +282,19 @@ class Program:
                 raise ValueError("this Program has no parameter Values to follow "
                                  "(it was unpickled): assign values instead")
             return
-        v = _vector(values, self._dims[3], "params")
-        _prog.prog_set_params(self._p, v)
+        _prog.prog_set_params(self._p, self._param_values(values))
+
+    def _param_values(self, values: Any) -> Any:
+        """values as the parameters' array; a wrong length says their order."""
+        try:
+            return _vector(values, self._dims[3], "params")
+        except ValueError as e:
+            flat = self._flat_form()
+            pars = set(flat["par"].tolist())
+            inwrt = len({k for k in flat["wrt"].tolist() if k in pars})
+            raise ValueError(f"{e}: the {inwrt} wrt leaves that are parameters, in wrt's order, "
+                             f"then {len(pars) - inwrt} other parameter leaves (neither inputs nor "
+                             f"in wrt), in the order they were created") from None
 
     @property
     def follows_values(self) -> bool:
@@ -316,7 +327,7 @@ class Program:
         Y = np.empty((B, nout))
         r["X"], r["Y"] = X, Y
         if params is not None:
-            r["params"] = _vector(params, npar, "params")
+            r["params"] = self._param_values(params)
         G = P = sp = None
         if grad is not None:
             if seed is None:
