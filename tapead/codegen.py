@@ -60,12 +60,12 @@ summed over rows) or ``"ps"`` (per-sample gradients)
 
 ``Target``
     Makes a whole translation unit from the bodies: its ``source(code)``
-    returns the text.  ``CTarget`` is the CPU's (csrc/cdef.h: ta_kernel_fn,
-    4 lanes of rows, chunks and accumulators as the interpreter's, so summed
-    gradients are its bits too).  A CUDA target defines the same names
-    with ``TA_W`` 1, ``l`` 0, the row from the thread index, and reduces
-    ``TA_ACC`` its own way; it includes ops.h as ``CTarget`` does
-    (``include_dir()``) so its kernel computes with the same rules.
+    returns the text.  ``CTarget`` is the CPU's (csrc/cdef.h: ta_kernel_fn;
+    ``TA_W`` 1, one row at a time; chunks and accumulators as the
+    interpreter's, so summed gradients are its bits too).  A CUDA target
+    defines the same names (``TA_W`` 1, ``l`` 0, the row from the thread
+    index) and reduces ``TA_ACC`` its own way; it includes ops.h as
+    ``CTarget`` does (``include_dir()``) so its kernel computes with the same rules.
 
     >>> import numpy as np, tapead
     >>> x = tapead.Value(0.5); w = tapead.Value(2.0); y = (w * x).exp()

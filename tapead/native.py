@@ -234,14 +234,14 @@ def kernel(code: "codegen.Code") -> Tuple[int, int]:
 NONE_REASON = "native=None: generated CPU code measured no faster here, see docs/native.md"
 
 
-class Tier:
+class NativeState:
     """Which path runs a Program: generated code (native=True, built now) or
     the interpreter, and why.  mode: the Program's native argument; landed:
     it was unpickled (a failed build then falls back, where it lands,
-    instead of raising)."""
+    instead of raising).  (It keeps no reference to the Program: no cycle.)"""
 
     def __init__(self, prog: Any, mode: Optional[bool], landed: bool = False) -> None:
-        self.prog, self.mode = prog, mode
+        self.mode = mode
         self.why = "native=False" if mode is False else NONE_REASON if mode is None else ""
         if mode:
             try:
@@ -254,7 +254,7 @@ class Tier:
             from ._c import program as _prog
             _prog.prog_set_kernel(prog._p, address, nscratch)
 
-    def describe(self) -> str:
-        if self.prog.native:
+    def describe(self, running_native: bool) -> str:
+        if running_native:
             return "'native'"
         return f"'interpreter' ({self.why})"

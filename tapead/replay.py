@@ -29,7 +29,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple, Union
 
 if TYPE_CHECKING:
-    from .native import Tier
+    from .native import NativeState
     import numpy
     import numpy.typing as npt
     from numpy.typing import ArrayLike
@@ -172,8 +172,8 @@ def _load(state: Dict[str, Any]) -> "Program":
         raise bad
     prog = Program.__new__(Program)
     prog._own(p)
-    from .native import Tier     # (not at import: it imports subprocess, hashlib ...)
-    prog._tier = Tier(prog, native, landed=True)
+    from .native import NativeState     # (not at import: it imports subprocess, hashlib ...)
+    prog._native = NativeState(prog, native, landed=True)
     return prog
 
 
@@ -210,7 +210,7 @@ class Program:
     _p: Any
     _params: List[Value]
     _dims: Tuple[int, ...]
-    _tier: "Tier"
+    _native: "NativeState"
 
     def __init__(self, outputs: Union[Value, Iterable[Value]], inputs: Union[Value, Iterable[Value]],
                  wrt: Union[Value, Iterable[Value]] = (), native: Optional[bool] = None) -> None:
@@ -226,8 +226,8 @@ class Program:
         self._own(p)
         from .engine import held
         self._params = held(_prog.prog_params(self._p, self._dims[3]))  # keeps their segments alive
-        from .native import Tier
-        self._tier = Tier(self, native)
+        from .native import NativeState
+        self._native = NativeState(self, native)
 
     def _own(self, box: Any) -> None:
         """Take the C program in box (_prog.prog_new, prog_load); its sizes
@@ -383,8 +383,8 @@ class Program:
             state[name] = flat[name].astype("<" + t).tobytes()
         state.update((k, flat[k]) for k in _SIZES)
         state["params"] = self.params.astype("<f8").tobytes()
-        if self._tier.mode is not None:
-            state["native"] = self._tier.mode
+        if self._native.mode is not None:
+            state["native"] = self._native.mode
         return (_load, (state,))
 
     @property
@@ -396,7 +396,7 @@ class Program:
     def __repr__(self) -> str:
         return (f"Program(nodes={self.nodes}, inputs={self.n_inputs}, outputs={self.n_outputs}, "
                 f"wrt={self.n_wrt}, params={self._dims[3]}, guards={self.guards}, "
-                f"runs={self._tier.describe()})")
+                f"runs={self._native.describe(self.native)})")
 
 
 def compile(outputs: Union[Value, Iterable[Value]], inputs: Union[Value, Iterable[Value]],
