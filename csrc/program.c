@@ -70,6 +70,7 @@ static int ta_prog_copy(ta_tape *T, ta_prog *P, const ta_sub *S, const int64_t *
 {
     const struct ta_guards *G;
     uint32_t j, k, gk = 0;
+    uint64_t q;
     int st;
     if ((st = ta_prog_alloc(P)) != TA_OK) return st;
     if (!(P->parid = (int64_t *)ta_malloc(((size_t)P->npar + 1) * 8))) return TA_ENOMEM;
@@ -87,9 +88,14 @@ static int ta_prog_copy(ta_tape *T, ta_prog *P, const ta_sub *S, const int64_t *
         if (P->b[P->in[j]]) return TA_EARG;   /* the same leaf twice */
         P->b[P->in[j]] = 1;
     }
-    /* parameters: the other leaves, with their tape ids, in tape order */
-    for (j = 0, k = 0; k < P->n; k++) {
-        if (P->op[k] != TA_LEAF || P->b[k]) continue;
+    /* parameters: the other leaves, with their tape ids; first those in wrt,
+     * in wrt's order (params= and .params follow it), then the rest in tape
+     * order (b = 2 marks a parameter not yet placed) */
+    for (k = 0; k < P->n; k++) if (P->op[k] == TA_LEAF && !P->b[k]) P->b[k] = 2;
+    for (j = 0, q = 0; q < (uint64_t)P->nwrt + P->n; q++) {
+        k = q < P->nwrt ? P->wrt[q] : (uint32_t)(q - P->nwrt);
+        if (k == TA_NONE || P->op[k] != TA_LEAF || P->b[k] != 2) continue;
+        P->b[k] = 3;
         P->par[j] = k; P->pv[j] = S->v[k];
         P->parid[j] = TA_ID(T, S->ref[k]); j++;
     }
@@ -163,6 +169,7 @@ int64_t ta_prog_size(ta_prog *P, int what)
     case TA_PS_WRT:     return P->nwrt;
     case TA_PS_LIVE:    return P->live;
     case TA_PS_BLOCK:   return TA_BLOCK;
+    case TA_PS_KERNEL:  return P->kernel != NULL;
     }
     return TA_EARG;
 }
@@ -206,6 +213,14 @@ int ta_prog_follow(ta_prog *P)
     if (!P) return TA_EARG;
     if (!P->parid) return TA_EARG;     /* loaded: there are no Values to follow */
     P->live = 1;
+    return TA_OK;
+}
+
+int ta_prog_set_kernel(ta_prog *P, void *fn, uint64_t nscratch, int abi)
+{
+    if (!P || abi != TA_KERNEL_ABI || nscratch > ((uint64_t)1 << 40)) return TA_EARG;
+    P->kernel = (ta_kernel_fn)fn;    /* (a data to function pointer cast: POSIX allows it) */
+    P->nscratch = fn ? nscratch : 0;
     return TA_OK;
 }
 

@@ -34,7 +34,16 @@ struct ta_guards {
     double    fx, fy;               /* values that flipped it                  */
 };
 
-int ta_compare(int kind, double x, double y);
+/* A guard's comparison: kind 0 <, 1 <=, 2 >, 3 >= (cdef.h: ta_cmp2). */
+static inline int ta_compare(int kind, double x, double y)
+{
+    switch (kind) {
+    case 0: return x < y;
+    case 1: return x <= y;
+    case 2: return x > y;
+    default: return x >= y;
+    }
+}
 /* T's guards, created on first use (NULL: out of memory); they are the
  * one state attached to the tape (tapead.h: ta_attach). */
 struct ta_guards *ta_guards_of(ta_tape *T);
@@ -172,6 +181,8 @@ struct ta_prog {
     int       live;         /* read parameters from the tape (parid) at a run  */
     ta_guard *g;            /* a, b are node indices here                      */
     ta_code  *code;         /* derived by ta_code_new (code.c)                 */
+    ta_kernel_fn kernel;    /* generated code for its blocks, or NULL (cdef.h) */
+    uint64_t  nscratch;     /* doubles of scratch the kernel needs             */
     void     *ws[TA_NWS];   /* idle workspaces (parallel.c)                    */
 };
 
@@ -227,6 +238,7 @@ typedef struct {
     double *A;      /* ndu uniform adjoints summed over a block              */
     double *Gb;     /* nwrt: a block's sums for wrt columns that are inputs  */
     double *U;      /* nu uniform values (the calling thread's workspace's)  */
+    double *K;  uint64_t kcap;   /* a kernel's scratch (parallel.c), kcap doubles */
 } ta_ws;
 
 /* batch.c.  The uniform values for one call into U (params: the parameter

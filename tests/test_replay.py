@@ -581,3 +581,24 @@ def test_unaligned_arrays_are_copied_before_c_reads_them():
     assert Y.ravel().tolist() == [1.0] * 300 and G.tolist() == [0.0]
     prog.params = p
     assert prog.params.tolist() == [3.0]
+
+
+def test_params_take_wrt_order():
+    """params= and .params follow wrt's order, not the order the leaves were
+    created (which silently swapped parameters before), then the parameters
+    not in wrt in creation order; a wrong length names that order."""
+    c = Value(4.0)                       # created first, not in wrt
+    a = Value(2.0)
+    b = Value(3.0)
+    x = Value(0.0)
+    y = a * x + b * c
+    prog = tapead.compile(y, [x], wrt=[b, a])
+    assert prog.params.tolist() == [3.0, 2.0, 4.0]
+    X = np.array([[1.0], [2.0]])
+    Y, G = prog.grad(X, params=[10.0, 5.0, 1.0])     # b = 10, a = 5, c = 1: y = 5 x + 10
+    assert Y.ravel().tolist() == [15.0, 20.0]
+    assert G.tolist() == [2.0, 3.0]                   # dy/db = c per row, dy/da = x per row
+    prog.params = [1.0, 0.0, 2.0]                     # b = 1, a = 0, c = 2
+    assert prog(X).ravel().tolist() == [2.0, 2.0]
+    with pytest.raises(ValueError, match=r"params must have shape \(3,\).*wrt's order.*1 other"):
+        prog(X, params=[10.0, 5.0])

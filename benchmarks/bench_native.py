@@ -1,0 +1,176 @@
+"""Native replay benchmarks (docs/native.md): generated C (native=True) against
+the interpreter, and the interpreter against a hand-written C tape interpreter,
+each pair in the same run, medians of interleaved repeats, one thread.  Times
+are the process's CPU time per call (time.process_time: on a shared machine it
+moves less with the load than the wall clock does; one thread, so the two agree
+on an idle one).
+
+1. European call, price and pathwise delta, vega, rho per path (per-sample
+   gradients), 2^17 paths: native=True vs the interpreter.
+2. The demo training step's batched replay (tapead.demo.batched_trainer's
+   program: hinge loss of micrograd's MLP over 100 rows, summed gradients,
+   params=): native=True vs the interpreter.
+3. The "Fastest Autograd in the West" workload (100 inputs, 10k ops cycling
+   softplus, a 4-term sum, a product, a 4-way softmax over a sliding window;
+   forward and reverse per row, the 100 input gradients per row): the Program
+   as native=None runs it (the interpreter) vs benchmarks/fa_ref.c (gcc -O3).
+4. The first call of a 1,000-node program (that workload at 190 ops), compile
+   included, empty kernel cache: native=True, and native=None.
+
+Run: python benchmarks/bench_native.py [--quick]
+"""
+import ctypes
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+import tapead
+import tapead.nn
+from tapead import Value, demo, native
+
+QUICK = "--quick" in sys.argv
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def cpu(fn, inner):
+    t0 = time.process_time()
+    for _ in range(inner):
+        fn()
+    return (time.process_time() - t0) / inner
+
+
+def paired(fa, fb, inner, repeats):
+    """Medians of a and b, timed in alternation."""
+    ta, tb = [], []
+    for _ in range(repeats):
+        ta.append(cpu(fa, inner))
+        tb.append(cpu(fb, inner))
+    return statistics.median(ta), statistics.median(tb)
+
+
+def same(a, b):
+    if isinstance(a, tuple):
+        return all(same(u, v) for u, v in zip(a, b))
+    return a.tobytes() == b.tobytes()
+
+
+def european():
+    S0, K, r, sig, T = (Value(v) for v in (100.0, 105.0, 0.03, 0.2, 1.0))
+    z = Value(0.0)
+    ST = S0 * ((r - 0.5 * sig * sig) * T + sig * T.sqrt() * z).exp()
+    pay = (ST - K).relu() * (-r * T).exp()
+    return [pay], [z], [S0, sig, r]
+
+
+def fastest_autograd(n_ops):
+    """(output, inputs) of arogozhnikov's graph: softplus as log1p(exp x); the
+    softmax shifted by its inputs' maximum at recording (a constant)."""
+    xs = [Value(float(v)) for v in np.random.default_rng(0).uniform(-1, 1, 100)]
+    nodes = list(xs)
+    for op in range(n_ops):
+        k = op % 4
+        if k == 0:
+            nodes.append(nodes[-10].exp().log1p())
+        elif k == 1:
+            a, b, c, d = nodes[-30:-10:5]
+            nodes.append(a + b + c + d)
+        elif k == 2:
+            nodes.append(nodes[-20] * nodes[-10])
+        else:
+            last = nodes[-4:]
+            m = max(v.data for v in last)
+            e = [(v - m).exp() for v in last]
+            s = e[0] + e[1] + e[2] + e[3]
+            nodes.extend(v / s for v in e)
+    return nodes[-1], xs
+
+
+def fa_ref():
+    """benchmarks/fa_ref.c built with gcc -O3 into a temporary folder: its fa_run."""
+    d = tempfile.mkdtemp(prefix="fa_ref")
+    so = os.path.join(d, "fa_ref.so")
+    cc = native.compiler() or ["cc"]
+    subprocess.run(cc + ["-O3", "-fPIC", "-shared", "-ffp-contract=off", "-o", so,
+                         os.path.join(HERE, "fa_ref.c"), "-lm"], check=True)
+    f = ctypes.CDLL(so).fa_run
+    f.argtypes = [ctypes.c_int, ctypes.c_int64] + [ctypes.c_void_p] * 3
+    f.restype = ctypes.c_int
+    return f
+
+
+def main():
+    reps = 5 if QUICK else 11
+    print(f"tapead native replay benchmarks ({'quick' if QUICK else 'full'}); medians of {reps} "
+          f"interleaved repeats; CPU time, one thread; {os.cpu_count()} cores, shared")
+    with tempfile.TemporaryDirectory() as cache:
+        os.environ["TAPEAD_CACHE"] = cache
+
+        outs, ins, wrt = european()
+        interp = tapead.compile(outs, ins, wrt=wrt, native=False)
+        t0 = time.perf_counter()
+        nat = tapead.compile(outs, ins, wrt=wrt, native=True)
+        build = time.perf_counter() - t0
+        Z = np.random.default_rng(1).standard_normal((1 << 17, 1))
+        assert same(interp.grad(Z, per_sample=True), nat.grad(Z, per_sample=True))
+        ti, tn = paired(lambda: interp.grad(Z, per_sample=True, threads=1),
+                        lambda: nat.grad(Z, per_sample=True, threads=1), 3, reps)
+        print(f"\n1. European call, per-path price + delta/vega/rho ({interp.nodes} nodes, build "
+              f"{build:.2f} s): interpreter {ti / len(Z) * 1e9:6.1f} ns/path   native "
+              f"{tn / len(Z) * 1e9:6.1f} ns/path   ratio {tn / ti:5.2f}x  (target <= 0.6x)")
+
+        model, X, y = demo.setup(tapead.nn)
+        params = model.parameters()
+        x0, x1, yi = Value(0.0), Value(0.0), Value(1.0)
+        hinge = (1 + (-yi) * model([x0, x1])).relu()
+        interp = tapead.compile([hinge], [x0, x1, yi], wrt=params, native=False)
+        t0 = time.perf_counter()
+        nat = tapead.compile([hinge], [x0, x1, yi], wrt=params, native=True)
+        build = time.perf_counter() - t0
+        Xy = np.column_stack([X, y]).astype(np.float64)
+        seed, w = np.full(1, 1.0 / len(y)), np.array([p.data for p in params])
+        assert same(interp.grad(Xy, seed=seed, params=w), nat.grad(Xy, seed=seed, params=w))
+        ti, tn = paired(lambda: interp.grad(Xy, seed=seed, params=w, threads=1),
+                        lambda: nat.grad(Xy, seed=seed, params=w, threads=1), 100, reps)
+        print(f"\n2. demo batched step ({interp.nodes} nodes, 100 rows, build {build:.1f} s): "
+              f"interpreter {ti * 1e6:7.1f} us   native {tn * 1e6:7.1f} us   ratio {tn / ti:5.2f}x  "
+              f"(target <= 0.6x)")
+
+        n_ops = 2000 if QUICK else 10000
+        out, xs = fastest_autograd(n_ops)
+        prog = tapead.compile(out, xs, wrt=xs)            # native=None: what it picks
+        ref = fa_ref()
+        B = 32
+        R = np.ascontiguousarray(np.random.default_rng(2).uniform(-1, 1, (B, 100)))
+        Yr, Gr = np.empty(B), np.empty((B, 100))
+        run_ref = lambda: ref(n_ops, B, R.ctypes.data, Yr.ctypes.data, Gr.ctypes.data)  # noqa: E731
+        run_ref()
+        Yp, Gp = prog.grad(R, per_sample=True)
+        assert np.allclose(Yp.ravel(), Yr, rtol=1e-9) and np.allclose(Gp, Gr, rtol=1e-6, atol=1e-12)
+        tp, tr = paired(lambda: prog.grad(R, per_sample=True, threads=1), run_ref, 1, reps)
+        print(f"\n3. fastest-autograd, {n_ops} ops ({prog.nodes} nodes), per row (forward + reverse, "
+              f"100 gradients), {prog!r}:\n   tapead {tp / B * 1e6:7.1f} us/row   "
+              f"hand-written C tape (fa_ref.c, -O3) {tr / B * 1e6:7.1f} us/row   ratio {tp / tr:5.2f}x "
+              f"(target <= 1x)")
+
+        out, xs = fastest_autograd(190)
+        firsts = {True: [], None: []}
+        for k in range(3 if QUICK else 5):
+            for mode in (True, None):
+                os.environ["TAPEAD_CACHE"] = os.path.join(cache, f"first{k}{mode}")
+                t0 = time.perf_counter()
+                p = tapead.compile(out, xs, wrt=xs, native=mode)
+                p.grad(R, per_sample=True)
+                firsts[mode].append(time.perf_counter() - t0)
+        print(f"\n4. first call of a {p.nodes}-node program (32 rows), compile included, empty "
+              f"cache (wall clock): native=True {min(firsts[True]):.2f}-{max(firsts[True]):.2f} s, "
+              f"native=None {min(firsts[None]) * 1e3:.1f}-{max(firsts[None]) * 1e3:.1f} ms  "
+              f"(target <= 1 s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,238 @@
+"""Native replay (tapead/native.py, tapead/codegen.py): a Program run by
+generated C gives the interpreter's results bit for bit (every op, dots,
+guards, failures, threads, per-sample and summed gradients, seeds, params=),
+and the kernel cache, the compiler's absence or failure, pickling and repr
+behave as documented.  The interpreter is the independent reference here: it
+is itself checked against micrograd, closed forms and finite differences by
+the rest of the suite.  Each test builds at most a few kernels (a C compiler
+run each, ~0.1-1 s), into a cache folder of its own."""
+import os
+import pickle
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import tapead
+from tapead import GuardError, Value, native
+from tapead.codegen import Body, Code
+from opcases import math_ops
+
+pytestmark = pytest.mark.skipif(native.compiler() is None, reason="no C compiler")
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path_factory, monkeypatch):
+    """Kernels go to one folder per test session (never the user's cache)."""
+    monkeypatch.setenv("TAPEAD_CACHE", str(tmp_path_factory.getbasetemp() / "kernels"))
+
+
+def spellings():
+    """op name -> f(a, b, c) recording that op, defined for every finite a, b
+    (c a constant in [0.5, 2])."""
+    return {
+        "ADD": lambda a, b, c: a + b, "SUB": lambda a, b, c: a - b, "MUL": lambda a, b, c: a * b,
+        "DIV": lambda a, b, c: a / (b * b + 1.0),
+        "POW": lambda a, b, c: (b * b + 1.0) ** a.tanh(),
+        "ADDC": lambda a, b, c: a + c, "RSUBC": lambda a, b, c: c - a, "MULC": lambda a, b, c: a * c,
+        "RDIVC": lambda a, b, c: c / (a * a + 1.0), "POWC": lambda a, b, c: (a * a + 0.5) ** (c - 1.3),
+        "RPOWC": lambda a, b, c: c ** a.tanh(), "RELU": lambda a, b, c: a.relu(),
+        "TANH": lambda a, b, c: a.tanh(), "EXP": lambda a, b, c: a.tanh().exp(),
+        "LOG": lambda a, b, c: (a * a + 0.25).log(), "SIGMOID": lambda a, b, c: a.sigmoid(),
+        "SIN": lambda a, b, c: a.sin(), "COS": lambda a, b, c: a.cos(),
+        "SQRT": lambda a, b, c: (a * a).sqrt(), "ABS": lambda a, b, c: abs(a),
+        "MAX": lambda a, b, c: tapead.maximum(a, b), "MIN": lambda a, b, c: tapead.minimum(a, b),
+        "DIVC": lambda a, b, c: a / 4.6e307 * 1e300,   # 1/c not normal: recorded as DIVC
+        "LOG1P": lambda a, b, c: (a * a).log1p(),
+    }
+
+
+def random_graph(seed, nin=3, npar=3, n=70):
+    """(outputs, inputs, wrt) of a random graph over every op: chains of random
+    ops on inputs and parameters, neurons (dots of 1-6 terms, some with a
+    product of two rows or a square inside), uniform-only nodes, and outputs
+    that are an input and a parameter themselves."""
+    rng = random.Random(seed)
+    xs = [Value(rng.uniform(-1, 1)) for _ in range(nin)]
+    ws = [Value(rng.uniform(-1, 1)) for _ in range(npar)]
+    unused = Value(0.5)                      # a wrt leaf no output reaches
+    pool, uni = list(xs) + list(ws), list(ws)
+    spell = spellings()
+    names = sorted(spell)
+    for i in range(n):
+        if i % 9 == 4:                        # a neuron: b + w0*x0 + w1*x1 + ...
+            k = rng.randint(1, 6)
+            terms = [(rng.choice(uni), rng.choice(pool[-8:])) for _ in range(k)]
+            if rng.random() < 0.3:
+                q = rng.choice(pool); terms.append((q, q))
+            if rng.random() < 0.3:
+                terms.append((rng.choice(pool), rng.choice(pool)))
+            pool.append(sum((w * q for w, q in terms), rng.choice(pool)))
+            continue
+        op = names[i % len(names)] if i < 2 * len(names) else rng.choice(names)
+        a, b = rng.choice(pool[-10:]), rng.choice(pool)
+        if i % 7 == 0:                       # uniform: parameters only
+            a, b = rng.choice(uni), rng.choice(uni)
+            pool.append(spell[op](a, b, rng.uniform(0.5, 2)))
+            uni.append(pool[-1])
+            continue
+        pool.append(spell[op](a, b, rng.uniform(0.5, 2)))
+    total = sum(v * 1e-3 for v in pool[nin + npar:])     # every node reaches an output
+    outs = pool[-3:] + [total, uni[-1], xs[0], ws[1]]
+    return outs, xs, list(ws) + [xs[1], unused]
+
+
+def pair(outs, xs, wrt, **kw):
+    """The same graph compiled twice: (interpreted, native)."""
+    return (tapead.compile(outs, xs, wrt=wrt, native=False, **kw),
+            tapead.compile(outs, xs, wrt=wrt, native=True, **kw))
+
+
+def same(a, b):
+    if isinstance(a, tuple):
+        return len(a) == len(b) and all(same(u, v) for u, v in zip(a, b))
+    return a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def runs(p, X, pv):
+    """Every way of running p over X, as a tuple of results."""
+    B, nout = X.shape[0], p.n_outputs
+    rows = np.random.default_rng(3).normal(size=(B, nout))
+    return (p(X), p(X, threads=3), p.grad(X), p.grad(X, threads=4),
+            p.grad(X, per_sample=True), p.grad(X, per_sample=True, threads=2),
+            p.grad(X, seed=rows), p.grad(X, seed=rows, per_sample=True),
+            p.grad(X, seed=np.arange(1.0, nout + 1)), p.grad(X, params=pv),
+            p.grad(X, per_sample=True, params=pv), p(X[:5]), p.grad(X[:3]))
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_random_programs_bit_for_bit(seed):
+    outs, xs, wrt = random_graph(seed)
+    slow, fast = pair(outs, xs, wrt)
+    assert not slow.native and fast.native
+    from tapead._c import OP
+    names = {name for name, code in OP.items() if code in set(slow._flat_form()["op"].tolist())}
+    assert math_ops() <= names                # every op of the table is in the program
+    X = np.random.default_rng(seed).uniform(-2, 2, size=(2503, len(xs)))   # > 2 blocks, odd
+    pv = np.random.default_rng(seed + 9).uniform(-1, 1, size=len(slow.params))
+    assert same(runs(slow, X, pv), runs(fast, X, pv))
+
+
+def test_bodies_follow_the_interpreters_code():
+    """Every row instruction is in the body; summed parameter adjoints fold
+    into their uniform adjoint, per-sample ones are rows."""
+    outs, xs, wrt = random_graph(5, n=30)
+    p = tapead.compile(outs, xs, wrt=wrt, native=False)
+    code = Code.of(p)
+    text = {m: "\n".join(Body(code, m).rows) for m in ("fwd", "sum", "ps")}
+    for k, *_ in code.ins:
+        assert f"double v{k}[TA_W]" in text["fwd"]
+    assert "TA_ACC" in text["sum"] and "TA_ACC" not in text["ps"] and "TA_GRAD" in text["ps"]
+    with pytest.raises(ValueError):
+        Body(code, "backward")
+
+
+def test_failures_are_the_interpreters():
+    """A row where an op fails or a guard flips: the same exception, message and row."""
+    tapead.clear_guards()
+    x, z, w = Value(0.5), Value(0.5), Value(2.0)
+    z3 = z * 3
+    assert x > 0.1 and x < z3             # guards: with a constant, and between rows
+    y = (x * w).log() + z.sqrt()
+    slow, fast = pair([y], [x, z], [w])
+    X = np.full((3000, 2), 0.5)
+    for row, col, v in ((1777, 0, -1.0), (2049, 1, -4.0), (5, 0, 0.05), (2500, 0, 1.6)):
+        Xb = X.copy(); Xb[row, col] = v
+        for call in (lambda p: p(Xb), lambda p: p.grad(Xb), lambda p: p.grad(Xb, per_sample=True),
+                     lambda p: p.grad(Xb, threads=3)):
+            with pytest.raises((ValueError, GuardError)) as e1:
+                call(slow)
+            with pytest.raises(type(e1.value)) as e2:
+                call(fast)
+            assert str(e1.value) == str(e2.value) and f"row {row}" in str(e2.value)
+    assert same(slow.grad(X), fast.grad(X))
+
+
+def test_uniform_guard_and_no_wrt():
+    tapead.clear_guards()                 # (earlier tests' guards would bind this graph too)
+    w = Value(1.5); x = Value(0.0)
+    assert w > 1.0
+    y = (w * x + w).tanh()
+    slow, fast = pair([y], [x], [])
+    X = np.linspace(-3, 3, 1001).reshape(-1, 1)
+    assert same((slow(X), slow.grad(X)), (fast(X), fast.grad(X)))
+    with pytest.raises(GuardError) as e1:
+        slow(X, params=[0.5])
+    with pytest.raises(GuardError) as e2:
+        fast(X, params=[0.5])
+    assert str(e1.value) == str(e2.value)
+
+
+def test_repr_pickle_and_fallbacks(monkeypatch):
+    x, w = Value(0.3), Value(2.0)
+    y = (w * x).sigmoid() * w
+    X = np.linspace(-1, 1, 77).reshape(-1, 1)
+    fast = tapead.compile(y, [x], wrt=[w], native=True)
+    assert fast.native and "runs='native'" in repr(fast)
+    dflt = tapead.compile(y, [x], wrt=[w])
+    assert not dflt.native and "runs='interpreter' (native=None" in repr(dflt)
+    assert "native=False" in repr(tapead.compile(y, [x], wrt=[w], native=False))
+    back = pickle.loads(pickle.dumps(fast))
+    assert back.native and same(back.grad(X), fast.grad(X))
+    assert not pickle.loads(pickle.dumps(dflt)).native
+    monkeypatch.setenv("CC", "/nonexistent/cc")
+    landed = pickle.loads(pickle.dumps(fast))      # rebuilt where it lands: no compiler, so it falls back
+    assert not landed.native and "the build failed where it was unpickled" in repr(landed)
+    assert same(landed.grad(X), fast.grad(X))
+    with pytest.raises(native.CompilerError, match="no C compiler.*/nonexistent/cc"):
+        tapead.compile(y, [x], wrt=[w], native=True)
+    assert not tapead.compile(y, [x], wrt=[w]).native          # None never needs one
+    monkeypatch.setenv("CC", "false")                          # found, but fails
+    monkeypatch.setenv("TAPEAD_CACHE", os.environ["TAPEAD_CACHE"] + "-false")
+    with pytest.raises(native.CompilerError, match="'false' failed"):
+        tapead.compile(y, [x], wrt=[w], native=True)
+    with pytest.raises(ValueError, match="native must be"):
+        tapead.compile(y, [x], wrt=[w], native="yes")
+
+
+def test_cache_key_bound_and_reuse(tmp_path, monkeypatch):
+    monkeypatch.setenv("TAPEAD_CACHE", str(tmp_path))
+    argv = native.compiler()
+    src1 = "int ta_kernel(void) { return 1; }\n"
+    src2 = "int ta_kernel(void) { return 2; }\n"
+    assert native.key(src1, argv) == native.key(src1, argv) != native.key(src2, argv)
+    assert native.key(src1, argv) != native.key(src1, argv + ["-DX"])
+    p1 = native.build(src1)
+    assert native.build(src1) == p1 and os.path.dirname(p1) == str(tmp_path)
+    monkeypatch.setenv("TAPEAD_CACHE_MB", "0.000001")     # a bound below one kernel: only the newest stays
+    p2 = native.build(src2)
+    assert os.listdir(tmp_path) == [os.path.basename(p2)]
+
+
+def test_concurrent_builders(tmp_path):
+    """Processes building the same kernel at once all get it, whole, and leave no temporary files."""
+    prog = ("import sys, ctypes, tapead.native as n; p = n.build('int ta_kernel(void) { return 7; }\\n');"
+            "assert ctypes.CDLL(p).ta_kernel() == 7; print(p)")
+    env = dict(os.environ, TAPEAD_CACHE=str(tmp_path))
+    procs = [subprocess.Popen([sys.executable, "-c", prog], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    assert len({o.strip() for o, _ in outs}) == 1
+    assert len(os.listdir(tmp_path)) == 1
+
+
+def test_dask_runs_native_programs():
+    da = pytest.importorskip("dask.array")
+    import tapead.dask
+    x, w = Value(0.3), Value(2.0)
+    y = (w * x).exp() - w
+    slow, fast = pair([y], [x], [w])
+    X = np.random.default_rng(0).normal(size=(3000, 1))
+    D = da.from_array(X, chunks=(1024, 1))
+    for per_sample in (False, True):
+        Y, G = tapead.dask.grad(fast, D, per_sample=per_sample)
+        got = (Y.compute(scheduler="threads"), G.compute(scheduler="threads"))
+        assert same(got, slow.grad(X, per_sample=per_sample))
