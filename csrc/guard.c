@@ -26,16 +26,6 @@
 #include <stdlib.h>
 #include "replay.h"
 
-int ta_compare(int kind, double x, double y)
-{
-    switch (kind) {
-    case 0: return x < y;
-    case 1: return x <= y;
-    case 2: return x > y;
-    default: return x >= y;
-    }
-}
-
 static void ta_guards_gc(ta_tape *T);
 static void ta_guards_free(ta_tape *T);
 static const struct ta_attach ta_guard_hooks = { ta_guards_gc, ta_guards_free };

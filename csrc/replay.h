@@ -34,7 +34,16 @@ struct ta_guards {
     double    fx, fy;               /* values that flipped it                  */
 };
 
-int ta_compare(int kind, double x, double y);
+/* A guard's comparison: kind 0 <, 1 <=, 2 >, 3 >= (the GPU kernels use it too) */
+static inline int ta_compare(int kind, double x, double y)
+{
+    switch (kind) {
+    case 0: return x < y;
+    case 1: return x <= y;
+    case 2: return x > y;
+    default: return x >= y;
+    }
+}
 /* T's guards, created on first use (NULL: out of memory); they are the
  * one state attached to the tape (tapead.h: ta_attach). */
 struct ta_guards *ta_guards_of(ta_tape *T);

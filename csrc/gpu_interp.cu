@@ -1,0 +1,106 @@
+/* gpu_interp.cu: the CUDA interpreter of a Program, for programs of any size
+ * (tapead/cuda.py).  Compiled once; the program is data.
+ *
+ * One thread per row; values and adjoints live in global memory as
+ * [node][row] (V) and [slot][row] (D), so the threads of a warp, running
+ * the same instruction, touch consecutive addresses.  The instruction of
+ * node k is ins[k] = (op, a, b, dslot):
+ *   op     the op code (ops.def)
+ *   a, b   its input nodes; a leaf: a is its input column, or its
+ *          parameter index when b is 1
+ *   dslot  its adjoint's row in D, or -1 if no wrt leaf is behind it
+ * The forward sweep runs every node in order, then the guards; the
+ * reverse sweep runs the nodes with an adjoint, newest first, each adding
+ * its partials times its adjoint into its inputs' (x first, then y), as
+ * the CPU Program's sweep does.
+ *
+ * describe (the one-row rerun that names a failure, tapead/cuda.py): the
+ * first failure of row row0 is written into detail as
+ * [status, op, x, y, guard, kind, outcome], as the CPU Program reports it:
+ * ops in node order first, then guards. */
+#include "gpu.cuh"
+
+#define IN_LEAF(N) r = I.z ? par[I.y] : X[row * nin + I.y];
+#define IN_UN(N)   x = V[(long long)I.y * ld + i]; st = fwd_##N(x, 0.0, &r);
+#define IN_BIN(N)  x = V[(long long)I.y * ld + i]; y = V[(long long)I.z * ld + i]; st = fwd_##N(x, y, &r);
+#define IN_CST(N)  x = V[(long long)I.y * ld + i]; y = c[k]; st = fwd_##N(x, y, &r);
+#define IN_NARY(N) st = TA_EBADOP;
+
+/* an operand's adjoint slot gets p * g */
+#define TA_GPU_PUSH(node, p) do { int s_ = ins[node].w; \
+        if (s_ >= 0) D[(long long)s_ * ld + i] += (p) * g; } while (0)
+#define RV_LEAF(N)
+#define RV_NARY(N)
+#define RV_UN(N)  x = V[(long long)I.y * ld + i]; d_##N(x, 0.0, rk, &dx, &dy); TA_GPU_PUSH(I.y, dx);
+#define RV_CST(N) x = V[(long long)I.y * ld + i]; d_##N(x, c[k], rk, &dx, &dy); TA_GPU_PUSH(I.y, dx);
+#define RV_BIN(N) x = V[(long long)I.y * ld + i]; y = V[(long long)I.z * ld + i]; \
+                  d_##N(x, y, rk, &dx, &dy); TA_GPU_PUSH(I.y, dx); TA_GPU_PUSH(I.z, dy);
+
+extern "C" __global__ void ta_gpu_interp(
+    const int4 *__restrict__ ins, const double *__restrict__ c, int n,
+    const double *__restrict__ X, int nin, const double *__restrict__ par,
+    const unsigned *__restrict__ out, int nout, const int *__restrict__ wslot, int nwrt,
+    const unsigned *__restrict__ gab, const double *__restrict__ gc,
+    const unsigned char *__restrict__ gk, int ng,
+    const double *__restrict__ seed, int seedmode, int nd,
+    double *V, double *D, long long ld, long long row0, long long rows,
+    double *Y, double *G, ta_u64 *fail, double *detail, int describe)
+{
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const long long row = row0 + i;
+    double x = 0.0, y = 0.0, r = 0.0, dx, dy;
+    int k, j, st = TA_OK;
+    if (i >= rows) return;
+    for (k = 0; k < n; k++) {
+        const int4 I = ins[k];
+        switch (I.x) {
+#define TA_OP(NAME, KIND, SYM, ...) case TA_##NAME: IN_##KIND(NAME) break;
+#include "ops.def"
+#undef TA_OP
+        default: st = TA_EBADOP;
+        }
+        if (st != TA_OK) {
+            if (describe) {
+                detail[0] = st; detail[1] = I.x; detail[2] = x; detail[3] = y;
+                detail[4] = -1.0;
+            }
+            ta_gpu_fail(fail, row, st);
+            return;
+        }
+        V[(long long)k * ld + i] = r;
+    }
+    for (j = 0; j < ng; j++) {
+        const int kind = gk[j] & 3, cst = (gk[j] >> 2) & 1, outcome = (gk[j] >> 3) & 1;
+        x = V[(long long)gab[2 * j] * ld + i];
+        y = cst ? gc[j] : V[(long long)gab[2 * j + 1] * ld + i];
+        if (ta_compare(kind, x, y) != outcome) {
+            if (describe) {
+                detail[0] = TA_EGUARD; detail[1] = 0; detail[2] = x; detail[3] = y;
+                detail[4] = j; detail[5] = kind; detail[6] = outcome;
+            }
+            ta_gpu_fail(fail, row, TA_EGUARD);
+            return;
+        }
+    }
+    for (j = 0; j < nout; j++) Y[row * nout + j] = V[(long long)out[j] * ld + i];
+    if (!seedmode) return;
+    for (j = 0; j < nd; j++) D[(long long)j * ld + i] = 0.0;
+    for (j = 0; j < nout; j++) {
+        const int s = ins[out[j]].w;
+        if (s >= 0) D[(long long)s * ld + i] += seedmode == 1 ? seed[j] : seed[row * nout + j];
+    }
+    for (k = n; k-- > 0;) {
+        const int4 I = ins[k];
+        double g, rk;
+        if (I.w < 0) continue;
+        g = D[(long long)I.w * ld + i];
+        rk = V[(long long)k * ld + i];
+        switch (I.x) {
+#define TA_OP(NAME, KIND, SYM, ...) case TA_##NAME: RV_##KIND(NAME) break;
+#include "ops.def"
+#undef TA_OP
+        }
+    }
+    for (j = 0; j < nwrt; j++)
+        G[row * nwrt + j] = wslot[j] >= 0 ? D[(long long)wslot[j] * ld + i] : 0.0;
+}

@@ -1,0 +1,325 @@
+"""Programs on a GPU (tapead/cuda.py, csrc/gpu.cuh, csrc/gpu_interp.cu).
+
+Without a GPU: the clear errors (no CuPy, no GPU, a bad device name), and
+the kernels compiled for sm_90: the generated CUDA of programs using every
+op (with guards and parameters) and the interpreter kernel, by nvcc to PTX
+where nvcc is found and by NVRTC (the compiler the GPU path uses) where
+CuPy's NVRTC binding loads (it needs no GPU).  With a GPU: both kernels
+against the CPU Program (the reference), row by row, summed, per sample,
+with seeds, params=, CuPy arrays in and out, failures named as the CPU
+names them, and the summed gradients' bits the same at every launch."""
+import os
+import shutil
+import subprocess
+import sys
+import types
+
+import numpy as np
+import pytest
+
+import tapead
+from tapead import Value, GuardError
+from tapead._c import OP_KINDS
+from tapead._opsurface import IDENTS
+from opcases import FORMS
+
+CSRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "csrc")
+NVCC = shutil.which("nvcc") or next((p for p in ("/usr/local/cuda/bin/nvcc",) if os.path.exists(p)),
+                                    None)
+
+
+def _gpu():
+    try:
+        import cupy
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+def _nvrtc():
+    try:
+        from cupy_backends.cuda.libs import nvrtc
+        nvrtc.getVersion()
+        return True
+    except Exception:
+        return False
+
+
+GPU = _gpu()
+needs_gpu = pytest.mark.skipif(not GPU, reason="no CUDA GPU (or no CuPy) here")
+
+
+# ------------------------------------------------------------ programs
+# Every math op of the op table once, on operands where it is defined for
+# the inputs the tests draw (x in [0.2, 2], y in [-2, -0.1]); op: its form
+# in the op cases, and its operands.
+def _every_op(x, y, w):
+    q = 1.0 + x * x                       # >= 1
+    uses = [("add", x, y, 0), ("sub", x, w, 0), ("mul", x, w, 0), ("div", x, q, 0),
+            ("pow", q, y, 0), ("addc", x, 0, 2.0), ("rsubc", x, 0, 3.0), ("mulc", y, 0, 1.7),
+            ("rdivc", q, 0, 2.0), ("powc", q, 0, 1.5), ("rpowc", x, 0, 1.3), ("relu", y, 0, 0),
+            ("tanh", y, 0, 0), ("exp", x, 0, 0), ("log", q, 0, 0), ("log1p", q, 0, 0),
+            ("sigmoid", y, 0, 0), ("sin", x, 0, 0), ("cos", y, 0, 0), ("sqrt", q, 0, 0),
+            ("abs", y, 0, 0), ("max", x, y, 0), ("min", x, w, 0), ("divc", x, 0, 1e308)]
+    return [FORMS[f].ta(a, b, c) for f, a, b, c in uses]
+
+
+def every_op_program(guards=True):
+    """Two outputs over inputs x, y, a parameter w, wrt x and w; guards x > y
+    and x > 0.1 when asked."""
+    tapead.clear_guards()      # (guards of earlier programs would bind this one too)
+    x, y, w = Value(0.5), Value(-0.3), Value(1.5)
+    if guards:
+        assert x > y and x > 0.1
+    t = _every_op(x, y, w)
+    s = t[0]
+    for v in t[1:-1]:
+        s = s + v
+    out2 = t[-1] * 1e300 + w * y      # divc's tiny result brought back
+    return tapead.compile([s, out2], [x, y], wrt=[x, w])
+
+
+def european():
+    tapead.clear_guards()
+    s0, sigma, r, z = Value(100.0), Value(0.2), Value(0.03), Value(0.0)
+    st = s0 * ((r - 0.5 * sigma * sigma) + sigma * z).exp()
+    return tapead.compile((st - 100.0).relu() * (-r).exp(), [z], wrt=[s0, sigma, r])
+
+
+def arithmetic_program():
+    """+, -, *, / and sqrt only: correctly rounded on both sides, so the
+    GPU must give the CPU's bits."""
+    tapead.clear_guards()
+    a, b, w = Value(1.0), Value(2.0), Value(0.7)
+    h = a
+    for _ in range(6):
+        h = (h * w + b) / (1.0 + h * h).sqrt() - 0.25 * b
+    return tapead.compile([h, h * a], [a, b], wrt=[a, b, w])
+
+
+def test_every_op_program_has_every_op():
+    sizes, f = every_op_program()._flat()
+    have = {IDENTS[o] for o in f["op"][:sizes["n"]].tolist()}
+    want = {IDENTS[o] for o in range(len(OP_KINDS))} - {"LEAF", "DEAD", "CUSTOM"}
+    assert want <= have, want - have
+    assert sizes["ng"] == 2 and sizes["npar"] == 1
+
+
+# ---------------------------------------------------- errors, no GPU needed
+def test_without_cupy_a_clear_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupy", None)      # import cupy raises ImportError
+    prog = european()
+    with pytest.raises(ImportError, match=r'needs CuPy: pip install "tapead\[cuda\]"'):
+        prog(np.zeros((3, 1)), device="cuda")
+    with pytest.raises(ImportError, match="needs CuPy"):
+        prog.grad(np.zeros((3, 1)), per_sample=True, device="cuda")
+
+
+def test_without_a_gpu_a_clear_error(monkeypatch):
+    from tapead import cuda
+
+    def no_device():
+        raise RuntimeError("cudaErrorNoDevice: no CUDA-capable device is detected")
+    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(
+        runtime=types.SimpleNamespace(getDeviceCount=no_device)))
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    with pytest.raises(cuda.CUDAUnavailable, match="no usable CUDA GPU"):
+        european()(np.zeros((3, 1)), device="cuda")
+
+
+@pytest.mark.skipif(GPU, reason="a GPU is here")
+def test_real_cupy_without_a_gpu_a_clear_error():
+    pytest.importorskip("cupy")
+    from tapead import cuda
+    with pytest.raises(cuda.CUDAUnavailable, match="no usable CUDA GPU"):
+        european().grad(np.zeros((3, 1)), device="cuda")
+
+
+def test_bad_device_names_are_refused():
+    prog = european()
+    for bad in ("gpu", "cuda:x", "cuda:-1", 3):
+        with pytest.raises(ValueError, match="device must be"):
+            prog(np.zeros((2, 1)), device=bad)
+
+
+def test_the_cpu_is_the_default_and_cpu_is_accepted():
+    prog = european()
+    X = np.linspace(-2, 2, 7).reshape(7, 1)
+    assert np.array_equal(prog(X), prog(X, device="cpu"))
+
+
+def test_cupy_is_not_imported_by_tapead():
+    code = "import sys, tapead, tapead.replay; print('cupy' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+# ------------------------------------------------- the kernels, compiled
+def _sources():
+    from tapead import cuda
+    return {"every_op": cuda.cuda_source(every_op_program()),
+            "arithmetic": cuda.cuda_source(arithmetic_program()),
+            "european": cuda.cuda_source(european()),
+            "interp": cuda.interpreter_source()}
+
+
+def test_generated_source_reads_as_the_program():
+    from tapead import cuda
+    src = cuda.cuda_source(european())
+    assert src.count("st |= fwd_") == european().nodes - 4     # every op node, not the 4 leaves
+    assert european().guards == 0
+    assert "fwd_EXP" in src and "d_RELU" in src and "par[2]" in src and "X[row * 1 + 0]" in src
+    src = cuda.cuda_source(every_op_program())
+    assert src.count("ta_compare(") == 2
+    assert "(0x1.cccccccccccccp-3)" in src or "0x1" in src     # constants as exact hex literals
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc not found")
+@pytest.mark.parametrize("name", ["every_op", "arithmetic", "interp"])
+def test_kernels_compile_with_nvcc(name, tmp_path):
+    src = tmp_path / f"{name}.cu"
+    src.write_text(_sources()[name])
+    out = subprocess.run([NVCC, "-ptx", "-arch=sm_90", "--fmad=false", "-std=c++17", "-I", CSRC,
+                          "-x", "cu", str(src), "-o", str(tmp_path / f"{name}.ptx")],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    ptx = (tmp_path / f"{name}.ptx").read_text()
+    entry = "ta_gpu_interp" if name == "interp" else "ta_gpu_gen"
+    assert f".entry {entry}" in ptx and ".entry ta_gpu_rowsum" in ptx
+    if name == "arithmetic":     # --fmad=false: a * b + c stays two roundings
+        assert "mul.rn.f64" in ptx and "fma.rn.f64" not in ptx
+
+
+
+@pytest.mark.skipif(not _nvrtc(), reason="CuPy's NVRTC binding is not here")
+@pytest.mark.parametrize("name", ["every_op", "european", "interp"])
+def test_kernels_compile_with_nvrtc(name):
+    from tapead import cuda
+    ptx = cuda.nvrtc_compile(_sources()[name], "90", name + ".cu", ptx=True).decode()
+    assert ".entry ta_gpu_rowsum" in ptx
+
+
+@pytest.mark.skipif(not _nvrtc(), reason="CuPy's NVRTC binding is not here")
+def test_a_compile_error_shows_nvrtc_log():
+    from tapead import cuda
+    with pytest.raises(RuntimeError, match="NVRTC could not compile bad.cu"):
+        cuda.nvrtc_compile('#include "gpu.cuh"\nint f() { return undefined_name; }\n', "90", "bad.cu")
+
+
+# ------------------------------------------------------- on the GPU
+def _rows(rng, B):
+    return np.column_stack([rng.uniform(0.2, 2.0, B), rng.uniform(-2.0, -0.1, B)])
+
+
+@pytest.fixture(params=["generated", "interpreter"])
+def kernel(request, monkeypatch):
+    from tapead import cuda
+    if request.param == "interpreter":
+        monkeypatch.setattr(cuda, "GENERATED_MAX_NODES", 0)
+    return request.param
+
+
+def _close(gpu, cpu, rtol=1e-12):
+    """GPU against CPU to rtol, relative to each column's scale (exp, log,
+    pow... are CUDA's, not the C library's: docs/gpu.md)."""
+    scale = np.maximum(np.abs(cpu).max(axis=0, keepdims=True) if cpu.ndim > 1 else np.abs(cpu), 1e-300)
+    assert np.all(np.abs(gpu - cpu) <= rtol * scale), np.max(np.abs(gpu - cpu) / scale)
+
+
+@needs_gpu
+def test_every_op_matches_the_cpu(kernel):
+    prog = every_op_program()
+    rng = np.random.default_rng(0)
+    X = _rows(rng, 5000)
+    Y, G = prog.grad(X, per_sample=True, device="cuda")
+    Yc, Gc = prog.grad(X, per_sample=True)
+    _close(Y, Yc)
+    _close(G, Gc)
+    Ys, Gs = prog.grad(X, device="cuda")
+    _close(Ys, Yc)
+    _close(Gs, prog.grad(X)[1])
+    _close(prog(X, device="cuda"), Yc)
+
+
+@needs_gpu
+def test_arithmetic_gives_the_cpus_bits(kernel):
+    prog = arithmetic_program()
+    X = np.random.default_rng(1).uniform(-3, 3, (3000, 2))
+    Y, G = prog.grad(X, per_sample=True, device="cuda")
+    Yc, Gc = prog.grad(X, per_sample=True)
+    assert np.array_equal(Y, Yc) and np.array_equal(G, Gc)
+
+
+@needs_gpu
+def test_seeds_and_params(kernel):
+    prog = every_op_program()
+    rng = np.random.default_rng(2)
+    X = _rows(rng, 2000)
+    S = rng.standard_normal((2000, 2))
+    for seed in (np.array([0.5, -2.0]), S):
+        for params in (None, [0.25]):
+            Y, G = prog.grad(X, seed, per_sample=True, params=params, device="cuda")
+            Yc, Gc = prog.grad(X, seed, per_sample=True, params=params)
+            _close(Y, Yc)
+            _close(G, Gc)
+    with pytest.raises(ValueError, match="seed must have shape"):
+        prog.grad(X, np.ones(3), device="cuda")
+    with pytest.raises(ValueError, match="X must be a 2-d array"):
+        prog(np.ones((4, 3)), device="cuda")
+
+
+@needs_gpu
+def test_summed_gradients_same_bits_every_launch(kernel):
+    import cupy as cp
+    prog = european()
+    Z = np.random.default_rng(3).standard_normal((1 << 17) + 77)[:, None]
+    runs = [prog.grad(Z, device="cuda")[1] for _ in range(3)]
+    assert all(np.array_equal(runs[0], r) for r in runs[1:])
+    _close(runs[0], prog.grad(Z)[1])
+    Zd = cp.asarray(Z)
+    Y, G = prog.grad(Zd, device="cuda")
+    assert isinstance(Y, cp.ndarray) and isinstance(G, cp.ndarray)
+    assert np.array_equal(cp.asnumpy(G), runs[0])
+
+
+@needs_gpu
+def test_cupy_in_cupy_out_and_empty_batches(kernel):
+    import cupy as cp
+    prog = european()
+    Z = cp.asarray(np.random.default_rng(4).standard_normal((1000, 1)))
+    Y, G = prog.grad(Z, per_sample=True, device="cuda")
+    assert isinstance(Y, cp.ndarray) and Y.shape == (1000, 1) and G.shape == (1000, 3)
+    _close(cp.asnumpy(G), prog.grad(cp.asnumpy(Z), per_sample=True)[1])
+    Y0, G0 = prog.grad(np.zeros((0, 1)), device="cuda")
+    assert Y0.shape == (0, 1) and np.array_equal(G0, np.zeros(3))
+
+
+@needs_gpu
+def test_failures_are_named_as_on_the_cpu(kernel):
+    prog = every_op_program()
+    X = _rows(np.random.default_rng(5), 3000)
+    X[1234] = [0.5, 0.9]        # x > y flips
+    X[2000] = [0.05, -0.5]      # x > 0.1 flips
+    with pytest.raises(GuardError) as gpu:
+        prog(X, device="cuda")
+    with pytest.raises(GuardError) as cpu:
+        prog(X)
+    assert str(gpu.value) == str(cpu.value) and "at row 1234" in str(gpu.value)
+    tapead.clear_guards()
+    a, b = Value(1.0), Value(0.5)
+    p = tapead.compile((a - b).log(), [a, b])
+    Xl = np.ones((500, 2))
+    Xl[321] = [0.5, 1.0]        # log(-0.5)
+    with pytest.raises(ValueError) as gpu:
+        p(Xl, device="cuda")
+    with pytest.raises(ValueError) as cpu:
+        p(Xl)
+    assert str(gpu.value) == str(cpu.value) and "row 321" in str(gpu.value)
+
+
+@needs_gpu
+def test_pickled_program_runs_on_the_gpu():
+    import pickle
+    prog = pickle.loads(pickle.dumps(european()))
+    Z = np.random.default_rng(6).standard_normal((4096, 1))
+    _close(prog.grad(Z, per_sample=True, device="cuda")[1], prog.grad(Z, per_sample=True)[1])
