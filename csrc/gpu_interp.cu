@@ -21,7 +21,7 @@
 #include "gpu.cuh"
 
 #define IN_LEAF(N) r = I.z ? par[I.y] : X[row * nin + I.y];
-#define IN_UN(N)   x = V[(long long)I.y * ld + i]; st = fwd_##N(x, 0.0, &r);
+#define IN_UN(N)   x = V[(long long)I.y * ld + i]; y = 0.0; st = fwd_##N(x, y, &r);
 #define IN_BIN(N)  x = V[(long long)I.y * ld + i]; y = V[(long long)I.z * ld + i]; st = fwd_##N(x, y, &r);
 #define IN_CST(N)  x = V[(long long)I.y * ld + i]; y = c[k]; st = fwd_##N(x, y, &r);
 #define IN_NARY(N) st = TA_EBADOP;

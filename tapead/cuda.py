@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -357,6 +357,11 @@ def _interp(cp: Any, P: _Plan, X: Any, par: Any, seed: Any, seedmode: int, Y: An
             Y, G, fail, describe, np.int32(detail is not None)))
 
 
+def _nofail(cp: Any) -> Any:
+    """A fresh failure word: no row has failed."""
+    return cp.asarray(np.full(1, _NOFAIL, dtype=np.uint64))
+
+
 def _rowsum(cp: Any, P: _Plan, A: Any) -> Any:
     """The sums of A's columns, in the fixed order of csrc/gpu.cuh."""
     rows, ncol = A.shape
@@ -381,7 +386,7 @@ def _failure(cp: Any, P: _Plan, prog: Any, X: Any, par: Any, seed: Any, seedmode
     s = P.sizes
     Y = cp.empty((row + 1, max(s["nout"], 1)), dtype=cp.float64)
     G = cp.empty((row + 1, max(s["nwrt"], 1)), dtype=cp.float64)
-    fail = cp.full(1, _NOFAIL, dtype=cp.uint64)
+    fail = _nofail(cp)
     detail = cp.zeros(8, dtype=cp.float64)
     _interp(cp, P, X, par, seed, seedmode, Y, G, fail, row, 1, detail)
     d = detail.get().tolist()
@@ -422,7 +427,7 @@ def run(prog: Any, X: Any, seed: Any, grad: Optional[str], params: Any, device: 
             seedmode = 1 if sd.ndim == 1 else 2
         Y = cp.empty((B, nout), dtype=cp.float64)
         G = cp.empty((B, nwrt) if grad is not None else (1,), dtype=cp.float64)
-        fail = cp.full(1, _NOFAIL, dtype=cp.uint64)
+        fail = _nofail(cp)
         if B:
             if P.gen is not None:
                 P.gen((_blocks(B, _THREADS),), (_THREADS,),

@@ -323,3 +323,107 @@ def test_pickled_program_runs_on_the_gpu():
     prog = pickle.loads(pickle.dumps(european()))
     Z = np.random.default_rng(6).standard_normal((4096, 1))
     _close(prog.grad(Z, per_sample=True, device="cuda")[1], prog.grad(Z, per_sample=True)[1])
+
+
+# ------------------------------- the host side, against the kernels' signatures
+# Without a GPU, a stand-in CuPy (numpy arrays) runs tapead/cuda.py's host
+# code; each launch is checked against the kernel's C parameter list: the
+# count, and each argument's type (a pointer: an array of the pointee's
+# dtype; int: numpy.int32; long long: numpy.int64).  The kernels do not
+# run: the outputs are whatever the stand-in's arrays held.
+_CTYPES = {"double": np.float64, "unsigned": np.uint32, "int": np.int32, "int4": np.int32,
+           "unsigned char": np.uint8, "ta_u64": np.uint64}
+
+
+def _signature(source, name):
+    import re
+    with open(os.path.join(CSRC, "gpu.cuh")) as f:
+        source += f.read()       # (what the kernels include)
+    m = re.search(r'extern "C" __global__ void ' + name + r"\((.*?)\)\s*\{", source, re.S)
+    params = []
+    for p in m.group(1).split(","):
+        p = " ".join(p.replace("__restrict__", "").replace("const", "").split())
+        if "*" in p:
+            params.append(("ptr", _CTYPES[p.split("*")[0].strip()]))
+        else:
+            params.append(("int64" if p.startswith("long long") else "int32", None))
+    return params
+
+
+class _FakeArray(np.ndarray):
+    def get(self):
+        return np.asarray(self)
+
+
+class _FakeKernel:
+    def __init__(self, params, name, calls):
+        self.params, self.name, self.calls = params, name, calls
+
+    def __call__(self, grid, block, args):
+        assert len(args) == len(self.params), (self.name, len(args), len(self.params))
+        for a, (kind, dt) in zip(args, self.params):
+            if kind == "ptr":
+                assert isinstance(a, _FakeArray) and a.dtype == dt and a.flags.c_contiguous, \
+                    (self.name, kind, dt, type(a), getattr(a, "dtype", None))
+            else:
+                assert type(a) is (np.int64 if kind == "int64" else np.int32), (self.name, kind, type(a))
+        assert all(isinstance(g, int) and g >= 1 for g in grid + block)
+        self.calls.append(self.name)
+
+
+def _fake_cupy(calls):
+    def wrap(a):
+        return np.ascontiguousarray(a).view(_FakeArray)
+
+    class Device:
+        id, compute_capability = 0, "90"
+
+        def __init__(self, i=None):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            return False
+
+    fake = types.SimpleNamespace(
+        ndarray=_FakeArray, float64=np.float64, uint64=np.uint64,
+        asarray=lambda a, dtype=None: wrap(np.asarray(a, dtype=dtype)),
+        ascontiguousarray=wrap, asnumpy=lambda a: np.array(a),
+        empty=lambda s, dtype=np.float64: wrap(np.full(s, np.nan, dtype=dtype)),
+        zeros=lambda s, dtype=np.float64: wrap(np.zeros(s, dtype=dtype)),
+        ones=lambda s, dtype=np.float64: wrap(np.ones(s, dtype=dtype)),
+        cuda=types.SimpleNamespace(Device=Device, runtime=types.SimpleNamespace(
+            memGetInfo=lambda: (1 << 30, 1 << 31), getDeviceCount=lambda: 1)))
+    return fake
+
+
+@pytest.mark.parametrize("generated", [True, False])
+def test_host_side_launches_match_the_kernels(generated, monkeypatch):
+    from tapead import cuda
+    calls = []
+    monkeypatch.setattr(cuda, "_cupy", lambda: _fake_cupy(calls))
+    if not generated:
+        monkeypatch.setattr(cuda, "GENERATED_MAX_NODES", 0)
+
+    class Module:
+        def __init__(self, cp, source, arch):
+            self.source = source
+
+        def get_function(self, name):
+            return _FakeKernel(_signature(self.source, name), name, calls)
+    monkeypatch.setattr(cuda, "_module", Module)
+    prog = every_op_program()
+    X = _rows(np.random.default_rng(7), 3000)
+    Y = prog(X, device="cuda")
+    assert Y.shape == (3000, 2) and type(Y) is np.ndarray
+    Y, G = prog.grad(X, per_sample=True, device="cuda")
+    assert G.shape == (3000, 2)
+    Y, G = prog.grad(X, np.ones((3000, 2)), params=[2.0], device="cuda")
+    assert G.shape == (2,)
+    Y, G = prog._run(X, None, "sum", None, None, parts=True, device="cuda")
+    assert G.shape == (1, 2)
+    main = "ta_gpu_gen" if generated else "ta_gpu_interp"
+    assert calls.count(main) == 4 and calls.count("ta_gpu_rowsum") == 2 * 2  # 3000 -> 3 -> 1 rows
+    assert set(calls) == {main, "ta_gpu_rowsum"}
