@@ -236,6 +236,7 @@ void    ta_prog_drop(ta_prog **box);
 #define TA_PS_WRT     5
 #define TA_PS_LIVE    6     /* 1: parameters are read from the tape at each run */
 #define TA_PS_BLOCK   7     /* rows per block: gradients are summed per block, then over blocks */
+#define TA_PS_KERNEL  8     /* 1: blocks run a generated kernel (ta_prog_set_kernel) */
 int64_t ta_prog_size(ta_prog *P, int what);        /* TA_PS_*; TA_EARG for another what */
 int     ta_prog_params(ta_prog *P, int64_t *ids);  /* the tape leaves it reads (npar ids) */
 /* The parameter values a run uses by default (read from this thread's tape
@@ -288,6 +289,37 @@ typedef struct {
 } ta_flat_t;
 int     ta_prog_flat(ta_prog *P, ta_flat_t *f);
 int     ta_prog_load(const ta_flat_t *f, const double *params, ta_prog **out);
+
+/* A Program's execution code (code.c, replay.h: struct ta_code), for the
+ * code generator (tapead/codegen.py): per node uniform / needs an adjoint /
+ * value slot / adjoint slot (0xFFFFFFFF: none; a uniform node's slots index
+ * the uniform values and the uniform adjoints), the uniform non-leaf nodes
+ * in order, the row instructions in order (result, operands, op code or 255
+ * for a dot: start x, terms t0 .. t0 + nt - 1) and the dot terms (p, q, and
+ * the shape flags of replay.h: TA_UR4, TA_RV4).  With v->uni NULL, the
+ * sizes only; else copies into v's arrays, sized as the sizes say. */
+typedef struct {
+    uint32_t  n, nins, nterms, nuops, nu, ndu, ch;
+    uint8_t  *uni, *need;  uint32_t *loc, *dloc;
+    uint32_t *uops;
+    uint32_t *ik, *ix, *iy, *it0, *int_;  uint8_t *iop;
+    uint32_t *tp, *tq;  uint8_t *tf;
+} ta_codeview_t;
+int     ta_prog_code(ta_prog *P, ta_codeview_t *v);
+
+/* A kernel generated from a Program's code (tapead/codegen.py): rows
+ * [r0, r1) of one block of R (r1 - r0 <= TA_PS_BLOCK), with U the uniform
+ * values (batch.c: ta_uniform_forward); per sample it writes R->Y and R->G,
+ * summed R->Y and parts (the block's nwrt sums); scratch: the kernel's own,
+ * nscratch doubles.  The same bits as the interpreter (batch.c: ta_block).
+ * TA_OK, or nonzero when an op or a guard failed in some row: the block is
+ * then run again by the interpreter, which names the first failure. */
+typedef int (*ta_kernel_fn)(const ta_run_t *R, const double *U, uint64_t r0, uint64_t r1,
+                            double *parts, double *scratch);
+/* Run P's blocks with fn from now on (NULL: the interpreter again);
+ * TA_EARG if abi is not TA_KERNEL_ABI.  Set it before P runs anywhere. */
+#define TA_KERNEL_ABI 1
+int     ta_prog_set_kernel(ta_prog *P, void *fn, uint64_t nscratch, int abi);
 
 /* higher.c: higher-order derivatives.  None of these touches any node's
  * adjoint (.grad): they return their results.  ids must be this thread's. */

@@ -143,3 +143,34 @@ out:
     P->code = C;
     return TA_OK;
 }
+
+/* ---------------------------------------------------- for the generator */
+
+int ta_prog_code(ta_prog *P, ta_codeview_t *v)
+{
+    const ta_code *C;
+    uint32_t i, nt = 0;
+    if (!P || !v || !P->code) return TA_EARG;
+    C = P->code;
+    for (i = 0; i < C->nins; i++) nt += C->ins[i].nt;
+    if (!v->uni) {      /* sizes only */
+        v->n = P->n; v->nins = C->nins; v->nterms = nt; v->nuops = C->nuops;
+        v->nu = C->nu; v->ndu = C->ndu; v->ch = C->ch;
+        return TA_OK;
+    }
+    if (v->n != P->n || v->nins != C->nins || v->nterms != nt || v->nuops != C->nuops ||
+        !v->need || !v->loc || !v->dloc || !v->uops || !v->ik || !v->ix || !v->iy || !v->it0 ||
+        !v->int_ || !v->iop || !v->tp || !v->tq || !v->tf)
+        return TA_EARG;
+    memcpy(v->uni, C->uni, P->n); memcpy(v->need, C->need, P->n);
+    memcpy(v->loc, C->loc, (size_t)P->n * 4); memcpy(v->dloc, C->dloc, (size_t)P->n * 4);
+    memcpy(v->uops, C->uops, (size_t)C->nuops * 4);
+    for (i = 0; i < C->nins; i++) {
+        const ta_ins *I = &C->ins[i];
+        v->ik[i] = I->k; v->ix[i] = I->x; v->iy[i] = I->y; v->it0[i] = I->t0; v->int_[i] = I->nt;
+        v->iop[i] = I->op;
+    }
+    memcpy(v->tp, C->tp, (size_t)nt * 4); memcpy(v->tq, C->tq, (size_t)nt * 4);
+    memcpy(v->tf, C->tf, nt);
+    return TA_OK;
+}

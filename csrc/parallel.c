@@ -13,7 +13,11 @@
  * allocation failure is deterministic), and kept on the Program for the
  * next call; two calls at once (Dask runs tasks in threads) each take
  * their own.  Without POSIX threads everything runs on the calling
- * thread. */
+ * thread.
+ *
+ * A Program with a generated kernel (cdef.h: ta_kernel_fn) runs each block
+ * with it instead of the interpreter (batch.c); a block where it reports
+ * a failure runs again through the interpreter, which names the row. */
 #include <stdlib.h>
 #include <string.h>
 #include "replay.h"
@@ -40,7 +44,7 @@ static void ta_ws_free(ta_ws *W)
 {
     if (!W) return;
     free(W->V); free(W->D); free(W->Bc); free(W->T1); free(W->T2);
-    free(W->A); free(W->Gb); free(W->U); free(W);
+    free(W->A); free(W->Gb); free(W->U); free(W->K); free(W);
 }
 
 static ta_ws *ta_ws_new(const ta_prog *P)
@@ -62,6 +66,19 @@ static ta_ws *ta_ws_new(const ta_prog *P)
         return NULL;
     }
     return W;
+}
+
+/* W's kernel scratch at least n doubles (kept for the next run).  TA_OK or
+ * TA_ENOMEM (W unchanged). */
+static int ta_ws_scratch(ta_ws *W, uint64_t n)
+{
+    double *k;
+    if (n <= W->kcap) return TA_OK;
+    if (n > SIZE_MAX / sizeof(double) || !(k = (double *)ta_malloc((size_t)n * sizeof(double))))
+        return TA_ENOMEM;
+    free(W->K);
+    W->K = k; W->kcap = n;
+    return TA_OK;
 }
 
 static ta_ws *ta_ws_take(ta_prog *P)
@@ -103,6 +120,7 @@ typedef struct {
     ta_ws   *W;
     uint64_t b0, b1;          /* blocks [b0, b1)                       */
     uint64_t *stop;           /* the first failing block so far        */
+    ta_kernel_fn kernel;      /* P's, read once per run, or NULL       */
     int       st;  ta_fail_t f;
 } ta_job;
 
@@ -121,7 +139,11 @@ static void *ta_job_run(void *arg)
 #if defined(TA_LOAD)
         if (b > TA_LOAD(J->stop)) break;        /* an earlier block failed */
 #endif
-        J->st = ta_block(P, J->W, J->R, r0, r1, J->R->parts ? J->R->parts + b * P->nwrt : NULL, &J->f);
+        double *parts = J->R->parts ? J->R->parts + b * P->nwrt : NULL;
+        /* a generated kernel runs the block; where it fails, the interpreter
+         * runs it again and names the failure */
+        J->st = J->kernel ? J->kernel(J->R, J->W->U, r0, r1, parts, J->W->K) : 1;
+        if (J->st != TA_OK) J->st = ta_block(P, J->W, J->R, r0, r1, parts, &J->f);
         if (J->st != TA_OK) {
 #if defined(TA_LOAD)
             uint64_t seen = TA_LOAD(J->stop);
@@ -158,8 +180,11 @@ int ta_prog_run(ta_prog *P, const ta_run_t *R, ta_fail_t *f)
     ta_job jobs[TA_MAXTHREADS];
     uint64_t nblocks, stop = UINT64_MAX, b, j;
     double *pv = NULL;
+    ta_kernel_fn kernel;
+    uint64_t nscratch;
     int nt, t, st;
     if (!P || !R || !f) return TA_EARG;
+    kernel = P->kernel; nscratch = P->nscratch;
     memset(f, 0, sizeof *f);
     f->guard = -1;
     if ((st = ta_run_check(P, R)) != TA_OK || R->B == 0) return st;
@@ -170,7 +195,11 @@ int ta_prog_run(ta_prog *P, const ta_run_t *R, ta_fail_t *f)
     /* everything allocated here, before a thread starts */
     for (t = 0; t < nt; t++) {
         jobs[t].W = ta_ws_take(P);
-        if (!jobs[t].W) { while (t-- > 0) ta_ws_give(P, jobs[t].W); return TA_ENOMEM; }
+        if (!jobs[t].W || ta_ws_scratch(jobs[t].W, kernel ? nscratch : 0) != TA_OK) {
+            if (jobs[t].W) ta_ws_give(P, jobs[t].W);
+            while (t-- > 0) ta_ws_give(P, jobs[t].W);
+            return TA_ENOMEM;
+        }
     }
     if (!R->params && P->npar) {
         if (!(pv = (double *)ta_malloc((size_t)P->npar * sizeof *pv))) st = TA_ENOMEM;
@@ -185,7 +214,7 @@ int ta_prog_run(ta_prog *P, const ta_run_t *R, ta_fail_t *f)
 #endif
         for (t = 0; t < nt; t++) {
             ta_job *J = &jobs[t];
-            J->P = P; J->R = R; J->stop = &stop; J->st = TA_OK;
+            J->P = P; J->R = R; J->stop = &stop; J->st = TA_OK; J->kernel = kernel;
             J->b0 = nblocks * (uint64_t)t / (uint64_t)nt;
             J->b1 = nblocks * (uint64_t)(t + 1) / (uint64_t)nt;
             memset(&J->f, 0, sizeof J->f); J->f.guard = -1;

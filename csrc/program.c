@@ -163,6 +163,7 @@ int64_t ta_prog_size(ta_prog *P, int what)
     case TA_PS_WRT:     return P->nwrt;
     case TA_PS_LIVE:    return P->live;
     case TA_PS_BLOCK:   return TA_BLOCK;
+    case TA_PS_KERNEL:  return P->kernel != NULL;
     }
     return TA_EARG;
 }
@@ -206,6 +207,14 @@ int ta_prog_follow(ta_prog *P)
     if (!P) return TA_EARG;
     if (!P->parid) return TA_EARG;     /* loaded: there are no Values to follow */
     P->live = 1;
+    return TA_OK;
+}
+
+int ta_prog_set_kernel(ta_prog *P, void *fn, uint64_t nscratch, int abi)
+{
+    if (!P || abi != TA_KERNEL_ABI || nscratch > ((uint64_t)1 << 40)) return TA_EARG;
+    P->kernel = (ta_kernel_fn)fn;    /* (a data to function pointer cast: POSIX allows it) */
+    P->nscratch = fn ? nscratch : 0;
     return TA_OK;
 }
 

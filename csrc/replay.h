@@ -34,7 +34,7 @@ struct ta_guards {
     double    fx, fy;               /* values that flipped it                  */
 };
 
-/* A guard's comparison: kind 0 <, 1 <=, 2 >, 3 >= (the GPU kernels use it too) */
+/* A guard's comparison: kind 0 <, 1 <=, 2 >, 3 >= (cdef.h: ta_cmp2). */
 static inline int ta_compare(int kind, double x, double y)
 {
     switch (kind) {
@@ -181,6 +181,8 @@ struct ta_prog {
     int       live;         /* read parameters from the tape (parid) at a run  */
     ta_guard *g;            /* a, b are node indices here                      */
     ta_code  *code;         /* derived by ta_code_new (code.c)                 */
+    ta_kernel_fn kernel;    /* generated code for its blocks, or NULL (cdef.h) */
+    uint64_t  nscratch;     /* doubles of scratch the kernel needs             */
     void     *ws[TA_NWS];   /* idle workspaces (parallel.c)                    */
 };
 
@@ -236,6 +238,7 @@ typedef struct {
     double *A;      /* ndu uniform adjoints summed over a block              */
     double *Gb;     /* nwrt: a block's sums for wrt columns that are inputs  */
     double *U;      /* nu uniform values (the calling thread's workspace's)  */
+    double *K;  uint64_t kcap;   /* a kernel's scratch (parallel.c), kcap doubles */
 } ta_ws;
 
 /* batch.c.  The uniform values for one call into U (params: the parameter

@@ -147,6 +147,18 @@ def _flat_len(size: str, sizes: Dict[str, int]) -> int:
     return 2 * sizes["ng"] if size == "2ng" else sizes[size]
 
 
+def _flat_arrays(prog: "Program") -> Dict[str, Any]:
+    """prog's flat form (csrc/cdef.h: ta_flat_t): its sizes as ints, its arrays
+    as numpy arrays of their lengths."""
+    np = _np()
+    sizes = _prog.prog_flat_sizes(prog._p, _SIZES)
+    arrs = {name: np.zeros(max(_flat_len(size, sizes), 1), dtype=t) for name, t, size in _FLAT}
+    _prog.prog_flat(prog._p, sizes, arrs)
+    out: Dict[str, Any] = dict(sizes)
+    out.update((name, arrs[name][:_flat_len(size, sizes)]) for name, _, size in _FLAT)
+    return out
+
+
 def _load(state: Dict[str, Any]) -> "Program":
     """A Program from its pickled state (Program.__reduce__); every field is
     checked in C, so bytes from anywhere make a Program or a ValueError."""
@@ -358,20 +370,12 @@ class Program:
         return self._run(X, seed, "per_sample" if per_sample else "sum", threads,  # type: ignore[return-value]  # (G is set when grad is)
                          params, device=device)
 
-    def _flat(self) -> Tuple[Dict[str, int], Dict[str, Any]]:
-        """The flat form: its sizes, and its arrays (numpy, each as long as the
-        sizes make it, plus a spare slot when that is 0)."""
-        np = _np()
-        sizes = _prog.prog_flat_sizes(self._p, _SIZES)
-        arrs = {name: np.zeros(max(_flat_len(size, sizes), 1), dtype=t) for name, t, size in _FLAT}
-        _prog.prog_flat(self._p, sizes, arrs)
-        return sizes, arrs
-
     def __reduce__(self) -> Tuple[Any, Tuple[Dict[str, Any]]]:
-        sizes, arrs = self._flat()
-        state: Dict[str, Any] = {"format": _FORMAT, "ops": tuple(OP), **sizes}
-        for name, t, size in _FLAT:
-            state[name] = arrs[name][:_flat_len(size, sizes)].astype("<" + t).tobytes()
+        flat = _flat_arrays(self)
+        state: Dict[str, Any] = {"format": _FORMAT, "ops": tuple(OP)}
+        for name, t, _ in _FLAT:
+            state[name] = flat[name].astype("<" + t).tobytes()
+        state.update((k, flat[k]) for k in _SIZES)
         state["params"] = self.params.astype("<f8").tobytes()
         return (_load, (state,))
 

@@ -45,13 +45,13 @@ def prog_new(oid: Any, nout: int, iid: Any, nin: int, wid: Any, nwrt: int) -> An
 
 _PS = {"inputs": lib.TA_PS_INPUTS, "outputs": lib.TA_PS_OUTPUTS, "wrt": lib.TA_PS_WRT,
        "params": lib.TA_PS_PARAMS, "nodes": lib.TA_PS_NODES, "guards": lib.TA_PS_GUARDS,
-       "live": lib.TA_PS_LIVE, "block": lib.TA_PS_BLOCK}
+       "live": lib.TA_PS_LIVE, "block": lib.TA_PS_BLOCK, "kernel": lib.TA_PS_KERNEL}
 
 
 def prog_size(p: Any, what: str) -> int:
     """A size of program p: "inputs", "outputs", "wrt", "params", "nodes",
-    "guards", "block" (rows per gradient block), or "live" (1 while it reads
-    its parameters' Values)."""
+    "guards", "block" (rows per gradient block), "live" (1 while it reads
+    its parameters' Values) or "kernel" (1 while generated code runs it)."""
     return lib.ta_prog_size(p, _PS[what])
 
 
@@ -150,3 +150,39 @@ def prog_load(sizes: Dict[str, int], arrs: Dict[str, Any], params: Any) -> Any:
         return None
     check(st)
     return p
+
+
+# The execution code's arrays (ta_codeview_t): name, numpy type, size field.
+_CODE = (("uni", "u1", "n"), ("need", "u1", "n"), ("loc", "u4", "n"), ("dloc", "u4", "n"),
+         ("uops", "u4", "nuops"), ("ik", "u4", "nins"), ("ix", "u4", "nins"),
+         ("iy", "u4", "nins"), ("it0", "u4", "nins"), ("int_", "u4", "nins"),
+         ("iop", "u1", "nins"), ("tp", "u4", "nterms"), ("tq", "u4", "nterms"),
+         ("tf", "u1", "nterms"))
+_CODE_SIZES = ("n", "nins", "nterms", "nuops", "nu", "ndu", "ch")
+
+
+def prog_code(p: Any) -> Dict[str, Any]:
+    """Program p's execution code (csrc/cdef.h: ta_codeview_t): its sizes
+    as ints and its arrays as numpy arrays, by field name."""
+    import numpy as np
+    v: Any = ffi.new("ta_codeview_t *")
+    check(lib.ta_prog_code(p, v))
+    out: Dict[str, Any] = {k: getattr(v, k) for k in _CODE_SIZES}
+    keep = []
+    for name, t, size in _CODE:
+        a = np.zeros(max(out[size], 1), dtype=t)
+        ptr = _ptr(a, _CTYPE[a.dtype.itemsize])
+        setattr(v, name, ptr)
+        keep.append(ptr)
+        out[name] = a
+    check(lib.ta_prog_code(p, v))
+    del keep
+    for name, _, size in _CODE:
+        out[name] = out[name][:out[size]]
+    return out
+
+
+def prog_set_kernel(p: Any, address: int, nscratch: int) -> None:
+    """Run program p's blocks with the generated kernel at address (cdef.h:
+    ta_kernel_fn; 0: the interpreter again), which needs nscratch doubles."""
+    check(lib.ta_prog_set_kernel(p, ffi.cast("void *", address), nscratch, lib.TA_KERNEL_ABI))

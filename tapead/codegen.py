@@ -1,0 +1,395 @@
+"""Code generation: a Program's execution code as source text for a target.
+
+A Program (tapead.replay) runs its rows through execution code derived in C
+(csrc/code.c: uniform nodes computed once per call, row instructions, fused
+dots).  This module turns that code into straight-line source: the same
+operations, in the same order, as the interpreter (csrc/batch.c) does them,
+so the results are the same bits.  Each op is computed by its own rule
+functions from csrc/ops.h (fwd_NAME, d_NAME), which the generated source
+includes: an op stays defined once, in ops.def and ops.h.
+
+The interface, in three parts:
+
+``Code.of(prog)``
+    The Program's flat form and execution code as plain Python (lists of
+    ints and floats): nodes, columns, guards, uniform nodes, row
+    instructions, dot terms, slots.
+
+``Body(code, mode)``, mode ``"fwd"`` (outputs only), ``"sum"`` (gradients
+summed over rows) or ``"ps"`` (per-sample gradients)
+    The per-row computation as C statements over ``double``, in lists a
+    target places in its kernel:
+
+    - ``uniform``: once per kernel call, before any row: each uniform op's
+      partials (scalars ``pdx<k>``, ``pdy<k>``), read by ``rows`` (per
+      sample) and by ``block_end``;
+    - ``rows``: one instance of the body for ``TA_W`` rows at once (its
+      lanes): inputs, forward, guards, outputs, then (modes sum, ps) the
+      reverse sweep and the per-sample gradients; row values are arrays
+      ``double v<k>[TA_W]``, adjoints ``d<k>[TA_W]``;
+    - ``fold``: (sum) per accumulator i, in order, where its sum goes:
+      ``(i, dest, factor)``, dest ``"A[<j>]"`` (a uniform adjoint) or
+      ``"Gb[<j>]"`` (a wrt column that is an input), factor a C expression
+      or None; the interpreter adds each accumulator's sum over a chunk of
+      ``code.ch`` rows, lanes ``row % 4`` summed as ``(l0 + l1) + (l2 + l3)``,
+      into dest (times factor), in this order, after each chunk;
+    - ``block_end``: (sum) after the block's last chunk: the reverse sweep
+      through the uniform nodes on ``A`` and ``parts[j]`` from ``A`` and
+      ``Gb``.
+
+    The statements use these names, which the target defines:
+
+    ``TA_W``            lanes: rows one instance of ``rows`` computes
+    ``TA_LANES(...)``   run the statement once per lane ``l`` (0 .. TA_W-1)
+    ``TA_IN(j)``        input column j at lane l's row
+    ``TA_OUT(j, x)``    output column j at lane l's row := x
+    ``TA_SEED(j)``      the seed of output j at lane l's row
+    ``TA_GRAD(j, x)``   (ps) gradient column j at lane l's row := x
+    ``TA_ACC(i, x)``    (sum) add lane l's x to accumulator i (its lane)
+    ``TA_BITS(u)``      the double whose bits are the uint64 u (non-finite
+                        constants; finite ones are C99 hex literals)
+    ``U``               the uniform values, a ``const double *``
+    ``A``, ``Gb``       (sum) ``double *``: the uniform adjoints summed over
+                        the block (``code.ndu``), the wrt sums (``nwrt``)
+    ``parts``           (sum) ``double *``: the block's nwrt sums
+    ``bad``             an int: every op's status and every flipped guard
+                        is or-ed into it (nonzero: some row failed)
+    ``TA_FAILED``       what to do when, after the forward sweep and the
+                        guards, ``bad`` is nonzero (C: return 1, so the
+                        interpreter runs the block again and names the row)
+
+``Target``
+    Makes a whole translation unit from the bodies: its ``source(code)``
+    returns the text.  ``CTarget`` is the CPU's (csrc/cdef.h: ta_kernel_fn,
+    4 lanes of rows, chunks and accumulators as the interpreter's, so summed
+    gradients are its bits too).  A CUDA target defines the same names
+    with ``TA_W`` 1, ``l`` 0, the row from the thread index, and reduces
+    ``TA_ACC`` its own way; it includes ops.h as ``CTarget`` does
+    (``include_dir()``) so its kernel computes with the same rules.
+
+    >>> import numpy as np, tapead
+    >>> x = tapead.Value(0.5); w = tapead.Value(2.0); y = (w * x).exp()
+    >>> p = tapead.compile(y, [x], wrt=[w])
+    >>> b = Body(Code.of(p), "ps"); "fwd_EXP" in "\\n".join(b.rows)
+    True
+"""
+from __future__ import annotations
+
+import os
+import struct
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+
+from ._c import OP, OP_KINDS
+from ._c import program as _prog
+
+if TYPE_CHECKING:
+    from .replay import Program
+
+__all__ = ["Code", "Body", "Target", "CTarget", "include_dir", "NONE"]
+
+NONE = 0xFFFFFFFF          # csrc/replay.h: TA_NONE, "no slot" / "not reached"
+IDOT = 0xFF                # csrc/replay.h: TA_IDOT, a dot instruction
+_NAMES = {code: name for name, code in OP.items()}
+_KINDS = [("LEAF", "UN", "BIN", "CST", "NARY")[k] for k in OP_KINDS]   # csrc/tapead.h: enum ta_kind
+
+
+def include_dir() -> str:
+    """The folder holding csrc/ops.h and the headers it includes: tapead/_include
+    in an installed package (setup.py copies them there), else the source tree's csrc."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for d in (os.path.join(here, "_include"), os.path.join(here, os.pardir, "csrc")):
+        if os.path.isfile(os.path.join(d, "ops.h")):
+            return os.path.normpath(d)
+    raise FileNotFoundError("tapead's C headers (ops.h) are not installed with it")
+
+
+def _kind(op: int) -> str:
+    return _KINDS[op]
+
+
+def literal(c: float) -> str:
+    """c as an exact C expression: a C99 hex literal, or TA_BITS(...) if not finite."""
+    if c != c or c in (float("inf"), float("-inf")):
+        return "TA_BITS(0x%016xu)" % struct.unpack("<Q", struct.pack("<d", c))[0]
+    return "(" + c.hex() + ")"
+
+
+class Code:
+    """A Program's flat form and execution code as Python lists (see csrc/cdef.h:
+    ta_flat_t and ta_codeview_t for each field's meaning)."""
+
+    def __init__(self, flat: Dict[str, Any], code: Dict[str, Any]) -> None:
+        self.n: int = flat["n"]
+        self.nin, self.nout, self.nwrt, self.npar = flat["nin"], flat["nout"], flat["nwrt"], flat["npar"]
+        self.op: List[int] = list(flat["op"])
+        self.a: List[int] = list(flat["a"])
+        self.b: List[int] = list(flat["b"])
+        self.c: List[float] = [float(v) for v in flat["c"]]
+        self.inp: List[int] = list(flat["in"])
+        self.out: List[int] = list(flat["out"])
+        self.wrt: List[int] = list(flat["wrt"])
+        self.par: List[int] = list(flat["par"])
+        # guards: (a, b, c, kind, cst, outcome)
+        gab, gc, gk = list(flat["gab"]), list(flat["gc"]), list(flat["gkind"])
+        self.guards: List[Tuple[int, int, float, int, int, int]] = [
+            (gab[2 * j], gab[2 * j + 1], float(gc[j]), gk[j] & 3, (gk[j] >> 2) & 1, (gk[j] >> 3) & 1)
+            for j in range(flat["ng"])]
+        self.uni: List[int] = list(code["uni"])
+        self.need: List[int] = list(code["need"])
+        self.loc: List[int] = list(code["loc"])
+        self.dloc: List[int] = list(code["dloc"])
+        self.uops: List[int] = list(code["uops"])
+        # row instructions: (k, x, y, op, t0, nt); op IDOT for a dot
+        self.ins: List[Tuple[int, int, int, int, int, int]] = list(zip(
+            code["ik"].tolist(), code["ix"].tolist(), code["iy"].tolist(), code["iop"].tolist(),
+            code["it0"].tolist(), code["int_"].tolist()))
+        self.tp: List[int] = list(code["tp"])
+        self.tq: List[int] = list(code["tq"])
+        self.nu: int = code["nu"]
+        self.ndu: int = code["ndu"]
+        self.ch: int = code["ch"]
+
+    @classmethod
+    def of(cls, prog: "Program") -> "Code":
+        from .replay import _flat_arrays
+        return cls(_flat_arrays(prog), _prog.prog_code(prog._p))
+
+
+class Body:
+    """The per-row statements of a Program's code for one mode (see the module's docstring)."""
+
+    def __init__(self, code: Code, mode: str) -> None:
+        if mode not in ("fwd", "sum", "ps"):
+            raise ValueError(f"mode must be 'fwd', 'sum' or 'ps', not {mode!r}")
+        self.code, self.mode = code, mode
+        self.uniform: List[str] = []
+        self.rows: List[str] = []
+        self.fold: List[Tuple[int, str, Optional[str]]] = []
+        self.block_end: List[str] = []
+        self._forward()
+        if mode != "fwd":
+            self._partials()
+            self._reverse()
+
+    # ---------------------------------------------------------- values
+    def val(self, k: int) -> str:
+        """Node k's value at lane l."""
+        C = self.code
+        return f"U[{C.loc[k]}]" if C.uni[k] else f"v{k}[l]"
+
+    def _second(self, k: int, y: int) -> str:
+        """The second argument of node k's rules: its y (BIN), its constant (CST), else 0.0."""
+        C = self.code
+        kind = _kind(C.op[k])
+        if kind == "BIN":
+            return self.val(y)
+        return literal(C.c[k]) if kind == "CST" else "0.0"
+
+    # --------------------------------------------------------- forward
+    def _forward(self) -> None:
+        C, out = self.code, self.rows
+        for j, k in enumerate(C.inp):
+            if k != NONE:
+                out.append(f"double v{k}[TA_W]; TA_LANES(v{k}[l] = TA_IN({j}));")
+        for k, x, y, op, t0, nt in C.ins:
+            if op == IDOT:
+                terms = "".join(f" fwd_MUL({self.val(C.tp[t])}, {self.val(C.tq[t])}, &m_);"
+                                f" fwd_ADD(r_, m_, &r_);" for t in range(t0, t0 + nt))
+                out.append(f"double v{k}[TA_W]; TA_LANES(double r_ = {self.val(x)}, m_;{terms}"
+                           f" v{k}[l] = r_);")
+            else:
+                out.append(f"double v{k}[TA_W]; TA_LANES(bad |= fwd_{_NAMES[op]}"
+                           f"({self.val(x)}, {self._second(k, y)}, &v{k}[l]));")
+        for a, b, c, kind, cst, outcome in C.guards:
+            if C.uni[a] and (cst or C.uni[b]):
+                continue                                  # checked once per call (batch.c)
+            yv = literal(c) if cst else self.val(b)
+            out.append(f"TA_LANES(bad |= ta_compare({kind}, {self.val(a)}, {yv}) != {outcome});")
+        out.append("if (bad) TA_FAILED;")
+        for j, k in enumerate(C.out):
+            out.append(f"TA_LANES(TA_OUT({j}, {self.val(k)}));")
+
+    # --------------------------------------------------------- reverse
+    def _partials(self) -> None:
+        """The uniform ops' partials, computed as batch.c's ta_rv_uniform does."""
+        C = self.code
+        for k in C.uops:
+            if C.dloc[k] == NONE:
+                continue
+            op = C.op[k]
+            y = f"U[{C.loc[C.b[k]]}]" if _kind(op) == "BIN" else literal(C.c[k])
+            self.uniform.append(f"double pdx{k}, pdy{k}; d_{_NAMES[op]}(U[{C.loc[C.a[k]]}], {y}, "
+                                f"U[{C.loc[k]}], &pdx{k}, &pdy{k});")
+
+    def _add(self, k: int, expr: str, factor: Optional[str] = None) -> Optional[str]:
+        """The statement adding expr (lane l's) to node k's adjoint (batch.c:
+        ta_target): its row, its per-sample row, or (summed) a new accumulator
+        folded into A; None if k needs no adjoint."""
+        C = self.code
+        if C.dloc[k] == NONE:
+            return None
+        if not C.uni[k]:
+            return f"d{k}[l] += {expr};"
+        if self.mode == "ps":
+            return f"du{k}[l] += {expr};"
+        i = len(self.fold)
+        self.fold.append((i, f"A[{C.dloc[k]}]", factor))
+        return f"TA_ACC({i}, {expr});"
+
+    def _reverse(self) -> None:
+        C, out = self.code, self.rows
+        ps = self.mode == "ps"
+        for k in range(C.n):
+            if C.dloc[k] != NONE and C.loc[k] != NONE and (not C.uni[k] or ps):
+                out.append(f"double d{'u' if C.uni[k] else ''}{k}[TA_W]; "
+                           f"TA_LANES(d{'u' if C.uni[k] else ''}{k}[l] = 0.0);")
+        for j, o in enumerate(C.out):                      # seeds
+            s = self._add(o, f"TA_SEED({j})")
+            if s:
+                out.append(f"TA_LANES({s});")
+        for k, x, y, op, t0, nt in reversed(C.ins):
+            if C.dloc[k] == NONE:
+                continue
+            g = f"d{k}[l]"
+            if op != IDOT:
+                parts = [self._add(x, f"dx_ * {g}")]
+                if _kind(op) == "BIN":
+                    parts.append(self._add(y, f"dy_ * {g}"))
+                adds = " ".join(p for p in parts if p)
+                if adds:
+                    out.append(f"TA_LANES(double dx_, dy_; d_{_NAMES[op]}({self.val(x)}, "
+                               f"{self._second(k, y)}, v{k}[l], &dx_, &dy_); {adds});")
+                continue
+            for t in range(t0 + nt - 1, t0 - 1, -1):       # batch.c: ta_rv_dot
+                if t == t0:
+                    s = self._add(x, f"dx_ * {g}")
+                    if s:
+                        out.append(f"TA_LANES(double dx_, dy_; d_ADD(0.0, 0.0, 0.0, &dx_, &dy_); {s});")
+                for k1, k2 in ((C.tp[t], C.tq[t]), (C.tq[t], C.tp[t])):
+                    s = self._factor(k1, k2, g)
+                    if s:
+                        out.append(f"TA_LANES({s});")
+        if ps:
+            for k in reversed(C.uops):                     # batch.c: ta_rv_uniform, per sample
+                if C.dloc[k] == NONE:
+                    continue
+                for x, d in ((C.a[k], "pdx"), (C.b[k], "pdy")):
+                    if d == "pdy" and _kind(C.op[k]) != "BIN":
+                        continue
+                    if C.dloc[x] != NONE:
+                        out.append(f"TA_LANES(du{x}[l] += {d}{k} * du{k}[l]);")
+            for j, k in enumerate(C.wrt):
+                v = "0.0" if k == NONE else f"d{'u' if C.uni[k] else ''}{k}[l]"
+                out.append(f"TA_LANES(TA_GRAD({j}, {v}));")
+            return
+        for j, k in enumerate(C.wrt):                      # sums of the wrt columns that are inputs
+            if k != NONE and not C.uni[k]:
+                i = len(self.fold)
+                self.fold.append((i, f"Gb[{j}]", None))
+                out.append(f"TA_LANES(TA_ACC({i}, d{k}[l]));")
+        end = self.block_end
+        for k in reversed(C.uops):                         # batch.c: ta_rv_uniform, summed
+            if C.dloc[k] == NONE:
+                continue
+            end.append(f"{{ double gk_ = A[{C.dloc[k]}];")
+            end.append(f"  A[{C.dloc[C.a[k]]}] += pdx{k} * gk_;" if C.dloc[C.a[k]] != NONE else "")
+            if _kind(C.op[k]) == "BIN" and C.dloc[C.b[k]] != NONE:
+                end.append(f"  A[{C.dloc[C.b[k]]}] += pdy{k} * gk_;")
+            end.append("}")
+        for j, k in enumerate(C.wrt):
+            v = "0.0" if k == NONE else f"A[{C.dloc[k]}]" if C.uni[k] else f"Gb[{j}]"
+            end.append(f"parts[{j}] = {v};")
+
+    def _factor(self, k: int, other: int, g: str) -> Optional[str]:
+        """One operand k of a dot's product: batch.c's ta_rv_factor."""
+        C = self.code
+        if C.dloc[k] == NONE:
+            return None
+        if C.uni[k] and self.mode == "sum" and C.uni[other]:
+            return self._add(k, g, factor=f"U[{C.loc[other]}]")   # w * (the lane sum of g)
+        return self._add(k, f"{self.val(other)} * {g}")
+
+
+class Target:
+    """Makes a translation unit from a Program's code; see the module's docstring."""
+
+    def source(self, code: Code) -> str:
+        raise NotImplementedError
+
+
+class CTarget(Target):
+    """The CPU's kernel (csrc/cdef.h: ta_kernel_fn), for a C compiler.
+
+    Rows go four at a time (lanes: one AVX2 register of doubles, or two of
+    SSE2), each statement a loop over the lanes the compiler vectorises
+    (libm calls stay per lane: a vector libm would change the last bit).  A
+    block is run as the interpreter runs it: chunks of code.ch rows, each
+    accumulator summed per chunk in lanes row % 4, then added in order."""
+
+    LANES = 4
+
+    def prelude(self) -> str:
+        return """\
+/* generated by tapead.codegen (CTarget): see tapead/codegen.py */
+#include "ops.h"
+#include "replay.h"
+#define TA_W 4
+#define TA_LANES(...) for (l = 0; l < TA_W; l++) { __VA_ARGS__; }
+#define TA_IN(j) R->X[row[l] * nin + (j)]
+#define TA_OUT(j, x) if (l < nl) R->Y[(s + l) * nout + (j)] = (x)
+#define TA_SEED(j) (R->seedmode == 1 ? R->seed[j] : R->seed[row[l] * nout + (j)])
+#define TA_GRAD(j, x) if (l < nl) R->G[(s + l) * nwrt + (j)] = (x)
+#define TA_ACC(i, x) acc[(i) * 4 + l] += l < nl ? (x) : 0.0
+#define TA_FAILED return 1
+static inline double TA_BITS(uint64_t u) { double d; memcpy(&d, &u, sizeof d); return d; }
+"""
+
+    def _kernel(self, code: Code, mode: str) -> str:
+        b = Body(code, mode)
+        nacc = len(b.fold)
+        head = f"""
+static int ta_kernel_{mode}(const ta_run_t *R, const double *U, uint64_t r0, uint64_t r1,
+                           double *parts, double *scratch)
+{{
+    const uint64_t nin = R->nin, nout = R->nout, nwrt = R->nwrt;
+    double *acc = scratch, *A = scratch + {nacc * 4}, *Gb = A + {code.ndu};
+    uint64_t c0, c1, s, row[TA_W];
+    int l, nl, bad = 0;
+    (void)nin; (void)nout; (void)nwrt; (void)acc; (void)A; (void)Gb; (void)parts;
+"""
+        lines = [head]
+        lines += ["    " + s for s in b.uniform]
+        if mode == "sum":
+            lines.append(f"    memset(A, 0, {max(code.ndu + code.nwrt, 1)} * sizeof *A);")
+        lines.append(f"    for (c0 = r0; c0 < r1; c0 = c1) {{\n"
+                     f"        c1 = c0 + {code.ch} < r1 ? c0 + {code.ch} : r1;")
+        if nacc:
+            lines.append(f"        memset(acc, 0, {nacc * 4} * sizeof *acc);")
+        lines.append("        for (s = c0; s < c1; s += TA_W) {\n"
+                     "            nl = c1 - s < TA_W ? (int)(c1 - s) : TA_W;\n"
+                     "            for (l = 0; l < TA_W; l++) row[l] = s + (l < nl ? l : nl - 1);\n"
+                     "            {")
+        lines += ["                " + s for s in b.rows]
+        lines.append("            }\n        }")
+        for i, dest, factor in b.fold:
+            sm = f"((acc[{4 * i}] + acc[{4 * i + 1}]) + (acc[{4 * i + 2}] + acc[{4 * i + 3}]))"
+            lines.append(f"        {dest} += {factor + ' * ' if factor else ''}{sm};")
+        lines.append("    }")
+        lines += ["    " + s for s in b.block_end if s]
+        lines.append("    return 0;\n}\n")
+        self.nscratch = max(self.nscratch, nacc * 4 + code.ndu + code.nwrt + 1)
+        return "\n".join(lines)
+
+    def source(self, code: Code) -> str:
+        """The kernel's C source; self.nscratch is then the scratch it needs (doubles)."""
+        self.nscratch = 1
+        return (self.prelude() + self._kernel(code, "fwd") + self._kernel(code, "sum")
+                + self._kernel(code, "ps") + """
+int ta_kernel(const ta_run_t *R, const double *U, uint64_t r0, uint64_t r1, double *parts,
+              double *scratch)
+{
+    if (!R->seedmode) return ta_kernel_fwd(R, U, r0, r1, parts, scratch);
+    if (R->per_sample) return ta_kernel_ps(R, U, r0, r1, parts, scratch);
+    return ta_kernel_sum(R, U, r0, r1, parts, scratch);
+}
+""")
