@@ -99,12 +99,16 @@ def _device_index(device: str) -> Optional[int]:
 # --------------------------------------------------------------- sources
 
 def _csrc() -> str:
-    """The C sources the kernels are compiled from (csrc/ beside the package)."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    d = os.path.join(os.path.dirname(here), "csrc")
+    """The C sources the kernels are compiled from: codegen's include_dir()
+    (the source tree's csrc, or the headers installed with the package)."""
+    from .codegen import include_dir
+    try:
+        d = include_dir()
+    except FileNotFoundError:
+        d = ""
     if not os.path.isfile(os.path.join(d, "gpu.cuh")):
-        raise CUDAUnavailable("device=\"cuda\" compiles tapead's C sources (csrc/), which this "
-                              "installation lacks: install tapead from a source checkout")
+        raise CUDAUnavailable("device=\"cuda\" compiles tapead's C sources (csrc/*.h, gpu.cuh, "
+                              "gpu_interp.cu), which this installation lacks")
     return d
 
 

@@ -8,6 +8,7 @@ CuPy's NVRTC binding loads (it needs no GPU).  With a GPU: both kernels
 against the CPU Program (the reference), row by row, summed, per sample,
 with seeds, params=, CuPy arrays in and out, failures named as the CPU
 names them, and the summed gradients' bits the same at every launch."""
+import ctypes
 import os
 import shutil
 import subprocess
@@ -310,7 +311,7 @@ def test_failures_are_named_as_on_the_cpu(kernel):
     tapead.clear_guards()
     a, b = Value(1.0), Value(0.5)
     p = tapead.compile((a - b).log(), [a, b])
-    Xl = np.ones((500, 2))
+    Xl = np.tile([2.0, 1.0], (500, 1))
     Xl[321] = [0.5, 1.0]        # log(-0.5)
     with pytest.raises(ValueError) as gpu:
         p(Xl, device="cuda")
@@ -327,14 +328,20 @@ def test_pickled_program_runs_on_the_gpu():
     _close(prog.grad(Z, per_sample=True, device="cuda")[1], prog.grad(Z, per_sample=True)[1])
 
 
-# ------------------------------- the host side, against the kernels' signatures
+# ------------------------------------- the host side, and the kernels emulated
 # Without a GPU, a stand-in CuPy (numpy arrays) runs tapead/cuda.py's host
-# code; each launch is checked against the kernel's C parameter list: the
-# count, and each argument's type (a pointer: an array of the pointee's
-# dtype; int: numpy.int32; long long: numpy.int64).  The kernels do not
-# run: the outputs are whatever the stand-in's arrays held.
+# code.  Each launch is checked against the kernel's C parameter list (the
+# count, and each argument's type: a pointer an array of the pointee's
+# dtype, int numpy.int32, long long numpy.int64), then run: the kernel's
+# own source compiled for the CPU by the C++ compiler (tests/cuda_emu.h
+# stands in for CUDA's thread indices and atomics) is called once per
+# thread, and the fixed-order sums are done in numpy in their order.  On
+# the CPU the kernels use the C library's exp, log..., so they must give
+# the CPU Program's bits.
 _CTYPES = {"double": np.float64, "unsigned": np.uint32, "int": np.int32, "int4": np.int32,
            "unsigned char": np.uint8, "ta_u64": np.uint64}
+CXX = shutil.which("g++") or shutil.which("clang++")
+_EMU = {}
 
 
 def _signature(source, name):
@@ -352,28 +359,84 @@ def _signature(source, name):
     return params
 
 
+def _emulated(source, tmpdir):
+    """source compiled for the CPU (a ctypes library), or None without a C++ compiler."""
+    import hashlib
+    if CXX is None:
+        return None
+    key = hashlib.sha256(source.encode()).hexdigest()[:16]
+    if key not in _EMU:
+        src, so = os.path.join(tmpdir, key + ".cu"), os.path.join(tmpdir, key + ".so")
+        with open(src, "w") as f:
+            f.write(source)
+        r = subprocess.run([CXX, "-O1", "-ffp-contract=off", "-shared", "-fPIC", "-w", "-include",
+                            os.path.join(os.path.dirname(__file__), "cuda_emu.h"), "-I", CSRC,
+                            "-x", "c++", src, "-o", so], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        _EMU[key] = ctypes.CDLL(so)
+    return _EMU[key]
+
+
+class _Dim3(ctypes.Structure):      # tests/cuda_emu.h: ta_dim3
+    _fields_ = [(n, ctypes.c_uint) for n in ("x", "y", "z")]
+
+
+def _rowsum_emulated(A, rows, ncol, parts):
+    """csrc/gpu.cuh's ta_gpu_rowsum, in its order (padding rows with +0.0
+    changes no bit: a sum starting at +0.0 is never -0.0)."""
+    nb = parts.shape[0]
+    P = np.zeros((nb * 1024, ncol))
+    P[:rows] = np.asarray(A).reshape(-1)[:rows * ncol].reshape(rows, ncol)
+    q = P.reshape(nb, 4, 256, ncol)
+    s = np.zeros((nb, 256, ncol))
+    for k in range(4):
+        s = s + q[:, k]
+    w = 128
+    while w:
+        s[:, :w] = s[:, :w] + s[:, w:2 * w]
+        w //= 2
+    parts[...] = s[:, 0]
+
+
+class _Kernel:
+    def __init__(self, source, name, calls, lib):
+        self.params, self.name, self.calls, self.lib = _signature(source, name), name, calls, lib
+
+    def __call__(self, grid, block, args):
+        assert len(args) == len(self.params), (self.name, len(args), len(self.params))
+        cargs = []
+        for a, (kind, dt) in zip(args, self.params):
+            if kind == "ptr":
+                assert isinstance(a, _FakeArray) and a.dtype == dt and a.flags.c_contiguous, \
+                    (self.name, kind, dt, type(a), getattr(a, "dtype", None))
+                cargs.append(ctypes.c_void_p(a.ctypes.data))
+            else:
+                assert type(a) is (np.int64 if kind == "int64" else np.int32), (self.name, kind, type(a))
+                cargs.append((ctypes.c_longlong if kind == "int64" else ctypes.c_int)(int(a)))
+        assert all(isinstance(g, int) and g >= 1 for g in grid + block)
+        self.calls.append(self.name)
+        if self.name == "ta_gpu_rowsum":
+            _rowsum_emulated(args[0], int(args[1]), int(args[2]), args[3])
+            return
+        if self.lib is None:
+            return
+        fn = getattr(self.lib, self.name)
+        fn.restype = None
+        bi, ti, bd = (_Dim3.in_dll(self.lib, n) for n in ("blockIdx", "threadIdx", "blockDim"))
+        bd.x = block[0]
+        for b in range(grid[0]):
+            bi.x = b
+            for t in range(block[0]):
+                ti.x = t
+                fn(*cargs)
+
+
 class _FakeArray(np.ndarray):
     def get(self):
         return np.asarray(self)
 
 
-class _FakeKernel:
-    def __init__(self, params, name, calls):
-        self.params, self.name, self.calls = params, name, calls
-
-    def __call__(self, grid, block, args):
-        assert len(args) == len(self.params), (self.name, len(args), len(self.params))
-        for a, (kind, dt) in zip(args, self.params):
-            if kind == "ptr":
-                assert isinstance(a, _FakeArray) and a.dtype == dt and a.flags.c_contiguous, \
-                    (self.name, kind, dt, type(a), getattr(a, "dtype", None))
-            else:
-                assert type(a) is (np.int64 if kind == "int64" else np.int32), (self.name, kind, type(a))
-        assert all(isinstance(g, int) and g >= 1 for g in grid + block)
-        self.calls.append(self.name)
-
-
-def _fake_cupy(calls):
+def _fake_cupy():
     def wrap(a):
         return np.ascontiguousarray(a).view(_FakeArray)
 
@@ -389,33 +452,40 @@ def _fake_cupy(calls):
         def __exit__(self, *a):
             return False
 
-    fake = types.SimpleNamespace(
+    return types.SimpleNamespace(
         ndarray=_FakeArray, float64=np.float64, uint64=np.uint64,
         asarray=lambda a, dtype=None: wrap(np.asarray(a, dtype=dtype)),
         ascontiguousarray=wrap, asnumpy=lambda a: np.array(a),
-        empty=lambda s, dtype=np.float64: wrap(np.full(s, np.nan, dtype=dtype)),
+        empty=lambda s, dtype=np.float64: wrap(np.full(s, np.nan, dtype=dtype)),   # poisoned
         zeros=lambda s, dtype=np.float64: wrap(np.zeros(s, dtype=dtype)),
         ones=lambda s, dtype=np.float64: wrap(np.ones(s, dtype=dtype)),
         cuda=types.SimpleNamespace(Device=Device, runtime=types.SimpleNamespace(
             memGetInfo=lambda: (1 << 30, 1 << 31), getDeviceCount=lambda: 1)))
-    return fake
 
 
-@pytest.mark.parametrize("generated", [True, False])
-def test_host_side_launches_match_the_kernels(generated, monkeypatch):
+@pytest.fixture
+def emulated(monkeypatch, tmp_path):
+    """tapead.cuda on the stand-in CuPy; yields the list of launches."""
     from tapead import cuda
     calls = []
-    monkeypatch.setattr(cuda, "_cupy", lambda: _fake_cupy(calls))
-    if not generated:
-        monkeypatch.setattr(cuda, "GENERATED_MAX_NODES", 0)
+    fake = _fake_cupy()
+    monkeypatch.setattr(cuda, "_cupy", lambda: fake)
 
     class Module:
         def __init__(self, cp, source, arch):
-            self.source = source
+            self.source, self.lib = source, _emulated(source, str(tmp_path))
 
         def get_function(self, name):
-            return _FakeKernel(_signature(self.source, name), name, calls)
+            return _Kernel(self.source, name, calls, self.lib)
     monkeypatch.setattr(cuda, "_module", Module)
+    return calls
+
+
+@pytest.mark.parametrize("generated", [True, False])
+def test_host_side_launches_match_the_kernels(generated, emulated, monkeypatch):
+    from tapead import cuda
+    if not generated:
+        monkeypatch.setattr(cuda, "GENERATED_MAX_NODES", 0)
     prog = every_op_program()
     X = _rows(np.random.default_rng(7), 3000)
     Y = prog(X, device="cuda")
@@ -427,5 +497,66 @@ def test_host_side_launches_match_the_kernels(generated, monkeypatch):
     Y, G = prog._run(X, None, "sum", None, None, parts=True, device="cuda")
     assert G.shape == (1, 2)
     main = "ta_gpu_gen" if generated else "ta_gpu_interp"
-    assert calls.count(main) == 4 and calls.count("ta_gpu_rowsum") == 2 * 2  # 3000 -> 3 -> 1 rows
-    assert set(calls) == {main, "ta_gpu_rowsum"}
+    assert emulated.count(main) == 4 and emulated.count("ta_gpu_rowsum") == 2 * 2  # 3000 -> 3 -> 1
+    assert set(emulated) == {main, "ta_gpu_rowsum"}
+
+
+@pytest.mark.skipif(CXX is None, reason="no C++ compiler")
+@pytest.mark.parametrize("generated", [True, False])
+def test_emulated_kernels_give_the_cpu_programs_numbers(generated, emulated, monkeypatch):
+    from tapead import cuda
+    if not generated:
+        monkeypatch.setattr(cuda, "GENERATED_MAX_NODES", 0)
+    rng = np.random.default_rng(8)
+    prog = every_op_program()
+    X = _rows(rng, 1500)
+    S = rng.standard_normal((1500, 2))
+    for seed, params in ((None, None), (S, [0.25]), (np.array([0.5, -2.0]), None)):
+        Y, G = prog.grad(X, seed, per_sample=True, params=params, device="cuda")
+        Yc, Gc = prog.grad(X, seed, per_sample=True, params=params)
+        assert np.array_equal(Y, Yc)
+        if generated:        # the CPU's order of additions, the C library's math: its bits
+            assert np.array_equal(G, Gc)
+        _close(G, Gc, 1e-14)
+        Ys, Gs = prog.grad(X, seed, params=params, device="cuda")
+        assert np.array_equal(Ys, Yc)
+        _close(Gs, prog.grad(X, seed, params=params)[1], 1e-13)
+        # the summed gradients are the fixed-order sum of the per-sample ones
+        expect = np.zeros((2, 2))
+        _rowsum_emulated(G, 1500, 2, expect)
+        top = np.zeros((1, 2))
+        _rowsum_emulated(expect, 2, 2, top)
+        assert np.array_equal(Gs, top[0])
+    assert np.array_equal(prog(X, device="cuda"), prog(X))
+    p = arithmetic_program()
+    Xa = rng.uniform(-3, 3, (700, 2))
+    assert all(np.array_equal(a, b) for a, b in zip(p.grad(Xa, per_sample=True, device="cuda"),
+                                                     p.grad(Xa, per_sample=True)))
+
+
+@pytest.mark.skipif(CXX is None, reason="no C++ compiler")
+@pytest.mark.parametrize("generated", [True, False])
+def test_emulated_failures_are_named_as_on_the_cpu(generated, emulated, monkeypatch):
+    from tapead import cuda
+    if not generated:
+        monkeypatch.setattr(cuda, "GENERATED_MAX_NODES", 0)
+    prog = every_op_program()
+    X = _rows(np.random.default_rng(5), 1000)
+    X[734] = [0.5, 0.9]         # x > y flips
+    X[900] = [0.05, -0.5]       # x > 0.1 flips
+    for call in (lambda p, X, **k: p(X, **k), lambda p, X, **k: p.grad(X, per_sample=True, **k)):
+        with pytest.raises(GuardError) as gpu:
+            call(prog, X, device="cuda")
+        with pytest.raises(GuardError) as cpu:
+            call(prog, X)
+        assert str(gpu.value) == str(cpu.value) and "at row 734" in str(gpu.value)
+    tapead.clear_guards()
+    a, b = Value(1.0), Value(0.5)
+    p = tapead.compile([(a - b).log(), a * b], [a, b], wrt=[a])
+    Xl = np.tile([2.0, 1.0], (300, 1))
+    Xl[221] = [0.5, 1.0]        # log(-0.5)
+    with pytest.raises(ValueError) as gpu:
+        p.grad(Xl, device="cuda")
+    with pytest.raises(ValueError) as cpu:
+        p.grad(Xl)
+    assert str(gpu.value) == str(cpu.value) and "row 221" in str(gpu.value)
