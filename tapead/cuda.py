@@ -42,7 +42,7 @@ __all__ = ["run", "CUDATarget", "cuda_source", "interpreter_source", "NVRTC_OPTI
 
 # Programs of at most this many nodes get generated straight-line code;
 # larger ones the interpreter (docs/gpu.md: where it was measured).
-GENERATED_MAX_NODES = 256
+GENERATED_MAX_NODES = 128
 
 # No FMA contraction (a * b + c rounds twice, as on the CPU), no fast math,
 # C++17 (hexadecimal float literals); -default-device: the headers'

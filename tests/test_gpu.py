@@ -560,3 +560,20 @@ def test_emulated_failures_are_named_as_on_the_cpu(generated, emulated, monkeypa
     with pytest.raises(ValueError) as cpu:
         p.grad(Xl)
     assert str(gpu.value) == str(cpu.value) and "row 221" in str(gpu.value)
+
+
+@pytest.mark.skipif(CXX is None, reason="no C++ compiler")
+def test_dask_runs_chunks_on_the_gpu(emulated):
+    da = pytest.importorskip("dask.array")
+    import dask
+    import tapead.dask
+    prog = european()
+    Z = np.random.default_rng(9).standard_normal((5000, 1))
+    X = da.from_array(Z, chunks=(2048, 1))
+    with dask.config.set(scheduler="synchronous"):
+        Y, G = tapead.dask.grad(prog, X, per_sample=True, device="cuda")
+        Yc, Gc = prog.grad(Z, per_sample=True)
+        assert np.array_equal(Y.compute(), Yc) and np.array_equal(G.compute(), Gc)
+        _close(tapead.dask.grad(prog, X, device="cuda")[1].compute(), prog.grad(Z)[1], 1e-13)
+        assert np.array_equal(tapead.dask.evaluate(prog, X, device="cuda").compute(), prog(Z))
+    assert emulated.count("ta_gpu_gen") == 4 * 3   # three chunks, four computes (Y and G apart)
