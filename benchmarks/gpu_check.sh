@@ -37,6 +37,9 @@ stage tests
 # (--noconftest: tests/conftest.py needs micrograd, which the GPU machines lack; test_gpu.py needs none of it)
 timeout 150 python3 -m pytest -q --noconftest -p no:cacheprovider -rs tests/test_gpu.py || echo FAILED tests
 
+stage example
+timeout 60 python3 examples/monte_carlo_greeks.py --device cuda --paths 4000000 || echo FAILED example
+
 stage european
 timeout 90 python3 benchmarks/bench_gpu.py european --out "$RES" || echo FAILED european
 

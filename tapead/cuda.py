@@ -37,7 +37,7 @@ from ._c import OP_KINDS
 from ._opsurface import IDENTS
 from .codegen import Body, Code, Target, literal, NONE as _NONE
 
-__all__ = ["run", "CUDATarget", "cuda_source", "interpreter_source", "NVRTC_OPTIONS", "GENERATED_MAX_NODES",
+__all__ = ["run", "require", "CUDATarget", "cuda_source", "interpreter_source", "NVRTC_OPTIONS", "GENERATED_MAX_NODES",
            "cache_dir", "CUDAUnavailable"]
 
 # Programs of at most this many nodes get generated straight-line code;
@@ -85,6 +85,12 @@ def _cupy() -> Any:
     if n < 1:
         raise CUDAUnavailable('device="cuda": no CUDA GPU here')
     return cupy
+
+
+def require() -> Any:
+    """The CuPy module, once a usable GPU is known to be there (else
+    ImportError without CuPy, CUDAUnavailable without a GPU)."""
+    return _cupy()
 
 
 def _device_index(device: str) -> Optional[int]:
