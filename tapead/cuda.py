@@ -220,7 +220,7 @@ def nvrtc_compile(source: str, arch: str, name: str = "tapead.cu",
     """source compiled by NVRTC (CuPy's binding) for sm_<arch>: a cubin, or
     PTX; a RuntimeError with NVRTC's log if it does not compile.  Needs no
     GPU (the tests use it)."""
-    from cupy_backends.cuda.libs import nvrtc   # type: ignore[import-not-found]
+    from cupy_backends.cuda.libs import nvrtc
     hs = _headers()
     prog = nvrtc.createProgram(source, name, [v.encode() for v in hs.values()],
                                [k.encode() for k in hs])
@@ -230,7 +230,7 @@ def nvrtc_compile(source: str, arch: str, name: str = "tapead.cu",
             nvrtc.compileProgram(prog, opts)
         except nvrtc.NVRTCError as e:
             raise RuntimeError(f"NVRTC could not compile {name}:\n{nvrtc.getProgramLog(prog)}") from e
-        return nvrtc.getPTX(prog) if ptx else nvrtc.getCUBIN(prog)
+        return bytes(nvrtc.getPTX(prog) if ptx else nvrtc.getCUBIN(prog))
     finally:
         nvrtc.destroyProgram(prog)
 
@@ -323,11 +323,10 @@ class _Plan:
 
 def _plan(prog: Any, cp: Any) -> _Plan:
     dev = cp.cuda.Device()
-    arch = str(dev.compute_capability)
-    plans = prog.__dict__.setdefault("_gpu_plans", {})
+    plans: Dict[int, _Plan] = prog.__dict__.setdefault("_gpu_plans", {})
     p = plans.get(dev.id)
     if p is None:
-        p = plans[dev.id] = _Plan(prog, cp, arch)
+        p = plans[dev.id] = _Plan(prog, cp, str(dev.compute_capability))
     return p
 
 

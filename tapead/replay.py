@@ -317,8 +317,11 @@ class Program:
         number in error messages (a chunk of a larger X); device: "cuda"
         runs on a GPU instead (tapead/cuda.py)."""
         if device is not None and device != "cpu":
-            from . import cuda   # CuPy only when a GPU is asked for
-            return cuda.run(self, X, seed, grad, params, device, parts=parts, row0=row0)
+            # tapead.cuda, a layer above this one, through the package's lazy
+            # submodules (CuPy is imported only when a GPU is asked for)
+            import tapead
+            Y, G = tapead.cuda.run(self, X, seed, grad, params, device, parts=parts, row0=row0)
+            return Y, G
         np = _np()
         nin, nout, nwrt, npar, _ = self._dims
         X = _rows(X, nin)
