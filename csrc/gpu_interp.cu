@@ -9,7 +9,8 @@
  *   a, b   its input nodes; a leaf: a is its input column, or its
  *          parameter index when b is 1
  *   dslot  its adjoint's row in D, or -1 if no wrt leaf is behind it
- * The forward sweep runs every node in order, then the guards; the
+ * and ads[k] its inputs' adjoint rows (a's, b's; -1: none), so the reverse
+ * sweep reads one instruction pair per node.  The forward sweep runs every node in order, then the guards; the
  * reverse sweep runs the nodes with an adjoint, newest first, each adding
  * its partials times its adjoint into its inputs' (x first, then y), as
  * the CPU Program's sweep does.
@@ -26,18 +27,21 @@
 #define IN_CST(N)  x = V[(long long)I.y * ld + i]; y = c[k]; st = fwd_##N(x, y, &r);
 #define IN_NARY(N) st = TA_EBADOP;
 
-/* an operand's adjoint slot gets p * g */
-#define TA_GPU_PUSH(node, p) do { int s_ = ins[node].w; \
-        if (s_ >= 0) D[(long long)s_ * ld + i] += (p) * g; } while (0)
+/* Reverse: the values a rule reads are loaded in its call's arguments, so
+ * after inlining the loads it ignores are gone (d_ADD reads none, d_MULC
+ * only its constant), as ta_row_partials does on the CPU; an input with an
+ * adjoint row gets partial * g. */
+#define TA_VAL(node) V[(long long)(node) * ld + i]
+#define TA_GPU_PUSH(s, p) if ((s) >= 0) D[(long long)(s) * ld + i] += (p) * g;
 #define RV_LEAF(N)
 #define RV_NARY(N)
-#define RV_UN(N)  x = V[(long long)I.y * ld + i]; d_##N(x, 0.0, rk, &dx, &dy); TA_GPU_PUSH(I.y, dx);
-#define RV_CST(N) x = V[(long long)I.y * ld + i]; d_##N(x, c[k], rk, &dx, &dy); TA_GPU_PUSH(I.y, dx);
-#define RV_BIN(N) x = V[(long long)I.y * ld + i]; y = V[(long long)I.z * ld + i]; \
-                  d_##N(x, y, rk, &dx, &dy); TA_GPU_PUSH(I.y, dx); TA_GPU_PUSH(I.z, dy);
+#define RV_UN(N)  d_##N(TA_VAL(I.y), 0.0, TA_VAL(k), &dx, &dy); TA_GPU_PUSH(S.x, dx)
+#define RV_CST(N) d_##N(TA_VAL(I.y), c[k], TA_VAL(k), &dx, &dy); TA_GPU_PUSH(S.x, dx)
+#define RV_BIN(N) d_##N(TA_VAL(I.y), TA_VAL(I.z), TA_VAL(k), &dx, &dy); \
+                  TA_GPU_PUSH(S.x, dx) TA_GPU_PUSH(S.y, dy)
 
 extern "C" __global__ void ta_gpu_interp(
-    const int4 *__restrict__ ins, const double *__restrict__ c, int n,
+    const int4 *__restrict__ ins, const int2 *__restrict__ ads, const double *__restrict__ c, int n,
     const double *__restrict__ X, int nin, const double *__restrict__ par,
     const unsigned *__restrict__ out, int nout, const int *__restrict__ wslot, int nwrt,
     const unsigned *__restrict__ gab, const double *__restrict__ gc,
@@ -91,10 +95,11 @@ extern "C" __global__ void ta_gpu_interp(
     }
     for (k = n; k-- > 0;) {
         const int4 I = ins[k];
-        double g, rk;
+        int2 S;
+        double g;
         if (I.w < 0) continue;
+        S = ads[k];
         g = D[(long long)I.w * ld + i];
-        rk = V[(long long)k * ld + i];
         switch (I.x) {
 #define TA_OP(NAME, KIND, SYM, ...) case TA_##NAME: RV_##KIND(NAME) break;
 #include "ops.def"

@@ -286,9 +286,15 @@ class _Plan:
         need = np.array(C.need, dtype=bool)
         ins[:n, 3] = np.where(need, np.cumsum(need) - 1, -1)
         self.nd = int(need.sum())
+        # and each node's inputs' adjoint slots (a's; b's for a binary op)
+        kinds = np.array(OP_KINDS, dtype=np.int32)[np.array(C.op, dtype=np.int64)]
+        ads = np.full((max(n, 1), 2), -1, dtype=np.int32)
+        op_node = kinds != _LEAF
+        ads[:n, 0] = np.where(op_node, ins[np.array(C.a, dtype=np.int64), 3], -1)
+        ads[:n, 1] = np.where(kinds == _BIN, ins[np.array(C.b, dtype=np.int64), 3], -1)
         wslot = [int(ins[w, 3]) if w != _NONE else -1 for w in C.wrt]
         g = C.guards
-        self.ins = cp.asarray(ins)
+        self.ins, self.ads = cp.asarray(ins), cp.asarray(ads)
         self.c = cp.asarray(np.array(C.c, dtype=np.float64))
         self.out = cp.asarray(np.array(C.out, dtype=np.uint32))
         self.wslot = cp.asarray(np.array(wslot or [-1], dtype=np.int32))
@@ -351,7 +357,7 @@ def _interp(cp: Any, P: _Plan, X: Any, par: Any, seed: Any, seedmode: int, Y: An
     for r0 in range(row0, row0 + rows, ld):
         m = min(ld, row0 + rows - r0)
         fn((_blocks(m, _THREADS),), (_THREADS,), (
-            P.ins, P.c, np.int32(n), X, np.int32(P.nin), par,
+            P.ins, P.ads, P.c, np.int32(n), X, np.int32(P.nin), par,
             P.out, np.int32(P.nout), P.wslot, np.int32(P.nwrt),
             P.gab, P.gc, P.gk, np.int32(P.ng),
             seed, np.int32(seedmode), np.int32(P.nd if seedmode else 0),

@@ -13,6 +13,7 @@ extern "C" { ta_dim3 blockIdx = {0, 0, 0}, threadIdx = {0, 0, 0}, blockDim = {1,
 #define __restrict__
 static inline void __syncthreads(void) {}
 struct int4 { int x, y, z, w; };
+struct int2 { int x, y; };
 static inline double __longlong_as_double(long long u) { double d; memcpy(&d, &u, sizeof d); return d; }
 static inline unsigned long long atomicMin(unsigned long long *p, unsigned long long v)
 { unsigned long long o = *p; if (v < o) *p = v; return o; }

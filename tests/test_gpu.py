@@ -338,7 +338,7 @@ def test_pickled_program_runs_on_the_gpu():
 # thread, and the fixed-order sums are done in numpy in their order.  On
 # the CPU the kernels use the C library's exp, log..., so they must give
 # the CPU Program's bits.
-_CTYPES = {"double": np.float64, "unsigned": np.uint32, "int": np.int32, "int4": np.int32,
+_CTYPES = {"double": np.float64, "unsigned": np.uint32, "int": np.int32, "int4": np.int32, "int2": np.int32,
            "unsigned char": np.uint8, "ta_u64": np.uint64}
 CXX = shutil.which("g++") or shutil.which("clang++")
 _EMU = {}
