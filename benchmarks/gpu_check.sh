@@ -8,7 +8,8 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 # the GPU tests (tests/test_gpu.py), and the benchmark stages of
 # benchmarks/bench_gpu.py, each on its own, so that one failing stage stops
 # nothing else.  Everything is printed as it goes and kept in $OUT/log.txt;
-# figures go to $OUT/results.json as each stage ends.  About 5 minutes.
+# figures go to $OUT/results.json as each stage ends.  About 3-5 minutes;
+# never more than 7 (each stage's limit shrinks to what is left).
 set -x
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -18,6 +19,8 @@ exec > >(tee -a "$OUT/log.txt") 2>&1
 RES="$OUT/results.json"
 T0=$(date +%s)
 stage() { echo "=== stage $1 at +$(( $(date +%s) - T0 )) s"; }
+# each stage's time limit: its own cap, or what is left of 7 minutes, the smaller
+cap() { local left=$(( 420 - ($(date +%s) - T0) )); [ "$left" -lt "$1" ] && echo $(( left > 5 ? left : 5 )) || echo "$1"; }
 
 stage machine
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv || echo FAILED nvidia-smi
@@ -27,7 +30,7 @@ python3 -c "import jax; print('jax', jax.__version__, jax.devices())" || echo FA
 
 stage build
 # in place (any setuptools), else an editable install (setuptools >= 77)
-( python3 build_ext.py > "$OUT/build.txt" 2>&1 && python3 -c "import tapead; print('tapead from', tapead.__file__)" ) \
+( timeout 150 python3 build_ext.py > "$OUT/build.txt" 2>&1 && python3 -c "import tapead; print('tapead from', tapead.__file__)" ) \
   || ( tail -30 "$OUT/build.txt"; python3 -m pip install -q --no-build-isolation --no-deps -e . ) \
   || echo FAILED build
 tail -3 "$OUT/build.txt"
@@ -35,26 +38,26 @@ python3 -c "import tapead, tapead.cuda as c; print(tapead.__file__, c.cache_dir(
 
 stage tests
 # (--noconftest: tests/conftest.py needs micrograd, which the GPU machines lack; test_gpu.py needs none of it)
-timeout 150 python3 -m pytest -q --noconftest -p no:cacheprovider -rs tests/test_gpu.py || echo FAILED tests
+timeout $(cap 120) python3 -m pytest -q --noconftest -p no:cacheprovider -rs tests/test_gpu.py || echo FAILED tests
 
 stage example
-timeout 60 python3 examples/monte_carlo_greeks.py --device cuda --paths 4000000 || echo FAILED example
+timeout $(cap 45) python3 examples/monte_carlo_greeks.py --device cuda --paths 4000000 || echo FAILED example
 
 stage european
-timeout 90 python3 benchmarks/bench_gpu.py european --out "$RES" || echo FAILED european
+timeout $(cap 75) python3 benchmarks/bench_gpu.py european --out "$RES" || echo FAILED european
 
 stage big
-timeout 90 python3 benchmarks/bench_gpu.py big --out "$RES" || echo FAILED big
+timeout $(cap 75) python3 benchmarks/bench_gpu.py big --out "$RES" || echo FAILED big
 
 stage mathdiff
-timeout 60 python3 benchmarks/bench_gpu.py mathdiff --out "$RES" || echo FAILED mathdiff
+timeout $(cap 50) python3 benchmarks/bench_gpu.py mathdiff --out "$RES" || echo FAILED mathdiff
 
 stage first
-timeout 70 python3 benchmarks/bench_gpu.py first --out "$RES" || echo FAILED first
+timeout $(cap 60) python3 benchmarks/bench_gpu.py first --out "$RES" || echo FAILED first
 
 stage compile
-# what is left of ~6 minutes, at most 150 s
-LEFT=$(( 345 - ($(date +%s) - T0) ))
+# what is left of 7 minutes, at most 150 s
+LEFT=$(cap 150)
 if [ "$LEFT" -gt 30 ]; then
   timeout "$LEFT" python3 benchmarks/bench_gpu.py compile --budget $(( LEFT - 15 )) --out "$RES" \
     || echo FAILED compile
