@@ -16,9 +16,9 @@
 #define TAPEAD_GPU_CUH
 
 #ifdef __CUDACC_RTC__
-/* NVRTC has no C library: tapead/cuda.py hands it an empty math.h,
- * string.h and stddef.h and a stdint.h of typedefs (CUDA's math functions
- * and memcpy are built in), and compiles with -default-device so that the
+/* NVRTC has no C library: tapead/cuda.py hands it an empty math.h and
+ * string.h, a stddef.h with size_t and a stdint.h of typedefs (CUDA's math
+ * functions and memcpy are built in), and compiles with -default-device so that the
  * headers' function declarations are device ones.  The host-only inline
  * functions of tapead.h (segment holds) must still compile; they are
  * never called here. */

@@ -47,7 +47,7 @@ GENERATED_MAX_NODES = 128
 # No FMA contraction (a * b + c rounds twice, as on the CPU), no fast math,
 # C++17 (hexadecimal float literals); -default-device: the headers'
 # functions are device functions.  The -arch option is added per GPU.
-NVRTC_OPTIONS = ("--fmad=false", "-std=c++17", "-default-device", "-diag-suppress=20044")
+NVRTC_OPTIONS = ("--fmad=false", "-std=c++17", "-default-device")
 
 _THREADS = 128                   # rows (threads) per block of the row kernels
 _SUMTHREADS, _SUMROWS = 256, 1024   # csrc/gpu.cuh: TA_GPU_SUMTHREADS, TA_GPU_SUMROWS
@@ -56,7 +56,8 @@ _LEAF, _UN, _BIN, _CST = 0, 1, 2, 3    # tapead.h: enum ta_kind
 
 # NVRTC has no C library headers; csrc/gpu.cuh says why these are enough
 _STUBS = {
-    "math.h": "", "string.h": "", "stddef.h": "",
+    "math.h": "", "string.h": "",
+    "stddef.h": "typedef decltype(sizeof(0)) size_t;\n",   # (NVRTC's own, if it has one: the same type)
     "stdint.h": ("typedef unsigned char uint8_t; typedef unsigned short uint16_t;\n"
                  "typedef unsigned int uint32_t; typedef unsigned long long uint64_t;\n"
                  "typedef signed char int8_t; typedef short int16_t; typedef int int32_t;\n"
@@ -235,6 +236,29 @@ def nvrtc_compile(source: str, arch: str, name: str = "tapead.cu",
         nvrtc.destroyProgram(prog)
 
 
+def _nvcc_compile(source: str, arch: str, why: Exception) -> bytes:
+    """source compiled by nvcc, with the same options, where NVRTC could not
+    (a warning says why); re-raises why without nvcc."""
+    import shutil
+    import subprocess
+    import tempfile
+    import warnings
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        raise why
+    warnings.warn(f"tapead.cuda: NVRTC failed, compiling with nvcc instead ({str(why)[:500]})")
+    with tempfile.TemporaryDirectory() as d:
+        src, out = os.path.join(d, "k.cu"), os.path.join(d, "k.cubin")
+        with open(src, "w") as f:
+            f.write(source)
+        r = subprocess.run([nvcc, "-cubin", f"-arch=sm_{arch}", "--fmad=false", "-std=c++17",
+                            "-I", _csrc(), "-x", "cu", src, "-o", out], capture_output=True, text=True)
+        if r.returncode:
+            raise RuntimeError(f"nvcc could not compile the kernel either:\n{r.stderr}") from why
+        with open(out, "rb") as f:
+            return f.read()
+
+
 _MODULES: Dict[Tuple[str, str], Any] = {}     # (source hash, arch) -> RawModule
 
 
@@ -249,7 +273,10 @@ def _module(cp: Any, source: str, arch: str) -> Any:
     d = cache_dir()
     path = os.path.join(d, f"{h}.sm_{arch}.cubin")
     if not os.path.isfile(path):
-        cubin = nvrtc_compile(source, arch)
+        try:
+            cubin = nvrtc_compile(source, arch)
+        except (ImportError, RuntimeError) as e:
+            cubin = _nvcc_compile(source, arch, e)
         os.makedirs(d, exist_ok=True)
         tmp = f"{path}.{os.getpid()}.tmp"
         with open(tmp, "wb") as fh:

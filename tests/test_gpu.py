@@ -577,3 +577,21 @@ def test_dask_runs_chunks_on_the_gpu(emulated):
         _close(tapead.dask.grad(prog, X, device="cuda")[1].compute(), prog.grad(Z)[1], 1e-13)
         assert np.array_equal(tapead.dask.evaluate(prog, X, device="cuda").compute(), prog(Z))
     assert emulated.count("ta_gpu_gen") == 4 * 3   # three chunks, four computes (Y and G apart)
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc not found")
+def test_nvcc_compiles_where_nvrtc_cannot(monkeypatch, tmp_path):
+    from tapead import cuda
+
+    def no_nvrtc(*a, **k):
+        raise ImportError("no NVRTC here")
+    monkeypatch.setattr(cuda, "nvrtc_compile", no_nvrtc)
+    monkeypatch.setenv("TAPEAD_CUDA_CACHE", str(tmp_path))
+    loaded = []
+    fake = types.SimpleNamespace(RawModule=lambda path: loaded.append(path) or path)
+    with pytest.warns(UserWarning, match="NVRTC failed, compiling with nvcc instead .no NVRTC here"):
+        path = cuda._module(fake, cuda.cuda_source(european()), "90")
+    assert loaded == [path] and path.startswith(str(tmp_path)) and path.endswith(".sm_90.cubin")
+    with open(path, "rb") as f:
+        assert f.read(4) == b"\x7fELF"
+    assert cuda._module(fake, cuda.cuda_source(european()), "90") == path   # kept in memory
