@@ -70,6 +70,7 @@ static int ta_prog_copy(ta_tape *T, ta_prog *P, const ta_sub *S, const int64_t *
 {
     const struct ta_guards *G;
     uint32_t j, k, gk = 0;
+    uint64_t q;
     int st;
     if ((st = ta_prog_alloc(P)) != TA_OK) return st;
     if (!(P->parid = (int64_t *)ta_malloc(((size_t)P->npar + 1) * 8))) return TA_ENOMEM;
@@ -87,9 +88,14 @@ static int ta_prog_copy(ta_tape *T, ta_prog *P, const ta_sub *S, const int64_t *
         if (P->b[P->in[j]]) return TA_EARG;   /* the same leaf twice */
         P->b[P->in[j]] = 1;
     }
-    /* parameters: the other leaves, with their tape ids, in tape order */
-    for (j = 0, k = 0; k < P->n; k++) {
-        if (P->op[k] != TA_LEAF || P->b[k]) continue;
+    /* parameters: the other leaves, with their tape ids; first those in wrt,
+     * in wrt's order (params= and .params follow it), then the rest in tape
+     * order (b = 2 marks a parameter not yet placed) */
+    for (k = 0; k < P->n; k++) if (P->op[k] == TA_LEAF && !P->b[k]) P->b[k] = 2;
+    for (j = 0, q = 0; q < (uint64_t)P->nwrt + P->n; q++) {
+        k = q < P->nwrt ? P->wrt[q] : (uint32_t)(q - P->nwrt);
+        if (k == TA_NONE || P->op[k] != TA_LEAF || P->b[k] != 2) continue;
+        P->b[k] = 3;
         P->par[j] = k; P->pv[j] = S->v[k];
         P->parid[j] = TA_ID(T, S->ref[k]); j++;
     }

@@ -29,6 +29,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple, Union
 
 if TYPE_CHECKING:
+    from .native import Tier
     import numpy
     import numpy.typing as npt
     from numpy.typing import ArrayLike
@@ -140,23 +141,11 @@ _FLAT = (("op", "u1", "n"), ("a", "u4", "n"), ("b", "u4", "n"), ("c", "f8", "n")
          ("par", "u4", "npar"), ("gab", "u4", "2ng"), ("gc", "f8", "ng"),
          ("gkind", "u1", "ng"))
 _SIZES = ("n", "nin", "nout", "nwrt", "npar", "ng")
-_FORMAT = 1
+_FORMAT = 1          # (a state may also carry "native": the mode it was compiled with)
 
 
 def _flat_len(size: str, sizes: Dict[str, int]) -> int:
     return 2 * sizes["ng"] if size == "2ng" else sizes[size]
-
-
-def _flat_arrays(prog: "Program") -> Dict[str, Any]:
-    """prog's flat form (csrc/cdef.h: ta_flat_t): its sizes as ints, its arrays
-    as numpy arrays of their lengths."""
-    np = _np()
-    sizes = _prog.prog_flat_sizes(prog._p, _SIZES)
-    arrs = {name: np.zeros(max(_flat_len(size, sizes), 1), dtype=t) for name, t, size in _FLAT}
-    _prog.prog_flat(prog._p, sizes, arrs)
-    out: Dict[str, Any] = dict(sizes)
-    out.update((name, arrs[name][:_flat_len(size, sizes)]) for name, _, size in _FLAT)
-    return out
 
 
 def _load(state: Dict[str, Any]) -> "Program":
@@ -184,11 +173,16 @@ def _load(state: Dict[str, Any]) -> "Program":
             raise bad
     except (KeyError, TypeError, ValueError) as e:
         raise bad from e
+    native = state.get("native")
+    if native not in (None, True, False):
+        raise bad
     p = _prog.prog_load(sizes, arrs, pv)
     if p is None:
         raise bad
     prog = Program.__new__(Program)
     prog._own(p)
+    from .native import Tier     # (not at import: it imports subprocess, hashlib ...)
+    prog._tier = Tier(prog, native, landed=True)
     return prog
 
 
@@ -200,7 +194,8 @@ class Program:
     here reads its parameters from their Values' current .data at each call,
     so training updates are seen, until ``prog.params`` is assigned; then it
     holds those values (``prog.params = None`` follows the Values again).
-    ``params=`` on a call overrides them for that call.  A Program pickles
+    ``params=`` on a call overrides them for that call; its order is wrt's
+    (then any parameter leaves not in wrt, in the order they were created).  A Program pickles
     (its flat program, guards and parameter values at that moment) and runs
     in another process with no tape at all.
 
@@ -224,9 +219,12 @@ class Program:
     _p: Any
     _params: List[Value]
     _dims: Tuple[int, ...]
+    _tier: "Tier"
 
     def __init__(self, outputs: Union[Value, Iterable[Value]], inputs: Union[Value, Iterable[Value]],
-                 wrt: Union[Value, Iterable[Value]] = ()) -> None:
+                 wrt: Union[Value, Iterable[Value]] = (), native: Optional[bool] = None) -> None:
+        if native not in (None, True, False):
+            raise ValueError(f"native must be None, True or False, not {native!r}")
         outs, oid = node_ids(outputs, "outputs")
         ins, iid = node_ids(inputs, "inputs")
         wrts, wid = node_ids(wrt, "wrt")
@@ -237,6 +235,8 @@ class Program:
         self._own(p)
         from .engine import held
         self._params = held(_prog.prog_params(self._p, self._dims[3]))  # keeps their segments alive
+        from .native import Tier
+        self._tier = Tier(self, native)
 
     def _own(self, box: Any) -> None:
         """Take the C program in box (_prog.prog_new, prog_load); its sizes
@@ -272,7 +272,9 @@ class Program:
 
     @property
     def params(self) -> _F64Array:
-        """The parameter values a call uses: a float64 array (a copy), in tape order.
+        """The parameter values a call uses: a float64 array (a copy), in the
+        order ``params=`` takes them: the parameters in wrt first, in wrt's
+        order, then any other parameter leaves in the order they were created.
 
         Assign an array of the same shape to hold those values from now on,
         or None to read the parameters' Values again.  (Assigning while a call
@@ -373,27 +375,53 @@ class Program:
         return self._run(X, seed, "per_sample" if per_sample else "sum", threads,  # type: ignore[return-value]  # (G is set when grad is)
                          params, device=device)
 
+    def _flat_form(self) -> Dict[str, Any]:
+        """The flat form (csrc/cdef.h: ta_flat_t): its sizes as ints, its
+        arrays as numpy arrays of their lengths (pickling, tapead.codegen)."""
+        np = _np()
+        sizes = _prog.prog_flat_sizes(self._p, _SIZES)
+        arrs = {name: np.zeros(max(_flat_len(size, sizes), 1), dtype=t) for name, t, size in _FLAT}
+        _prog.prog_flat(self._p, sizes, arrs)
+        out: Dict[str, Any] = dict(sizes)
+        out.update((name, arrs[name][:_flat_len(size, sizes)]) for name, _, size in _FLAT)
+        return out
+
     def __reduce__(self) -> Tuple[Any, Tuple[Dict[str, Any]]]:
-        flat = _flat_arrays(self)
+        flat = self._flat_form()
         state: Dict[str, Any] = {"format": _FORMAT, "ops": tuple(OP)}
         for name, t, _ in _FLAT:
             state[name] = flat[name].astype("<" + t).tobytes()
         state.update((k, flat[k]) for k in _SIZES)
         state["params"] = self.params.astype("<f8").tobytes()
+        if self._tier.mode is not None:
+            state["native"] = self._tier.mode
         return (_load, (state,))
+
+    @property
+    def native(self) -> bool:
+        """True while generated native code runs this Program (tapead.native);
+        False while the interpreter does (``repr`` says why)."""
+        return _prog.prog_size(self._p, "kernel") == 1
 
     def __repr__(self) -> str:
         return (f"Program(nodes={self.nodes}, inputs={self.n_inputs}, outputs={self.n_outputs}, "
-                f"wrt={self.n_wrt}, params={self._dims[3]}, guards={self.guards})")
+                f"wrt={self.n_wrt}, params={self._dims[3]}, guards={self.guards}, "
+                f"runs={self._tier.describe()})")
 
 
 def compile(outputs: Union[Value, Iterable[Value]], inputs: Union[Value, Iterable[Value]],
-            wrt: Union[Value, Iterable[Value]] = ()) -> Program:
+            wrt: Union[Value, Iterable[Value]] = (), native: Optional[bool] = None) -> Program:
     """Copy the graph reaching outputs into a Program fed by the input leaves.
+
+    native: True runs it with generated C code (tapead.native), built now
+    with the C compiler, or found in the kernel cache (CompilerError, a
+    RuntimeError, if it cannot be built); False and None (the default) with
+    the interpreter, which was measured as fast or faster (docs/native.md).
+    The results are the same bits either way; ``repr(prog)`` says which runs.
 
     >>> import numpy as np; from tapead import Value, compile
     >>> w = Value(2.0); x = Value(0.0); y = w * x + 1
     >>> p = compile([y], [x], wrt=[w]); p.grad(np.array([[1.0], [3.0]]))[1]
     array([4.])
     """
-    return Program(outputs, inputs, wrt)
+    return Program(outputs, inputs, wrt, native)

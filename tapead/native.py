@@ -1,0 +1,260 @@
+"""Native replay: a Program's kernel generated (tapead.codegen), built with a
+C compiler, cached on disk and loaded into this process.
+
+- The compiler: ``$CC`` if set, else the one that built Python (sysconfig's
+  CC), with ``-O1 -ffp-contract=off`` (no fast-math, no FMA contraction:
+  the kernel's arithmetic is the interpreter's, bit for bit; -O1: build
+  time grows with a kernel's size much faster at -O2, for no speed
+  measured: docs/native.md).
+- The cache: one shared library per kernel, named by a hash of everything
+  that makes it (the source, the headers it includes, the compiler, its
+  version and flags), in ``$TAPEAD_CACHE``, else ``$XDG_CACHE_HOME/tapead``,
+  else ``~/.cache/tapead``.  At most ``$TAPEAD_CACHE_MB`` MiB (default 256):
+  past that the least recently used kernels are deleted.  A kernel is
+  written under a temporary name and renamed into place, so processes that
+  build the same kernel at once never see half a file.
+- Loading: ctypes, once per kernel per process (never unloaded: a Program
+  running on another thread may still be in it); the kernel's address is
+  handed to C (csrc/cdef.h: ta_prog_set_kernel), which runs it on the
+  Program's threads with the GIL released.
+
+    >>> import tapead.native as nat
+    >>> nat.cache_dir().endswith("tapead") or "TAPEAD_CACHE" in __import__("os").environ
+    True
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+from . import codegen
+
+__all__ = ["CompilerError", "compiler", "cache_dir", "build", "kernel"]
+
+
+class CompilerError(RuntimeError):
+    """Generated code could not be built: no C compiler, or it failed (the message says which and why)."""
+
+
+_ABI = 1                    # csrc/cdef.h: TA_KERNEL_ABI
+_lock = threading.Lock()
+_loaded: Dict[str, Tuple[Any, int]] = {}        # key -> (the ctypes library, the kernel's address)
+_versions: Dict[Tuple[str, ...], str] = {}      # compiler argv -> its --version output
+
+
+def compiler() -> Optional[List[str]]:
+    """The C compiler's command ($CC, else sysconfig's CC) as argv, or None if it is not found."""
+    cc = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+    try:
+        argv = shlex.split(cc)
+    except ValueError:
+        return None
+    if not argv or shutil.which(argv[0]) is None:
+        return None
+    return argv
+
+
+def _cc_name() -> str:
+    return os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+
+
+def flags() -> List[str]:
+    """The flags kernels are built with (besides -I, -o and the file)."""
+    f = ["-O1", "-std=c99", "-fPIC", "-shared", "-ffp-contract=off", "-fno-strict-aliasing"]
+    if sys.platform == "darwin":
+        f += ["-undefined", "dynamic_lookup"]
+    return f
+
+
+def cache_dir() -> str:
+    """The folder kernels are cached in (created on first use)."""
+    d = os.environ.get("TAPEAD_CACHE")
+    if not d:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        d = os.path.join(base, "tapead")
+    return d
+
+
+def cache_limit() -> int:
+    """The cache's bound in bytes ($TAPEAD_CACHE_MB MiB, default 256)."""
+    try:
+        mb = float(os.environ.get("TAPEAD_CACHE_MB", "256"))
+    except ValueError:
+        mb = 256.0
+    return int(mb * 2 ** 20)
+
+
+def _version(argv: List[str]) -> str:
+    key = tuple(argv)
+    if key not in _versions:
+        try:
+            r = subprocess.run(argv + ["--version"], capture_output=True, text=True, timeout=30)
+            _versions[key] = r.stdout + r.stderr
+        except (OSError, subprocess.SubprocessError) as e:
+            _versions[key] = repr(e)
+    return _versions[key]
+
+
+def _headers() -> bytes:
+    d = codegen.include_dir()
+    out = []
+    for name in sorted(os.listdir(d)):
+        if name.endswith((".h", ".def")):
+            with open(os.path.join(d, name), "rb") as fh:
+                out.append(name.encode() + b"\0" + fh.read())
+    return b"\0".join(out)
+
+
+def key(source: str, argv: List[str]) -> str:
+    """The cache name of the kernel built from source by argv: a hash of all that makes it."""
+    h = hashlib.sha256()
+    for part in (str(_ABI), source, "\0".join(argv), _version(argv), "\0".join(flags())):
+        h.update(part.encode() + b"\0")
+    h.update(_headers())
+    return h.hexdigest()[:32]
+
+
+def _suffix() -> str:
+    return ".dll" if sys.platform == "win32" else ".so"
+
+
+def _evict(d: str, keep: str) -> None:
+    """Delete the least recently used kernels until the folder is within its bound."""
+    try:
+        entries = []
+        for name in os.listdir(d):
+            p = os.path.join(d, name)
+            if name.startswith("k-") and name.endswith(_suffix()):
+                st = os.stat(p)
+                entries.append((st.st_mtime, st.st_size, p))
+            elif name.startswith("tmp-") and time.time() - os.stat(p).st_mtime > 3600:
+                shutil.rmtree(p, ignore_errors=True)      # left by a process that died building
+    except OSError:
+        return
+    total, limit = sum(e[1] for e in entries), cache_limit()
+    for _, size, p in sorted(entries):
+        if total <= limit:
+            break
+        if p == keep:
+            continue
+        try:
+            os.remove(p)
+            total -= size
+        except OSError:
+            pass
+
+
+def build(source: str) -> str:
+    """The path of the shared library built from source: from the cache, or
+    compiled into it.  CompilerError if there is no compiler or it fails."""
+    argv = compiler()
+    if argv is None:
+        raise CompilerError(f"no C compiler found (CC={_cc_name()!r}): native replay needs one; "
+                            "set CC, or pass native=False")
+    k = key(source, argv)
+    d = cache_dir()
+    path = os.path.join(d, f"k-{k}{_suffix()}")
+    if os.path.exists(path):
+        try:
+            os.utime(path)                  # recently used: evicted last
+        except OSError:
+            pass
+        return path
+    try:
+        os.makedirs(d, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix="tmp-", dir=d)
+    except OSError as e:
+        raise CompilerError(f"cannot write the kernel cache {d!r} ({e}); set TAPEAD_CACHE") from e
+    try:
+        src = os.path.join(tmp, "kernel.c")
+        out = os.path.join(tmp, "kernel" + _suffix())
+        with open(src, "w") as fh:
+            fh.write(source)
+        cmd = argv + flags() + ["-I", codegen.include_dir(), "-o", out, src, "-lm"]
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        except (OSError, subprocess.SubprocessError) as e:
+            raise CompilerError(f"the C compiler {argv[0]!r} could not run: {e}") from e
+        if r.returncode != 0:
+            msg = (r.stderr or r.stdout).strip()
+            if len(msg) > 2000:
+                msg = msg[:2000] + " ..."
+            raise CompilerError(f"the C compiler {argv[0]!r} failed (exit {r.returncode}):\n{msg}")
+        os.replace(out, path)               # atomic: another process sees all of it or none
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    _evict(d, path)
+    return path
+
+
+def _load(path: str, k: str) -> int:
+    import ctypes
+    with _lock:
+        if k not in _loaded:
+            lib = ctypes.CDLL(path)
+            _loaded[k] = (lib, ctypes.cast(lib.ta_kernel, ctypes.c_void_p).value or 0)
+        return _loaded[k][1]
+
+
+def kernel(code: "codegen.Code") -> Tuple[int, int]:
+    """(address, scratch doubles) of the CPU kernel for code, built or found
+    in the cache and loaded.  CompilerError if it cannot be built."""
+    t = codegen.CTarget()
+    source = t.source(code)
+    for attempt in (0, 1):
+        path = build(source)
+        try:
+            return _load(path, os.path.basename(path)), t.nscratch
+        except OSError as e:            # deleted by another process's eviction, or unloadable
+            if attempt:
+                raise CompilerError(f"the kernel {path!r} could not be loaded: {e}") from e
+            try:
+                os.remove(path)
+            except OSError:
+                pass
+    raise AssertionError("not reached")
+
+
+# ------------------------------------------------------------ a Program's path
+# native=None runs the interpreter: generated CPU code was measured no
+# faster than it on every workload tried (docs/native.md: the interpreter
+# already computes uniform nodes once, runs fused dots four terms a pass
+# and vectorises every instruction across rows; the work left is libm's
+# and memory's), and building it costs a compiler run.  native=True builds
+# it anyway (for checking, and as the CPU twin of the GPU's kernels).
+NONE_REASON = "native=None: generated CPU code measured no faster here, see docs/native.md"
+
+
+class Tier:
+    """Which path runs a Program: generated code (native=True, built now) or
+    the interpreter, and why.  mode: the Program's native argument; landed:
+    it was unpickled (a failed build then falls back, where it lands,
+    instead of raising)."""
+
+    def __init__(self, prog: Any, mode: Optional[bool], landed: bool = False) -> None:
+        self.prog, self.mode = prog, mode
+        self.why = "native=False" if mode is False else NONE_REASON if mode is None else ""
+        if mode:
+            try:
+                address, nscratch = kernel(codegen.Code.of(prog))
+            except CompilerError as e:
+                if not landed:
+                    raise
+                self.why = f"native=True, but the build failed where it was unpickled: {e}"
+                return
+            from ._c import program as _prog
+            _prog.prog_set_kernel(prog._p, address, nscratch)
+
+    def describe(self) -> str:
+        if self.prog.native:
+            return "'native'"
+        return f"'interpreter' ({self.why})"
