@@ -22,7 +22,6 @@ import tapead
 from tapead import Value, GuardError
 from tapead._c import OP_KINDS
 from tapead._opsurface import IDENTS
-from tapead.replay import _flat_arrays
 from opcases import FORMS
 
 CSRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "csrc")
@@ -100,7 +99,7 @@ def arithmetic_program():
 
 
 def test_every_op_program_has_every_op():
-    f = _flat_arrays(every_op_program())
+    f = every_op_program()._flat_form()
     have = {IDENTS[o] for o in f["op"].tolist()}
     want = {IDENTS[o] for o in range(len(OP_KINDS))} - {"LEAF", "DEAD", "CUSTOM"}
     assert want <= have, want - have
