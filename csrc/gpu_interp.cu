@@ -55,8 +55,9 @@ extern "C" __global__ void ta_gpu_interp(
     double x = 0.0, y = 0.0, r = 0.0, dx, dy;
     int k, j, st = TA_OK;
     if (i >= rows) return;
-    for (k = 0; k < n; k++) {
-        const int4 I = ins[k];
+    int4 I = ins[0], next;    /* node k + 1's instruction is loaded while node k runs */
+    for (k = 0; k < n; k++, I = next) {
+        next = ins[k + 1 < n ? k + 1 : k];
         switch (I.x) {
 #define TA_OP(NAME, KIND, SYM, ...) case TA_##NAME: IN_##KIND(NAME) break;
 #include "ops.def"
@@ -93,10 +94,11 @@ extern "C" __global__ void ta_gpu_interp(
         const int s = ins[out[j]].w;
         if (s >= 0) D[(long long)s * ld + i] += seedmode == 1 ? seed[j] : seed[row * nout + j];
     }
-    for (k = n; k-- > 0;) {
-        const int4 I = ins[k];
+    I = ins[n - 1];
+    for (k = n; k-- > 0; I = next) {
         int2 S;
         double g;
+        next = ins[k > 0 ? k - 1 : 0];
         if (I.w < 0) continue;
         S = ads[k];
         g = D[(long long)I.w * ld + i];
