@@ -589,6 +589,7 @@ def test_nvcc_compiles_where_nvrtc_cannot(monkeypatch, tmp_path):
         raise ImportError("no NVRTC here")
     monkeypatch.setattr(cuda, "nvrtc_compile", no_nvrtc)
     monkeypatch.setenv("TAPEAD_CUDA_CACHE", str(tmp_path))
+    monkeypatch.setattr(cuda, "_MODULES", {})    # (other tests may have compiled it in this process)
     loaded = []
     fake = types.SimpleNamespace(RawModule=lambda path: loaded.append(path) or path)
     with pytest.warns(UserWarning, match="NVRTC failed, compiling with nvcc instead .no NVRTC here"):
