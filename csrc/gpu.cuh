@@ -34,14 +34,18 @@
 typedef unsigned long long ta_u64;
 
 /* A row failed (an op's domain or range error, or a flipped guard): keep
- * the lowest failing row.  *fail starts at ~0 (none); the status is the
- * low byte (the generated kernels only know that some op failed). */
+ * the lowest failing row.  *fail starts at 0 (none: a zeroed word, no
+ * upload) and holds the complement of the lowest (row << 8 | status) (the
+ * largest complement); the status is the low byte (the generated kernels
+ * only know that some op failed). */
 __device__ static inline void ta_gpu_fail(ta_u64 *fail, long long row, int st)
 {
-    atomicMin(fail, ((ta_u64)row << 8) | (ta_u64)(unsigned char)st);
+    atomicMax(fail, ~(((ta_u64)row << 8) | (ta_u64)(unsigned char)st));
 }
 
-/* Sums over rows in a fixed order.  A (rows, ncol) row-major -> parts
+/* Sums over rows in a fixed order.  A (rows, ncol), element (r, j) at
+ * A[r * rs + j * cs] (the kernels' [column][row] results: rs 1, cs rows;
+ * the parts: rs ncol, cs 1) -> parts
  * (ceil(rows / TA_GPU_SUMROWS), ncol): block b adds rows
  * [b TA_GPU_SUMROWS, (b + 1) TA_GPU_SUMROWS); its thread t first adds rows
  * t, t + 256, t + 512, t + 768 of the block in that order, then the 256
@@ -52,7 +56,8 @@ __device__ static inline void ta_gpu_fail(ta_u64 *fail, long long row, int st)
 #define TA_GPU_SUMTHREADS 256
 #define TA_GPU_SUMROWS 1024
 
-extern "C" __global__ void ta_gpu_rowsum(const double *A, long long rows, int ncol, double *parts)
+extern "C" __global__ void ta_gpu_rowsum(const double *A, long long rows, int ncol, long long rs,
+                                         long long cs, double *parts)
 {
     __shared__ double sh[TA_GPU_SUMTHREADS];
     const int t = threadIdx.x;
@@ -62,7 +67,7 @@ extern "C" __global__ void ta_gpu_rowsum(const double *A, long long rows, int nc
         double s = 0.0;
         for (q = 0; q < TA_GPU_SUMROWS / TA_GPU_SUMTHREADS; q++) {
             long long r = r0 + (long long)q * TA_GPU_SUMTHREADS + t;
-            if (r < rows) s += A[r * ncol + j];
+            if (r < rows) s += A[r * rs + (long long)j * cs];
         }
         sh[t] = s;
         __syncthreads();

@@ -21,10 +21,17 @@
  * ops in node order first, then guards. */
 #include "gpu.cuh"
 
+/* Forward: the last four values are kept in registers (r1: node k - 1 ...
+ * r4: node k - 4), and the first operand of the next node, when older, is
+ * loaded one node early (px, node py): most operands are recent, so most
+ * nodes wait for no memory round trip.  The same doubles as in V: the
+ * same bits. */
+#define TA_FV(node) ((node) == k - 1 ? r1 : (node) == k - 2 ? r2 : (node) == k - 3 ? r3 : \
+                     (node) == k - 4 ? r4 : (node) == cpy ? cx : V[(long long)(node) * ld + i])
 #define IN_LEAF(N) r = I.z ? par[I.y] : X[row * nin + I.y];
-#define IN_UN(N)   x = V[(long long)I.y * ld + i]; y = 0.0; st = fwd_##N(x, y, &r);
-#define IN_BIN(N)  x = V[(long long)I.y * ld + i]; y = V[(long long)I.z * ld + i]; st = fwd_##N(x, y, &r);
-#define IN_CST(N)  x = V[(long long)I.y * ld + i]; y = c[k]; st = fwd_##N(x, y, &r);
+#define IN_UN(N)   x = TA_FV(I.y); y = 0.0; st = fwd_##N(x, y, &r);
+#define IN_BIN(N)  x = TA_FV(I.y); y = TA_FV(I.z); st = fwd_##N(x, y, &r);
+#define IN_CST(N)  x = TA_FV(I.y); y = c[k]; st = fwd_##N(x, y, &r);
 #define IN_NARY(N) st = TA_EBADOP;
 
 /* Reverse: the values a rule reads are loaded in its call's arguments, so
@@ -47,17 +54,28 @@ extern "C" __global__ void ta_gpu_interp(
     const unsigned *__restrict__ gab, const double *__restrict__ gc,
     const unsigned char *__restrict__ gk, int ng,
     const double *__restrict__ seed, int seedmode, int nd,
-    double *V, double *D, long long ld, long long row0, long long rows,
+    double *V, double *D, long long ld, long long row0, long long rows, long long ldo,
     double *Y, double *G, ta_u64 *fail, double *detail, int describe)
 {
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     const long long row = row0 + i;
     double x = 0.0, y = 0.0, r = 0.0, dx, dy;
     int k, j, st = TA_OK;
+    double r1 = 0.0, r2 = 0.0, r3 = 0.0, r4 = 0.0, px = 0.0, cx;
+    int py = -1, cpy;
     if (i >= rows) return;
-    int4 I = ins[0], next;    /* node k + 1's instruction is loaded while node k runs */
-    for (k = 0; k < n; k++, I = next) {
-        next = ins[k + 1 < n ? k + 1 : k];
+    /* node k + 2's instruction is loaded while node k runs, and node k + 1's
+     * older first operand */
+    int4 I = ins[0], next = ins[n > 1 ? 1 : 0], after;
+    for (k = 0; k < n; k++, I = next, next = after) {
+        after = ins[k + 2 < n ? k + 2 : k];
+        cx = px; cpy = py;
+        if (next.y >= 0 && next.y <= k - 4) {
+            px = V[(long long)next.y * ld + i];
+            py = next.y;
+        } else {
+            py = -1;
+        }
         switch (I.x) {
 #define TA_OP(NAME, KIND, SYM, ...) case TA_##NAME: IN_##KIND(NAME) break;
 #include "ops.def"
@@ -73,6 +91,7 @@ extern "C" __global__ void ta_gpu_interp(
             return;
         }
         V[(long long)k * ld + i] = r;
+        r4 = r3; r3 = r2; r2 = r1; r1 = r;
     }
     for (j = 0; j < ng; j++) {
         const int kind = gk[j] & 3, cst = (gk[j] >> 2) & 1, outcome = (gk[j] >> 3) & 1;
@@ -87,7 +106,8 @@ extern "C" __global__ void ta_gpu_interp(
             return;
         }
     }
-    for (j = 0; j < nout; j++) Y[row * nout + j] = V[(long long)out[j] * ld + i];
+    /* results as [column][row] (ldo rows): a warp writes consecutive addresses */
+    for (j = 0; j < nout; j++) Y[(long long)j * ldo + row] = V[(long long)out[j] * ld + i];
     if (!seedmode) return;
     for (j = 0; j < nd; j++) D[(long long)j * ld + i] = 0.0;
     for (j = 0; j < nout; j++) {
@@ -109,5 +129,5 @@ extern "C" __global__ void ta_gpu_interp(
         }
     }
     for (j = 0; j < nwrt; j++)
-        G[row * nwrt + j] = wslot[j] >= 0 ? D[(long long)wslot[j] * ld + i] : 0.0;
+        G[(long long)j * ldo + row] = wslot[j] >= 0 ? D[(long long)wslot[j] * ld + i] : 0.0;
 }

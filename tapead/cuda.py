@@ -50,6 +50,9 @@ GENERATED_MAX_NODES = 128
 NVRTC_OPTIONS = ("--fmad=false", "-std=c++17", "-default-device")
 
 _THREADS = 128                   # rows (threads) per block of the row kernels
+_BLOCKS_PER_SM = 128             # the generated kernel's grid: at most this many blocks a
+                                 # multiprocessor (several waves, so a partial last one costs
+                                 # little; 2^24 rows on 132 SMs: 8 rows a thread)
 _SUMTHREADS, _SUMROWS = 256, 1024   # csrc/gpu.cuh: TA_GPU_SUMTHREADS, TA_GPU_SUMROWS
 _NOFAIL = (1 << 64) - 1
 _LEAF, _UN, _BIN, _CST = 0, 1, 2, 3    # tapead.h: enum ta_kind
@@ -140,7 +143,12 @@ def interpreter_source() -> str:
 class CUDATarget(Target):
     """The CUDA target of the code generator (tapead/codegen.py): kernel
     ta_gpu_gen, one thread per row (TA_W 1), its arguments (X, par, seed,
-    seedmode, row0, rows, Y, G, fail).  mode "fwd" (outputs) or "ps"
+    seedmode, row0, rows, ldo, Y, G, fail); Y and G as [column][row] (ldo
+    rows), so a warp's stores are consecutive.  Each thread computes the
+    uniform values once, then runs rows i, i + (threads in the grid), ...
+    (a grid-stride loop: fewer threads than rows, the uniform code paid
+    once a thread); a failing row ends its thread, whose later rows are
+    higher, so the lowest failing row is still the one kept.  mode "fwd" (outputs) or "ps"
     (outputs and per-sample gradients: summed gradients are their fixed-order
     sum, csrc/gpu.cuh).  The uniform values U (the parameters and what is
     computed from them alone), which the CPU computes once per call
@@ -154,9 +162,9 @@ class CUDATarget(Target):
 #define TA_W 1
 #define TA_LANES(...) { const int l = 0; (void)l; __VA_ARGS__; }
 #define TA_IN(j) X[row * TA_NIN + (j)]
-#define TA_OUT(j, x) Y[row * TA_NOUT + (j)] = (x)
+#define TA_OUT(j, x) Y[(j) * ldo + row] = (x)
 #define TA_SEED(j) (seedmode == 1 ? seed[j] : seed[row * TA_NOUT + (j)])
-#define TA_GRAD(j, x) G[row * TA_NWRT + (j)] = (x)
+#define TA_GRAD(j, x) G[(j) * ldo + row] = (x)
 #define TA_BITS(u) __longlong_as_double((long long)(u))
 #define TA_FAILED { ta_gpu_fail(fail, row, bad); return; }
 """
@@ -174,14 +182,15 @@ class CUDATarget(Target):
              'extern "C" __global__ void ta_gpu_gen(const double *__restrict__ X, '
              "const double *__restrict__ par,",
              "    const double *__restrict__ seed, int seedmode, long long row0, long long rows,",
-             "    double *Y, double *G, ta_u64 *fail)",
+             "    long long ldo, double *Y, double *G, ta_u64 *fail)",
              "{",
-             "    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;",
-             "    const long long row = row0 + i;",
+             "    const long long i0 = (long long)blockIdx.x * blockDim.x + threadIdx.x;",
+             "    const long long step = (long long)gridDim.x * blockDim.x;",
+             "    long long i = i0, row = row0 + i0;",
              f"    double U[{max(C.nu, 1)}];",
              "    int bad = 0;",
-             "    (void)seed; (void)seedmode; (void)G;",
-             "    if (i >= rows) return;"]
+             "    (void)seed; (void)seedmode; (void)G; (void)ldo;",
+             "    if (i0 >= rows) return;"]
         L += [f"    U[{C.loc[q]}] = par[{j}];" for j, q in enumerate(C.par)]
         for k in C.uops:                             # batch.c: ta_uniform_forward
             op = C.op[k]
@@ -193,7 +202,11 @@ class CUDATarget(Target):
                 y = literal(c) if cst else f"U[{C.loc[b]}]"
                 L.append(f"    bad |= ta_compare({kind}, U[{C.loc[a]}], {y}) != {outcome};")
         L.append("    if (bad) TA_FAILED;")
-        L += ["    " + t for t in body.uniform + body.rows]
+        L += ["    " + t for t in body.uniform]
+        L.append("    for (; i < rows; i += step) {")
+        L.append("        row = row0 + i;")
+        L += ["        " + t for t in body.rows]
+        L.append("    }")
         L.append("}")
         return "\n".join(L) + "\n"
 
@@ -329,6 +342,14 @@ class _Plan:
         self.gc = cp.asarray(np.array([t[2] for t in g] or [0.0], dtype=np.float64))
         self.gk = cp.asarray(np.array([t[3] | t[4] << 2 | t[5] << 3 for t in g] or [0],
                                       dtype=np.uint8))
+        # what every launch passes, made once: the seed of ones, the last
+        # parameters uploaded (key: their bytes; never written in place, so
+        # a call holding an old pair is safe), the generated kernel's grid
+        self.ones = cp.ones(max(self.nout, 1), dtype=cp.float64)
+        self.par: Tuple[bytes, Any] = (b"", None)
+        rt = cp.cuda.runtime
+        self.maxblocks = _BLOCKS_PER_SM * int(rt.deviceGetAttribute(
+            rt.cudaDevAttrMultiProcessorCount, cp.cuda.Device().id))
         self._gen: Dict[str, Any] = {}
         self._interp = None
         mod = _module(cp, interpreter_source(), arch) if not self.generated else None
@@ -363,6 +384,15 @@ def _plan(prog: Any, cp: Any) -> _Plan:
     return p
 
 
+def _params(cp: Any, P: _Plan, pv: Any) -> Any:
+    """The parameters on the GPU: uploaded only when they change."""
+    key = pv.tobytes()
+    cached = P.par
+    if cached[1] is None or cached[0] != key:
+        cached = P.par = (key, cp.asarray(pv if len(pv) else np.zeros(1)))
+    return cached[1]
+
+
 # ---------------------------------------------------------------- running
 
 def _blocks(rows: int, per: int) -> int:
@@ -372,7 +402,8 @@ def _blocks(rows: int, per: int) -> int:
 def _interp(cp: Any, P: _Plan, X: Any, par: Any, seed: Any, seedmode: int, Y: Any, G: Any,
             fail: Any, row0: int, rows: int, detail: Any = None) -> None:
     """Rows [row0, row0 + rows) through the interpreter, in chunks that fit
-    the GPU's memory (values and adjoints: (n + nd) doubles a row)."""
+    the GPU's memory (values and adjoints: (n + nd) doubles a row); Y and G
+    [column][row], Y.shape[1] rows."""
     n = P.n
     per_row = 8 * (n + (P.nd if seedmode else 0))
     cap = int(cp.cuda.runtime.memGetInfo()[0] * 0.5) // per_row   # half the free memory
@@ -388,26 +419,36 @@ def _interp(cp: Any, P: _Plan, X: Any, par: Any, seed: Any, seedmode: int, Y: An
             P.out, np.int32(P.nout), P.wslot, np.int32(P.nwrt),
             P.gab, P.gc, P.gk, np.int32(P.ng),
             seed, np.int32(seedmode), np.int32(P.nd if seedmode else 0),
-            V, D, np.int64(ld), np.int64(r0), np.int64(m),
+            V, D, np.int64(ld), np.int64(r0), np.int64(m), np.int64(Y.shape[1]),
             Y, G, fail, describe, np.int32(detail is not None)))
 
 
 def _nofail(cp: Any) -> Any:
-    """A fresh failure word: no row has failed."""
-    return cp.asarray(np.full(1, _NOFAIL, dtype=np.uint64))
+    """A fresh failure word, zeroed on the GPU (no upload): no row has
+    failed (csrc/gpu.cuh: ta_gpu_fail)."""
+    return cp.zeros(1, dtype=cp.uint64)
+
+
+def _failed(fail: Any) -> Optional[int]:
+    """The lowest failing row's code (row << 8 | status), or None."""
+    v = int(fail.get()[0])
+    return None if v == 0 else v ^ _NOFAIL
 
 
 def _rowsum(cp: Any, P: _Plan, A: Any) -> Any:
-    """The sums of A's columns, in the fixed order of csrc/gpu.cuh."""
-    rows, ncol = A.shape
+    """The row sums of At (A: (ncol, rows), [column][row]), in the fixed
+    order of csrc/gpu.cuh."""
+    ncol, rows = A.shape
     if rows == 0 or ncol == 0:
         return cp.zeros(ncol, dtype=cp.float64)
     fn = P.sum
+    rs, cs = 1, rows
     while rows > 1:
         nb = _blocks(rows, _SUMROWS)
         parts = cp.empty((nb, ncol), dtype=cp.float64)
-        fn((nb,), (_SUMTHREADS,), (A, np.int64(rows), np.int32(ncol), parts))
-        A, rows = parts, nb
+        fn((nb,), (_SUMTHREADS,), (A, np.int64(rows), np.int32(ncol), np.int64(rs), np.int64(cs),
+                                   parts))
+        A, rows, rs, cs = parts, nb, ncol, 1
     return A.reshape(ncol)
 
 
@@ -418,13 +459,13 @@ def _failure(cp: Any, P: _Plan, prog: Any, X: Any, par: Any, seed: Any, seedmode
     from ._c.program import _run_error
     from types import SimpleNamespace
     row = code >> 8
-    Y = cp.empty((row + 1, max(P.nout, 1)), dtype=cp.float64)
-    G = cp.empty((row + 1, max(P.nwrt, 1)), dtype=cp.float64)
+    Y = cp.empty((max(P.nout, 1), row + 1), dtype=cp.float64)
+    G = cp.empty((max(P.nwrt, 1), row + 1), dtype=cp.float64)
     fail = _nofail(cp)
     detail = cp.zeros(8, dtype=cp.float64)
     _interp(cp, P, X, par, seed, seedmode, Y, G, fail, row, 1, detail)
     d = detail.get().tolist()
-    st = int(d[0]) if int(fail.get()[0]) != _NOFAIL else 0
+    st = int(d[0]) if _failed(fail) is not None else 0
     if st == 0:    # cannot happen: the same device functions on the same row
         return RuntimeError(f"Program on the GPU: row {row + row0} failed (status {code & 0xFF})")
     f = SimpleNamespace(row=row, op=int(d[1]), x=d[2], y=d[3], guard=int(d[4]),
@@ -450,33 +491,36 @@ def run(prog: Any, X: Any, seed: Any, grad: Optional[str], params: Any, device: 
         from .replay import _vector
         pv = _vector(pv.get() if isinstance(pv, cp.ndarray) else pv, prog._dims[3], "params")
         P = _plan(prog, cp)
-        par = cp.asarray(pv if len(pv) else np.zeros(1))
-        seedmode, sd = 0, cp.zeros(1, dtype=cp.float64)
+        par = _params(cp, P, pv)
+        seedmode, sd = 0, P.ones
         if grad is not None:
             if seed is None:
-                sd = cp.ones(max(nout, 1), dtype=cp.float64)
+                sd = P.ones
             else:
                 sd = cp.ascontiguousarray(cp.asarray(seed, dtype=cp.float64))
                 _check_seed(tuple(sd.shape), B, nout)
             seedmode = 1 if sd.ndim == 1 else 2
-        Y = cp.empty((B, nout), dtype=cp.float64)
-        G = cp.empty((B, nwrt) if grad is not None else (1,), dtype=cp.float64)
+        # the kernels write [column][row] (coalesced); the results are their
+        # transposes, (rows, columns) views in column-major order
+        Y = cp.empty((nout, B), dtype=cp.float64)
+        G = cp.empty((nwrt, B) if grad is not None else (1,), dtype=cp.float64)
         fail = _nofail(cp)
         if B:
             if P.generated:
-                P.gen("ps" if seedmode else "fwd")((_blocks(B, _THREADS),), (_THREADS,), (
-                    Xd, par, sd, np.int32(seedmode), np.int64(0), np.int64(B), Y, G, fail))
+                P.gen("ps" if seedmode else "fwd")((min(_blocks(B, _THREADS), P.maxblocks),), (_THREADS,), (
+                    Xd, par, sd, np.int32(seedmode), np.int64(0), np.int64(B), np.int64(B), Y, G, fail))
             else:
                 _interp(cp, P, Xd, par, sd, seedmode, Y, G, fail, 0, B)
-            code = int(fail.get()[0])
-            if code != _NOFAIL:
+            code = _failed(fail)
+            if code is not None:
                 raise _failure(cp, P, prog, Xd, par, sd, seedmode, code, row0)
+        host = (lambda a: a) if on_gpu else cp.asnumpy
         if grad == "sum":
-            G = _rowsum(cp, P, G)
+            G = host(_rowsum(cp, P, G))
             if parts:
                 G = G.reshape(1, nwrt)
         elif grad is None:
             G = None
-        if on_gpu:
-            return Y, G
-        return cp.asnumpy(Y), (None if G is None else cp.asnumpy(G))
+        else:
+            G = host(G).T
+        return host(Y).T, G

@@ -383,12 +383,17 @@ class _Dim3(ctypes.Structure):      # tests/cuda_emu.h: ta_dim3
     _fields_ = [(n, ctypes.c_uint) for n in ("x", "y", "z")]
 
 
-def _rowsum_emulated(A, rows, ncol, parts):
+def _rowsum_emulated(A, rows, ncol, parts, rs=None, cs=1):
     """csrc/gpu.cuh's ta_gpu_rowsum, in its order (padding rows with +0.0
-    changes no bit: a sum starting at +0.0 is never -0.0)."""
+    changes no bit: a sum starting at +0.0 is never -0.0); element (r, j)
+    of A at A.flat[r * rs + j * cs] (rs None: A is (rows, ncol))."""
     nb = parts.shape[0]
     P = np.zeros((nb * 1024, ncol))
-    P[:rows] = np.asarray(A).reshape(-1)[:rows * ncol].reshape(rows, ncol)
+    if rs is None:
+        P[:rows] = np.asarray(A)[:rows]
+    else:
+        flat = np.asarray(A).reshape(-1)
+        P[:rows] = flat[np.arange(rows)[:, None] * rs + np.arange(ncol)[None, :] * cs]
     q = P.reshape(nb, 4, 256, ncol)
     s = np.zeros((nb, 256, ncol))
     for k in range(4):
@@ -418,14 +423,14 @@ class _Kernel:
         assert all(isinstance(g, int) and g >= 1 for g in grid + block)
         self.calls.append(self.name)
         if self.name == "ta_gpu_rowsum":
-            _rowsum_emulated(args[0], int(args[1]), int(args[2]), args[3])
+            _rowsum_emulated(args[0], int(args[1]), int(args[2]), args[5], int(args[3]), int(args[4]))
             return
         if self.lib is None:
             return
         fn = getattr(self.lib, self.name)
         fn.restype = None
-        bi, ti, bd = (_Dim3.in_dll(self.lib, n) for n in ("blockIdx", "threadIdx", "blockDim"))
-        bd.x = block[0]
+        bi, ti, bd, gd = (_Dim3.in_dll(self.lib, n) for n in ("blockIdx", "threadIdx", "blockDim", "gridDim"))
+        bd.x, gd.x = block[0], grid[0]
         for b in range(grid[0]):
             bi.x = b
             for t in range(block[0]):
@@ -462,7 +467,8 @@ def _fake_cupy():
         zeros=lambda s, dtype=np.float64: wrap(np.zeros(s, dtype=dtype)),
         ones=lambda s, dtype=np.float64: wrap(np.ones(s, dtype=dtype)),
         cuda=types.SimpleNamespace(Device=Device, runtime=types.SimpleNamespace(
-            memGetInfo=lambda: (1 << 30, 1 << 31), getDeviceCount=lambda: 1)))
+            memGetInfo=lambda: (1 << 30, 1 << 31), getDeviceCount=lambda: 1,
+            cudaDevAttrMultiProcessorCount=16, deviceGetAttribute=lambda a, d: 1)))
 
 
 @pytest.fixture
@@ -472,6 +478,8 @@ def emulated(monkeypatch, tmp_path):
     calls = []
     fake = _fake_cupy()
     monkeypatch.setattr(cuda, "_cupy", lambda: fake)
+    # one multiprocessor, 4 blocks: the generated kernel's threads run several rows each
+    monkeypatch.setattr(cuda, "_BLOCKS_PER_SM", 4)
 
     class Module:
         def __init__(self, cp, source, arch):
