@@ -37,9 +37,16 @@
 /* Reverse: the values a rule reads are loaded in its call's arguments, so
  * after inlining the loads it ignores are gone (d_ADD reads none, d_MULC
  * only its constant), as ta_row_partials does on the CPU; an input with an
- * adjoint row gets partial * g. */
+ * adjoint row gets partial * g.  A push into node k - 1's row (the next
+ * node's: every push into it is done by then) also keeps the sum in a
+ * register (gn), which the next node takes as its g instead of reading it
+ * back: the same double, one memory round trip fewer. */
 #define TA_VAL(node) V[(long long)(node) * ld + i]
-#define TA_GPU_PUSH(s, p) if ((s) >= 0) D[(long long)(s) * ld + i] += (p) * g;
+#define TA_GPU_PUSH(s, p) if ((s) >= 0) { \
+        double *q_ = &D[(long long)(s) * ld + i]; \
+        const double t_ = *q_ + (p) * g; \
+        *q_ = t_; \
+        if ((s) == next.w) { gn = t_; fw = 1; } }
 #define RV_LEAF(N)
 #define RV_NARY(N)
 #define RV_UN(N)  d_##N(TA_VAL(I.y), 0.0, TA_VAL(k), &dx, &dy); TA_GPU_PUSH(S.x, dx)
@@ -115,13 +122,17 @@ extern "C" __global__ void ta_gpu_interp(
         if (s >= 0) D[(long long)s * ld + i] += seedmode == 1 ? seed[j] : seed[row * nout + j];
     }
     I = ins[n - 1];
+    double gn = 0.0;
+    int fw = 0;
     for (k = n; k-- > 0; I = next) {
         int2 S;
         double g;
+        const int have = fw;
+        fw = 0;
         next = ins[k > 0 ? k - 1 : 0];
         if (I.w < 0) continue;
         S = ads[k];
-        g = D[(long long)I.w * ld + i];
+        g = have ? gn : D[(long long)I.w * ld + i];
         switch (I.x) {
 #define TA_OP(NAME, KIND, SYM, ...) case TA_##NAME: RV_##KIND(NAME) break;
 #include "ops.def"
