@@ -34,14 +34,19 @@
 #define IN_CST(N)  x = TA_FV(I.y); y = c[k]; st = fwd_##N(x, y, &r);
 #define IN_NARY(N) st = TA_EBADOP;
 
-/* Reverse: the values a rule reads are loaded in its call's arguments, so
- * after inlining the loads it ignores are gone (d_ADD reads none, d_MULC
- * only its constant), as ta_row_partials does on the CPU; an input with an
- * adjoint row gets partial * g.  A push into node k - 1's row (the next
+/* Reverse: the three values a rule may read (x, y, the node's own) are
+ * loaded while the node before it in the sweep runs (vx, vy, vr), whether
+ * the rule reads them or not: with few rows the sweep is bound by the
+ * latency of its loads, not by memory bandwidth, and V is only read here.
+ * An input with an adjoint row gets partial * g.  A push into node k - 1's row (the next
  * node's: every push into it is done by then) also keeps the sum in a
  * register (gn), which the next node takes as its g instead of reading it
  * back: the same double, one memory round trip fewer. */
 #define TA_VAL(node) V[(long long)(node) * ld + i]
+#define TA_RV_LOAD(J, node, X_, Y_, R_) { \
+        R_ = TA_VAL(node); \
+        X_ = (unsigned)(J).y < (unsigned)n ? TA_VAL((J).y) : 0.0; \
+        Y_ = (unsigned)(J).z < (unsigned)n ? TA_VAL((J).z) : 0.0; }
 #define TA_GPU_PUSH(s, p) if ((s) >= 0) { \
         double *q_ = &D[(long long)(s) * ld + i]; \
         const double t_ = *q_ + (p) * g; \
@@ -49,9 +54,9 @@
         if ((s) == next.w) { gn = t_; fw = 1; } }
 #define RV_LEAF(N)
 #define RV_NARY(N)
-#define RV_UN(N)  d_##N(TA_VAL(I.y), 0.0, TA_VAL(k), &dx, &dy); TA_GPU_PUSH(S.x, dx)
-#define RV_CST(N) d_##N(TA_VAL(I.y), c[k], TA_VAL(k), &dx, &dy); TA_GPU_PUSH(S.x, dx)
-#define RV_BIN(N) d_##N(TA_VAL(I.y), TA_VAL(I.z), TA_VAL(k), &dx, &dy); \
+#define RV_UN(N)  d_##N(vx, 0.0, vr, &dx, &dy); TA_GPU_PUSH(S.x, dx)
+#define RV_CST(N) d_##N(vx, c[k], vr, &dx, &dy); TA_GPU_PUSH(S.x, dx)
+#define RV_BIN(N) d_##N(vx, vy, vr, &dx, &dy); \
                   TA_GPU_PUSH(S.x, dx) TA_GPU_PUSH(S.y, dy)
 
 extern "C" __global__ void ta_gpu_interp(
@@ -121,15 +126,19 @@ extern "C" __global__ void ta_gpu_interp(
         const int s = ins[out[j]].w;
         if (s >= 0) D[(long long)s * ld + i] += seedmode == 1 ? seed[j] : seed[row * nout + j];
     }
-    I = ins[n - 1];
-    double gn = 0.0;
+    /* node k - 1's instruction was loaded a node before, node k - 2's now */
+    I = ins[n > 0 ? n - 1 : 0];
+    next = ins[n > 1 ? n - 2 : 0];
+    double gn = 0.0, vx = 0.0, vy = 0.0, vr = 0.0, nx = 0.0, ny = 0.0, nr = 0.0;
     int fw = 0;
-    for (k = n; k-- > 0; I = next) {
+    if (n > 0) TA_RV_LOAD(I, n - 1, vx, vy, vr)
+    for (k = n; k-- > 0; I = next, next = after, vx = nx, vy = ny, vr = nr) {
         int2 S;
         double g;
         const int have = fw;
         fw = 0;
-        next = ins[k > 0 ? k - 1 : 0];
+        after = ins[k > 1 ? k - 2 : 0];
+        if (k > 0 && next.w >= 0) TA_RV_LOAD(next, k - 1, nx, ny, nr)
         if (I.w < 0) continue;
         S = ads[k];
         g = have ? gn : D[(long long)I.w * ld + i];
