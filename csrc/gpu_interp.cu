@@ -21,13 +21,15 @@
  * ops in node order first, then guards. */
 #include "gpu.cuh"
 
-/* Forward: the last four values are kept in registers (r1: node k - 1 ...
- * r4: node k - 4), and the first operand of the next node, when older, is
- * loaded one node early (px, node py): most operands are recent, so most
- * nodes wait for no memory round trip.  The same doubles as in V: the
- * same bits. */
+/* Forward: the last eight values are kept in registers (r1: node k - 1 ...
+ * r8: node k - 8), and the operands of the next node, when older, are
+ * loaded one node early (px, node py; pz, node pq): most operands are
+ * recent, so most nodes wait for no memory round trip.  The same doubles
+ * as in V: the same bits. */
 #define TA_FV(node) ((node) == k - 1 ? r1 : (node) == k - 2 ? r2 : (node) == k - 3 ? r3 : \
-                     (node) == k - 4 ? r4 : (node) == cpy ? cx : V[(long long)(node) * ld + i])
+                     (node) == k - 4 ? r4 : (node) == k - 5 ? r5 : (node) == k - 6 ? r6 : \
+                     (node) == k - 7 ? r7 : (node) == k - 8 ? r8 : (node) == cpy ? cx : \
+                     (node) == cpq ? cz : V[(long long)(node) * ld + i])
 #define IN_LEAF(N) r = I.z ? par[I.y] : X[row * nin + I.y];
 #define IN_UN(N)   x = TA_FV(I.y); y = 0.0; st = fwd_##N(x, y, &r);
 #define IN_BIN(N)  x = TA_FV(I.y); y = TA_FV(I.z); st = fwd_##N(x, y, &r);
@@ -73,20 +75,24 @@ extern "C" __global__ void ta_gpu_interp(
     const long long row = row0 + i;
     double x = 0.0, y = 0.0, r = 0.0, dx, dy;
     int k, j, st = TA_OK;
-    double r1 = 0.0, r2 = 0.0, r3 = 0.0, r4 = 0.0, px = 0.0, cx;
-    int py = -1, cpy;
+    double r1 = 0.0, r2 = 0.0, r3 = 0.0, r4 = 0.0, r5 = 0.0, r6 = 0.0, r7 = 0.0, r8 = 0.0;
+    double px = 0.0, cx, pz = 0.0, cz;
+    int py = -1, cpy, pq = -1, cpq;
     if (i >= rows) return;
     /* node k + 2's instruction is loaded while node k runs, and node k + 1's
-     * older first operand */
+     * older operands */
     int4 I = ins[0], next = ins[n > 1 ? 1 : 0], after;
     for (k = 0; k < n; k++, I = next, next = after) {
         after = ins[k + 2 < n ? k + 2 : k];
-        cx = px; cpy = py;
-        if (next.y >= 0 && next.y <= k - 4) {
+        cx = px; cpy = py; cz = pz; cpq = pq;
+        py = pq = -1;
+        if (next.y >= 0 && next.y <= k - 8) {       /* (a leaf's column: loaded, not used) */
             px = V[(long long)next.y * ld + i];
             py = next.y;
-        } else {
-            py = -1;
+        }
+        if (next.z >= 0 && next.z <= k - 8) {
+            pz = V[(long long)next.z * ld + i];
+            pq = next.z;
         }
         switch (I.x) {
 #define TA_OP(NAME, KIND, SYM, ...) case TA_##NAME: IN_##KIND(NAME) break;
@@ -103,7 +109,7 @@ extern "C" __global__ void ta_gpu_interp(
             return;
         }
         V[(long long)k * ld + i] = r;
-        r4 = r3; r3 = r2; r2 = r1; r1 = r;
+        r8 = r7; r7 = r6; r6 = r5; r5 = r4; r4 = r3; r3 = r2; r2 = r1; r1 = r;
     }
     for (j = 0; j < ng; j++) {
         const int kind = gk[j] & 3, cst = (gk[j] >> 2) & 1, outcome = (gk[j] >> 3) & 1;
