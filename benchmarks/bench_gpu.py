@@ -139,6 +139,39 @@ def stage_european(out, paths=1 << 24, repeats=7):
         "kernel": "generated" if prog.nodes <= tapead.cuda.GENERATED_MAX_NODES else "interpreter",
     }
     save(out, "european", figures)
+    # diagnostic: the generated kernel alone (CUDA events over 20 back-to-back
+    # launches, as tapead.cuda.run launches it), so the call's own cost shows
+    try:
+        figures["kernel_only"] = kernel_only(prog, Z, paths)
+    except Exception as e:      # (a diagnostic: never losing the figures above)
+        figures["kernel_only"] = {"error": repr(e)[:500]}
+    save(out, "european", figures)
+
+
+def kernel_only(prog, Z, paths, launches=20):
+    import cupy as cp
+    from tapead import cuda as tc
+    from tapead.replay import _vector
+    P = tc._plan(prog, cp)
+    fn = P.gen("ps")
+    par = tc._params(cp, P, _vector(prog.params, prog._dims[3], "params"))
+    Yb = cp.empty((prog.n_outputs, paths))
+    Gb = cp.empty((prog.n_wrt, paths))
+    fb = cp.zeros(1, dtype=cp.uint64)
+    grid = (min(tc._blocks(paths, tc._THREADS), P.maxblocks),)
+    args = (Z, par, P.ones, np.int32(1), np.int64(0), np.int64(paths), np.int64(paths), Yb, Gb, fb)
+    fn(grid, (tc._THREADS,), args)
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+    start.record()
+    for _ in range(launches):
+        fn(grid, (tc._THREADS,), args)
+    end.record()
+    end.synchronize()
+    ms = cp.cuda.get_elapsed_time(start, end) / launches
+    moved = paths * 8 * (prog.n_inputs + prog.n_outputs + prog.n_wrt)
+    return {"ms_per_launch": ms, "ns_per_path": ms * 1e6 / paths, "GB_per_s": moved / (ms * 1e-3) / 1e9,
+            "grid_blocks": grid[0], "failed": int(fb.get()[0]) != 0,
+            "same_as_the_call": bool(cp.array_equal(Gb.T, prog.grad(Z, per_sample=True, device="cuda")[1]))}
 
 
 # ------------------------------------------------------------------ big
