@@ -7,17 +7,17 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 
-class build_py_headers(build_py):
-    """Also installs csrc's headers as tapead/_include: native replay
-    (tapead/native.py) compiles generated kernels against ops.h, so each op
-    keeps its one definition (an editable install reads csrc/ itself)."""
+class BuildPy(build_py):
+    """Also installs csrc's headers and CUDA sources as tapead/_include: generated
+    code is compiled against them at run time (tapead.codegen.include_dir)."""
 
     def run(self):
         super().run()
         dest = os.path.join(self.build_lib, "tapead", "_include")
         os.makedirs(dest, exist_ok=True)
-        for f in sorted(glob.glob(os.path.join("csrc", "*.h")) + glob.glob(os.path.join("csrc", "*.def"))):
-            shutil.copy(f, dest)
+        for pattern in ("*.h", "*.def", "*.cuh", "*.cu"):
+            for path in glob.glob(os.path.join("csrc", pattern)):
+                shutil.copy2(path, dest)
 
 
-setup(cffi_modules=["build_ext.py:ffibuilder"], cmdclass={"build_py": build_py_headers})
+setup(cffi_modules=["build_ext.py:ffibuilder"], cmdclass={"build_py": BuildPy})

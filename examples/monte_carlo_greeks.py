@@ -7,10 +7,13 @@ a million paths on every core: prog.grad(Z, per_sample=True) gives each
 path's payoff and its derivatives, whose means are the price and the
 Greeks and whose spreads give their standard errors.  The European figures
 are checked against Black-Scholes (within 4 standard errors).  With --dask
-the same Program runs on a local Dask cluster (two worker processes).
+the same Program runs on a local Dask cluster (two worker processes); with
+--device cuda, on a GPU, one CUDA thread per path (docs/gpu.md; needs CuPy),
+the normals drawn on the GPU.
 
 Run: python examples/monte_carlo_greeks.py [--paths 1000000] [--steps 12]
                                            [--threads N] [--dask] [--quick]
+                                           [--device cuda]
 Exit status 1 if a European figure is off.
 """
 import argparse
@@ -61,18 +64,24 @@ def black_scholes(s0=S0, k=STRIKE, t=T, r=RATE, sigma=SIGMA):
             k * t * math.exp(-r * t) * N(d2))
 
 
-def simulate(prog, paths, rng, batch=1 << 18, threads=None, progress=None):
-    """(means, standard errors) of (payoff, d/dS0, d/dsigma, d/dr) over `paths` paths."""
+def simulate(prog, paths, rng, batch=1 << 18, threads=None, progress=None, device=None):
+    """(means, standard errors) of (payoff, d/dS0, d/dsigma, d/dr) over `paths` paths.
+    device="cuda": the normals are drawn, and the paths run, on the GPU."""
+    xp = np
+    if device is not None and device != "cpu":
+        import tapead.cuda
+        xp = tapead.cuda.require()          # CuPy, with a clear error if there is no GPU
+        rng, batch = xp.random.default_rng(int(rng.integers(1 << 62))), 1 << 22
     total = np.zeros(4)
     squares = np.zeros(4)
     done = 0
     while done < paths:
         n = min(batch, paths - done)
         Z = rng.standard_normal((n, prog.n_inputs))
-        Y, G = prog.grad(Z, per_sample=True, threads=threads)
-        V = np.column_stack([Y[:, 0], G])
-        total += V.sum(axis=0)
-        squares += (V * V).sum(axis=0)
+        Y, G = prog.grad(Z, per_sample=True, threads=threads, device=device)
+        V = xp.column_stack([Y[:, 0], G])
+        total += np.asarray(V.sum(axis=0).tolist())
+        squares += np.asarray((V * V).sum(axis=0).tolist())
         done += n
         if progress:
             progress(done, paths)
@@ -117,6 +126,7 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=2024)
     ap.add_argument("--dask", action="store_true", help="also run on a local Dask cluster")
     ap.add_argument("--quick", action="store_true", help="100,000 paths")
+    ap.add_argument("--device", default=None, help='"cuda": run the paths on a GPU')
     args = ap.parse_args(argv)
     paths = 100_000 if args.quick else args.paths
 
@@ -127,13 +137,14 @@ def main(argv=None):
     progs = {"European call": european(), f"Asian call ({args.steps} dates)": asian(args.steps)}
     print(f"recorded and compiled both paths in {(time.perf_counter() - t0) * 1e3:.1f} ms: "
           + ", ".join(f"{p.nodes} nodes" for p in progs.values()))
-    print(f"S0={S0} sigma={SIGMA} r={RATE} K={STRIKE} T={T}; {paths:,} paths, "
-          f"threads={args.threads or tapead.replay.cores()}")
+    where = (f"on the GPU ({args.device})" if args.device not in (None, "cpu")
+             else f"threads={args.threads or tapead.replay.cores()}")
+    print(f"S0={S0} sigma={SIGMA} r={RATE} K={STRIKE} T={T}; {paths:,} paths, {where}")
     ok = True
     for name, prog in progs.items():
         t0 = time.perf_counter()
         mean, se = simulate(prog, paths, np.random.default_rng(args.seed), threads=args.threads,
-                            progress=progress if paths >= 1 << 19 else None)
+                            progress=progress if paths >= 1 << 19 else None, device=args.device)
         dt = time.perf_counter() - t0
         print(f"  ({dt:.2f} s, {dt / paths * 1e9:.0f} ns per path, normals included)")
         good = report(name, mean, se, black_scholes() if name.startswith("European") else None)

@@ -41,7 +41,8 @@ _LAZY = {**dict.fromkeys(("no_grad", "detect_anomaly"), "modes"),
          **dict.fromkeys(("recompute", "compile", "Program", "clear_guards",
                           "guard_count"), "replay"),
          **dict.fromkeys(("grad", "hvp", "hessian", "jacobian"), "higher")}
-_SUBMODULES = ("nn", "optim")   # tapead.nn.MLP after a bare `import tapead`, as before
+_SUBMODULES = ("nn", "optim",   # tapead.nn.MLP after a bare `import tapead`, as before
+               "cuda")          # device="cuda" (replay.py reaches it here: it is a layer above)
 
 
 def __getattr__(name: str) -> Any:

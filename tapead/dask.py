@@ -16,6 +16,9 @@ otherwise it agrees to rounding (about 1e-15 relative).
 An error (a domain error, a flipped guard) names its row of X; with
 several failing chunks, the one Dask meets first.
 
+``device="cuda"`` runs each chunk on the worker's GPU (docs/gpu.md): the
+chunk's summed gradients are then one row of sums, added in chunk order.
+
 Needs the optional extra: ``pip install "tapead[dask]"``.  ``import tapead``
 does not import Dask.
 
@@ -53,24 +56,28 @@ def _check(prog: Any, X: Any, params: Any) -> Tuple[Any, Any]:
     return X, pv
 
 
-def _outputs(X: Any, prog: Program, params: Any, block_info: Any = None) -> Any:
+def _outputs(X: Any, prog: Program, params: Any, device: Optional[str] = None,
+             block_info: Any = None) -> Any:
     row0 = block_info[0]["array-location"][0][0] if block_info else 0
-    return prog._run(X, None, None, 1, params, row0=row0)[0]
+    return prog._run(X, None, None, 1, params, row0=row0, device=device)[0]
 
 
-def evaluate(prog: Program, X: Any, params: Optional[Any] = None) -> Any:
-    """prog(X) chunk by chunk: a Dask array (B, n_outputs) chunked by X's rows."""
+def evaluate(prog: Program, X: Any, params: Optional[Any] = None,
+             device: Optional[str] = None) -> Any:
+    """prog(X) chunk by chunk: a Dask array (B, n_outputs) chunked by X's rows.
+    device: None (a CPU thread per chunk) or "cuda" (the worker's GPU)."""
     X, pv = _check(prog, X, params)
     p = dask.delayed(prog, pure=True)
-    return X.map_blocks(_outputs, p, pv, chunks=(X.chunks[0], (prog.n_outputs,)),
+    return X.map_blocks(_outputs, p, pv, device, chunks=(X.chunks[0], (prog.n_outputs,)),
                         dtype=np.float64)
 
 
 def _chunk(X: Any, prog: Program, seed: Any, per_sample: bool, params: Any,
-           row0: int) -> Tuple[Any, Any]:
-    """(outputs, per-sample gradients or block sums) of one chunk, on one thread."""
+           row0: int, device: Optional[str] = None) -> Tuple[Any, Any]:
+    """(outputs, per-sample gradients or block sums) of one chunk, on one
+    thread (or the worker's GPU)."""
     return prog._run(X, seed, "per_sample" if per_sample else "sum", 1, params,
-                     parts=not per_sample, row0=row0)
+                     parts=not per_sample, row0=row0, device=device)
 
 
 def _add_blocks(parts: List[Any], nwrt: int) -> Any:
@@ -83,14 +90,14 @@ def _add_blocks(parts: List[Any], nwrt: int) -> Any:
 
 
 def grad(prog: Program, X: Any, seed: Optional[Any] = None, per_sample: bool = False,
-         params: Optional[Any] = None) -> Tuple[Any, Any]:
+         params: Optional[Any] = None, device: Optional[str] = None) -> Tuple[Any, Any]:
     """(outputs, gradients) of prog over the rows of the Dask array X, as Dask arrays.
 
     Outputs are (B, n_outputs), chunked as X's rows.  Gradients of
     sum(seed * outputs) w.r.t. wrt: per sample (B, n_wrt), or summed over
     all rows (n_wrt,).  seed: None (ones), (n_outputs,), or (B, n_outputs)
     (numpy or Dask).  params: values for the Program's parameters (default:
-    prog.params, read now)."""
+    prog.params, read now).  device: None (CPU) or "cuda" (each worker's GPU)."""
     X, pv = _check(prog, X, params)
     nout, nwrt = prog.n_outputs, prog.n_wrt
     rows = X.chunks[0]
@@ -107,7 +114,7 @@ def grad(prog: Program, X: Any, seed: Optional[Any] = None, per_sample: bool = F
         seeds = list(S.astype(np.float64).rechunk((rows, (nout,))).to_delayed().ravel())
     p = dask.delayed(prog, pure=True)
     starts = np.concatenate([[0], np.cumsum(rows)[:-1]]).tolist()
-    parts = [dask.delayed(_chunk, nout=2, pure=True)(x, p, s, per_sample, pv, r0)
+    parts = [dask.delayed(_chunk, nout=2, pure=True)(x, p, s, per_sample, pv, r0, device)
              for x, s, r0 in zip(X.to_delayed().ravel(), seeds, starts)]
     Y = da.concatenate([da.from_delayed(d[0], shape=(n, nout), dtype=np.float64)
                         for d, n in zip(parts, rows)])

@@ -94,9 +94,18 @@ def _rows(X: Any, n: int) -> Any:
     """X as a C-contiguous float64 (B, n) array (copied only if it is not one)."""
     np = _np()
     X = _c_array(X, np.float64)
-    if X.ndim != 2 or X.shape[1] != n:
-        raise ValueError(f"X must be a 2-d array of shape (B, {n}), not {X.shape}")
+    _check_rows(X.shape, n)
     return X
+
+
+def _check_rows(shape: Tuple[int, ...], n: int) -> None:
+    if len(shape) != 2 or shape[1] != n:
+        raise ValueError(f"X must be a 2-d array of shape (B, {n}), not {shape}")
+
+
+def _check_seed(shape: Tuple[int, ...], B: int, nout: int) -> None:
+    if shape not in ((nout,), (B, nout)):
+        raise ValueError(f"seed must have shape ({nout},) or ({B}, {nout}), not {shape}")
 
 
 def _vector(a: Any, n: int, what: str) -> Any:
@@ -314,10 +323,18 @@ class Program:
 
     def _run(self, X: Any, seed: Optional[ArrayLike], grad: Optional[str],
              threads: Optional[int], params: Optional[ArrayLike],
-             parts: bool = False, row0: int = 0) -> Tuple[_F64Array, Optional[_F64Array]]:
+             parts: bool = False, row0: int = 0,
+             device: Optional[str] = None) -> Tuple[_F64Array, Optional[_F64Array]]:
         """The one call into C.  parts: return the block sums (Program.grad's
         summed gradients are their sum in order); row0: X's first row's
-        number in error messages (a chunk of a larger X)."""
+        number in error messages (a chunk of a larger X); device: "cuda"
+        runs on a GPU instead (tapead/cuda.py)."""
+        if device is not None and device != "cpu":
+            # tapead.cuda, a layer above this one, through the package's lazy
+            # submodules (CuPy is imported only when a GPU is asked for)
+            import tapead
+            Y, G = tapead.cuda.run(self, X, seed, grad, params, device, parts=parts, row0=row0)
+            return Y, G
         np = _np()
         nin, nout, nwrt, npar, _ = self._dims
         X = _rows(X, nin)
@@ -334,8 +351,7 @@ class Program:
                 sp = np.ones(nout)
             else:
                 sp = _c_array(seed, np.float64)
-                if sp.shape not in ((nout,), (B, nout)):
-                    raise ValueError(f"seed must have shape ({nout},) or ({B}, {nout}), not {sp.shape}")
+                _check_seed(sp.shape, B, nout)
             r["seed"], r["seedmode"] = sp, 1 if sp.ndim == 1 else 2
             if grad == "per_sample":
                 G = np.zeros((B, nwrt))
@@ -350,20 +366,25 @@ class Program:
         return Y, (P if parts else G)
 
     def __call__(self, X: ArrayLike, threads: Optional[int] = None,
-                 params: Optional[ArrayLike] = None) -> _F64Array:
-        """Outputs for each row of X: (B, n_inputs) -> (B, n_outputs)."""
-        return self._run(X, None, None, threads, params)[0]
+                 params: Optional[ArrayLike] = None, device: Optional[str] = None) -> _F64Array:
+        """Outputs for each row of X: (B, n_inputs) -> (B, n_outputs).
+
+        device="cuda" (or "cuda:N") runs one GPU thread per row (docs/gpu.md;
+        needs CuPy); X may then be a CuPy array, and the results stay on the
+        GPU as CuPy arrays."""
+        return self._run(X, None, None, threads, params, device=device)[0]
 
     def grad(self, X: ArrayLike, seed: Optional[ArrayLike] = None, per_sample: bool = False,
-             threads: Optional[int] = None,
-             params: Optional[ArrayLike] = None) -> Tuple[_F64Array, _F64Array]:
+             threads: Optional[int] = None, params: Optional[ArrayLike] = None,
+             device: Optional[str] = None) -> Tuple[_F64Array, _F64Array]:
         """(outputs, gradients of sum(seed * outputs) w.r.t. wrt).
 
         seed: None (all ones), shape (n_outputs,) or (B, n_outputs).
         Gradients are summed over rows, shape (n_wrt,), or per row, (B, n_wrt).
+        device: as for a call ("cuda": on a GPU).
         """
         return self._run(X, seed, "per_sample" if per_sample else "sum", threads,  # type: ignore[return-value]  # (G is set when grad is)
-                         params)
+                         params, device=device)
 
     def _flat_form(self) -> Dict[str, Any]:
         """The flat form (csrc/cdef.h: ta_flat_t): its sizes as ints, its

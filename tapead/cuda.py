@@ -1,0 +1,529 @@
+"""Programs on an NVIDIA GPU: ``prog(X, device="cuda")``, ``prog.grad(X, ..., device="cuda")``.
+
+One CUDA thread runs one row, in float64.  Two ways to run a Program
+(docs/gpu.md):
+
+- small programs (at most ``GENERATED_MAX_NODES`` nodes): straight-line
+  CUDA generated from the Program (every value and adjoint a local
+  variable), compiled with NVRTC for this program;
+- larger ones: one interpreter kernel (csrc/gpu_interp.cu), compiled once,
+  that reads the program as data, its values and adjoints in [node][row]
+  arrays in GPU memory (NVRTC's compile time grows faster than linearly
+  with straight-line code: minutes for thousands of nodes).
+
+Both run ops.h's op rules as device functions (csrc/gpu.cuh), compiled
+without FMA contraction or fast math (``NVRTC_OPTIONS``): +, -, *, / and
+sqrt give the CPU Program's bits; exp, log, log1p, tanh, pow, sin and cos
+are CUDA's math library, within an ulp or two of the C library's.
+Gradients summed over rows are added on the GPU in a fixed order
+(csrc/gpu.cuh: ta_gpu_rowsum), so every launch gives the same bits.  A
+row that fails (a domain error, a flipped guard) raises the CPU
+Program's exception, naming the first failing row.
+
+X may be a numpy array (results come back as numpy) or a CuPy array
+(results stay on the GPU, as CuPy arrays).  Kernels are compiled once per
+process and kept on disk (``cache_dir()``).  Needs CuPy (``pip install
+"tapead[cuda]"``), imported only when a GPU is asked for.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from ._c import OP_KINDS
+from ._opsurface import IDENTS
+from .codegen import Body, Code, Target, literal, NONE as _NONE
+
+__all__ = ["run", "require", "CUDATarget", "cuda_source", "interpreter_source", "NVRTC_OPTIONS", "GENERATED_MAX_NODES",
+           "cache_dir", "CUDAUnavailable"]
+
+# Programs of at most this many nodes get generated straight-line code;
+# larger ones the interpreter.  Measured on an H100 (docs/gpu.md): NVRTC
+# 0.45 s at 152 nodes, 0.81 s at 226; the first result costs ~0.25 s more
+# (CUDA start-up, the run), so ~190 nodes keep it within 1 s, and
+# generated code ran 2-4x the interpreter's speed at every size.
+GENERATED_MAX_NODES = 192
+
+# No FMA contraction (a * b + c rounds twice, as on the CPU), no fast math,
+# C++17 (hexadecimal float literals); -default-device: the headers'
+# functions are device functions.  The -arch option is added per GPU.
+NVRTC_OPTIONS = ("--fmad=false", "-std=c++17", "-default-device")
+
+_THREADS = 128                   # rows (threads) per block of the row kernels
+_BLOCKS_PER_SM = 128             # the generated kernel's grid: at most this many blocks a
+                                 # multiprocessor (several waves, so a partial last one costs
+                                 # little; 2^24 rows on 132 SMs: 8 rows a thread)
+_SUMTHREADS, _SUMROWS = 256, 1024   # csrc/gpu.cuh: TA_GPU_SUMTHREADS, TA_GPU_SUMROWS
+_NOFAIL = (1 << 64) - 1
+_LEAF, _UN, _BIN, _CST = 0, 1, 2, 3    # tapead.h: enum ta_kind
+
+# NVRTC has no C library headers; csrc/gpu.cuh says why these are enough
+_STUBS = {
+    "math.h": "", "string.h": "",
+    "stddef.h": "typedef decltype(sizeof(0)) size_t;\n",   # (NVRTC's own, if it has one: the same type)
+    "stdint.h": ("typedef unsigned char uint8_t; typedef unsigned short uint16_t;\n"
+                 "typedef unsigned int uint32_t; typedef unsigned long long uint64_t;\n"
+                 "typedef signed char int8_t; typedef short int16_t; typedef int int32_t;\n"
+                 "typedef long long int64_t;\n#define UINT32_MAX 0xffffffffu\n"
+                 "#define UINT64_MAX 0xffffffffffffffffull\n#define INT64_MAX 0x7fffffffffffffffll\n"),
+}
+
+
+class CUDAUnavailable(RuntimeError):
+    """device="cuda" was asked for where no usable CUDA GPU is."""
+
+
+# ------------------------------------------------------------------ CuPy
+
+def _cupy() -> Any:
+    """CuPy, with a usable GPU; a clear error otherwise."""
+    try:
+        import cupy
+    except ImportError as e:
+        raise ImportError('device="cuda" needs CuPy: pip install "tapead[cuda]" '
+                          '(or a cupy-cudaXXx wheel matching your CUDA)') from e
+    try:
+        n = cupy.cuda.runtime.getDeviceCount()
+    except Exception as e:   # CUDARuntimeError: no driver, or too old a one
+        raise CUDAUnavailable(f'device="cuda": no usable CUDA GPU here ({e})') from e
+    if n < 1:
+        raise CUDAUnavailable('device="cuda": no CUDA GPU here')
+    return cupy
+
+
+def require() -> Any:
+    """The CuPy module, once a usable GPU is known to be there (else
+    ImportError without CuPy, CUDAUnavailable without a GPU)."""
+    return _cupy()
+
+
+def _device_index(device: str) -> Optional[int]:
+    """None for "cuda" (CuPy's current device), N for "cuda:N"."""
+    if device == "cuda":
+        return None
+    if isinstance(device, str) and device.startswith("cuda:") and device[5:].isdigit():
+        return int(device[5:])
+    raise ValueError(f'device must be None, "cpu", "cuda" or "cuda:N", not {device!r}')
+
+
+# --------------------------------------------------------------- sources
+
+def _csrc() -> str:
+    """The C sources the kernels are compiled from: codegen's include_dir()
+    (the source tree's csrc, or the headers installed with the package)."""
+    from .codegen import include_dir
+    try:
+        d = include_dir()
+    except FileNotFoundError:
+        d = ""
+    if not os.path.isfile(os.path.join(d, "gpu.cuh")):
+        raise CUDAUnavailable("device=\"cuda\" compiles tapead's C sources (csrc/*.h, gpu.cuh, "
+                              "gpu_interp.cu), which this installation lacks")
+    return d
+
+
+def _headers() -> Dict[str, str]:
+    """Every header a kernel may include, by name: csrc's, and the stubs."""
+    d = _csrc()
+    hs = {}
+    for name in sorted(os.listdir(d)):
+        if name.endswith((".h", ".def", ".cuh")):
+            with open(os.path.join(d, name)) as f:
+                hs[name] = f.read()
+    hs.update(_STUBS)
+    return hs
+
+
+def interpreter_source() -> str:
+    """The interpreter kernel's source (csrc/gpu_interp.cu)."""
+    with open(os.path.join(_csrc(), "gpu_interp.cu")) as f:
+        return f.read()
+
+
+class CUDATarget(Target):
+    """The CUDA target of the code generator (tapead/codegen.py): kernel
+    ta_gpu_gen, one thread per row (TA_W 1), its arguments (X, par, seed,
+    seedmode, row0, rows, ldo, Y, G, fail); Y and G as [column][row] (ldo
+    rows), so a warp's stores are consecutive.  Each thread computes the
+    uniform values once, then runs rows i, i + (threads in the grid), ...
+    (a grid-stride loop: fewer threads than rows, the uniform code paid
+    once a thread); a failing row ends its thread, whose later rows are
+    higher, so the lowest failing row is still the one kept.  mode "fwd" (outputs) or "ps"
+    (outputs and per-sample gradients: summed gradients are their fixed-order
+    sum, csrc/gpu.cuh).  The uniform values U (the parameters and what is
+    computed from them alone), which the CPU computes once per call
+    (batch.c: ta_uniform_forward), each thread computes itself, in the same
+    order, with the same rules; a failure there fails every row, so row 0
+    is named, as on the CPU."""
+
+    PRELUDE = """\
+/* generated by tapead.cuda (CUDATarget, on tapead.codegen's Body) */
+#include "gpu.cuh"
+#define TA_W 1
+#define TA_LANES(...) { const int l = 0; (void)l; __VA_ARGS__; }
+#define TA_IN(j) X[row * TA_NIN + (j)]
+#define TA_OUT(j, x) Y[(j) * ldo + row] = (x)
+#define TA_SEED(j) (seedmode == 1 ? seed[j] : seed[row * TA_NOUT + (j)])
+#define TA_GRAD(j, x) G[(j) * ldo + row] = (x)
+#define TA_BITS(u) __longlong_as_double((long long)(u))
+#define TA_FAILED { ta_gpu_fail(fail, row, bad); return; }
+"""
+
+    def __init__(self, mode: str) -> None:
+        if mode not in ("fwd", "ps"):
+            raise ValueError(f"mode must be 'fwd' or 'ps', not {mode!r}")
+        self.mode = mode
+
+    def source(self, code: Code) -> str:
+        C = code
+        body = Body(C, self.mode)
+        L = [self.PRELUDE,
+             f"#define TA_NIN {C.nin}\n#define TA_NOUT {C.nout}\n#define TA_NWRT {C.nwrt}",
+             'extern "C" __global__ void ta_gpu_gen(const double *__restrict__ X, '
+             "const double *__restrict__ par,",
+             "    const double *__restrict__ seed, int seedmode, long long row0, long long rows,",
+             "    long long ldo, double *Y, double *G, ta_u64 *fail)",
+             "{",
+             "    const long long i0 = (long long)blockIdx.x * blockDim.x + threadIdx.x;",
+             "    const long long step = (long long)gridDim.x * blockDim.x;",
+             "    long long i = i0, row = row0 + i0;",
+             f"    double U[{max(C.nu, 1)}];",
+             "    int bad = 0;",
+             "    (void)seed; (void)seedmode; (void)G; (void)ldo;",
+             "    if (i0 >= rows) return;"]
+        L += [f"    U[{C.loc[q]}] = par[{j}];" for j, q in enumerate(C.par)]
+        for k in C.uops:                             # batch.c: ta_uniform_forward
+            op = C.op[k]
+            kind = OP_KINDS[op]
+            y = f"U[{C.loc[C.b[k]]}]" if kind == _BIN else literal(C.c[k]) if kind == _CST else "0.0"
+            L.append(f"    bad |= fwd_{IDENTS[op]}(U[{C.loc[C.a[k]]}], {y}, &U[{C.loc[k]}]);")
+        for a, b, c, kind, cst, outcome in C.guards:
+            if C.uni[a] and (cst or C.uni[b]):
+                y = literal(c) if cst else f"U[{C.loc[b]}]"
+                L.append(f"    bad |= ta_compare({kind}, U[{C.loc[a]}], {y}) != {outcome};")
+        L.append("    if (bad) TA_FAILED;")
+        L += ["    " + t for t in body.uniform]
+        L.append("    for (; i < rows; i += step) {")
+        L.append("        row = row0 + i;")
+        L += ["        " + t for t in body.rows]
+        L.append("    }")
+        L.append("}")
+        return "\n".join(L) + "\n"
+
+
+def cuda_source(prog: Any, mode: str = "ps") -> str:
+    """The generated CUDA of prog (CUDATarget): mode "ps" computes outputs
+    and per-sample gradients, "fwd" outputs only."""
+    return CUDATarget(mode).source(Code.of(prog))
+
+
+# ------------------------------------------------------------- compiling
+
+def cache_dir() -> str:
+    """Where compiled kernels are kept ($TAPEAD_CUDA_CACHE, else
+    ~/.cache/tapead/cuda): one file per kernel source, options and GPU
+    architecture, a few hundred KB each; delete it at any time."""
+    d = os.environ.get("TAPEAD_CUDA_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+        "tapead", "cuda")
+    return d
+
+
+def nvrtc_compile(source: str, arch: str, name: str = "tapead.cu",
+                  ptx: bool = False) -> bytes:
+    """source compiled by NVRTC (CuPy's binding) for sm_<arch>: a cubin, or
+    PTX; a RuntimeError with NVRTC's log if it does not compile.  Needs no
+    GPU (the tests use it)."""
+    from cupy_backends.cuda.libs import nvrtc
+    hs = _headers()
+    prog = nvrtc.createProgram(source, name, [v.encode() for v in hs.values()],
+                               [k.encode() for k in hs])
+    try:
+        opts = [o for o in NVRTC_OPTIONS + (f"-arch={'compute' if ptx else 'sm'}_{arch}",)]
+        try:
+            nvrtc.compileProgram(prog, opts)
+        except nvrtc.NVRTCError as e:
+            raise RuntimeError(f"NVRTC could not compile {name}:\n{nvrtc.getProgramLog(prog)}") from e
+        return bytes(nvrtc.getPTX(prog) if ptx else nvrtc.getCUBIN(prog))
+    finally:
+        nvrtc.destroyProgram(prog)
+
+
+def _nvcc_compile(source: str, arch: str, why: Exception) -> bytes:
+    """source compiled by nvcc, with the same options, where NVRTC could not
+    (a warning says why); re-raises why without nvcc."""
+    import shutil
+    import subprocess
+    import tempfile
+    import warnings
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        raise why
+    warnings.warn(f"tapead.cuda: NVRTC failed, compiling with nvcc instead ({str(why)[:500]})")
+    with tempfile.TemporaryDirectory() as d:
+        src, out = os.path.join(d, "k.cu"), os.path.join(d, "k.cubin")
+        with open(src, "w") as f:
+            f.write(source)
+        r = subprocess.run([nvcc, "-cubin", f"-arch=sm_{arch}", "--fmad=false", "-std=c++17",
+                            "-I", _csrc(), "-x", "cu", src, "-o", out], capture_output=True, text=True)
+        if r.returncode:
+            raise RuntimeError(f"nvcc could not compile the kernel either:\n{r.stderr}") from why
+        with open(out, "rb") as f:
+            return f.read()
+
+
+_MODULES: Dict[Tuple[str, str], Any] = {}     # (source hash, arch) -> RawModule
+
+
+def _module(cp: Any, source: str, arch: str) -> Any:
+    """The compiled module of source: from memory, from the disk cache, or
+    compiled now (and kept in both)."""
+    h = hashlib.sha256("\0".join((source, " ".join(NVRTC_OPTIONS), arch)
+                                 + tuple(_headers().values())).encode()).hexdigest()[:32]
+    mod = _MODULES.get((h, arch))
+    if mod is not None:
+        return mod
+    d = cache_dir()
+    path = os.path.join(d, f"{h}.sm_{arch}.cubin")
+    if not os.path.isfile(path):
+        try:
+            cubin = nvrtc_compile(source, arch)
+        except (ImportError, RuntimeError) as e:
+            cubin = _nvcc_compile(source, arch, e)
+        os.makedirs(d, exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as fh:
+            fh.write(cubin)
+        os.replace(tmp, path)     # whole, or not there: safe with other processes
+    mod = cp.RawModule(path=path)
+    _MODULES[(h, arch)] = mod
+    return mod
+
+
+# ------------------------------------------------------------------ plans
+
+class _Plan:
+    """A Program's device-side form on one GPU (cached on the Program): the
+    interpreter's arrays (its instructions, constants, columns, guards) and
+    the kernels, compiled when first needed."""
+
+    def __init__(self, prog: Any, cp: Any, arch: str) -> None:
+        C = self.code = Code.of(prog)
+        n = C.n
+        self.n, self.nin, self.nout, self.nwrt, self.ng = n, C.nin, C.nout, C.nwrt, len(C.guards)
+        self.cp, self.arch = cp, arch
+        self.generated = n <= GENERATED_MAX_NODES
+        # the interpreter's instructions (csrc/gpu_interp.cu): op, a, b, dslot
+        ins = np.zeros((max(n, 1), 4), dtype=np.int32)
+        ins[:n, 0] = C.op
+        ins[:n, 1] = np.array(C.a, dtype=np.int64)
+        ins[:n, 2] = np.array(C.b, dtype=np.int64)
+        for j, q in enumerate(C.inp):
+            if q != _NONE:
+                ins[q, 1], ins[q, 2] = j, 0
+        for p, q in enumerate(C.par):
+            ins[q, 1], ins[q, 2] = p, 1
+        need = np.array(C.need, dtype=bool)
+        ins[:n, 3] = np.where(need, np.cumsum(need) - 1, -1)
+        self.nd = int(need.sum())
+        # and each node's inputs' adjoint slots (a's; b's for a binary op)
+        kinds = np.array(OP_KINDS, dtype=np.int32)[np.array(C.op, dtype=np.int64)]
+        ads = np.full((max(n, 1), 2), -1, dtype=np.int32)
+        op_node = kinds != _LEAF
+        ads[:n, 0] = np.where(op_node, ins[np.array(C.a, dtype=np.int64), 3], -1)
+        ads[:n, 1] = np.where(kinds == _BIN, ins[np.array(C.b, dtype=np.int64), 3], -1)
+        wslot = [int(ins[w, 3]) if w != _NONE else -1 for w in C.wrt]
+        g = C.guards
+        self.ins, self.ads = cp.asarray(ins), cp.asarray(ads)
+        self.c = cp.asarray(np.array(C.c, dtype=np.float64))
+        self.out = cp.asarray(np.array(C.out, dtype=np.uint32))
+        self.wslot = cp.asarray(np.array(wslot or [-1], dtype=np.int32))
+        self.gab = cp.asarray(np.array([v for t in g for v in t[:2]] or [0], dtype=np.uint32))
+        self.gc = cp.asarray(np.array([t[2] for t in g] or [0.0], dtype=np.float64))
+        self.gk = cp.asarray(np.array([t[3] | t[4] << 2 | t[5] << 3 for t in g] or [0],
+                                      dtype=np.uint8))
+        # what every launch passes, made once: the seed of ones, the last
+        # parameters uploaded (key: their bytes; never written in place, so
+        # a call holding an old pair is safe), the generated kernel's grid
+        self.ones = cp.ones(max(self.nout, 1), dtype=cp.float64)
+        self.par: Tuple[bytes, Any] = (b"", None)
+        rt = cp.cuda.runtime
+        self.maxblocks = _BLOCKS_PER_SM * int(rt.deviceGetAttribute(
+            rt.cudaDevAttrMultiProcessorCount, cp.cuda.Device().id))
+        self._gen: Dict[str, Any] = {}
+        self._interp = None
+        mod = _module(cp, interpreter_source(), arch) if not self.generated else None
+        if mod is not None:
+            self._interp = mod.get_function("ta_gpu_interp")
+            self.sum = mod.get_function("ta_gpu_rowsum")
+
+    def gen(self, mode: str) -> Any:
+        """The generated kernel for mode ("fwd" or "ps"), compiled when first needed."""
+        fn = self._gen.get(mode)
+        if fn is None:
+            mod = _module(self.cp, CUDATarget(mode).source(self.code), self.arch)
+            fn = self._gen[mode] = mod.get_function("ta_gpu_gen")
+            self.sum = mod.get_function("ta_gpu_rowsum")
+        return fn
+
+    def interp(self) -> Any:
+        """The interpreter kernel (compiled when first needed: a generated
+        program needs it only to describe a failing row)."""
+        if self._interp is None:
+            self._interp = _module(self.cp, interpreter_source(), self.arch).get_function(
+                "ta_gpu_interp")
+        return self._interp
+
+
+def _plan(prog: Any, cp: Any) -> _Plan:
+    dev = cp.cuda.Device()
+    plans: Dict[int, _Plan] = prog.__dict__.setdefault("_gpu_plans", {})
+    p = plans.get(dev.id)
+    if p is None:
+        p = plans[dev.id] = _Plan(prog, cp, str(dev.compute_capability))
+    return p
+
+
+def _params(cp: Any, P: _Plan, pv: Any) -> Any:
+    """The parameters on the GPU: uploaded only when they change."""
+    key = pv.tobytes()
+    cached = P.par
+    if cached[1] is None or cached[0] != key:
+        cached = P.par = (key, cp.asarray(pv if len(pv) else np.zeros(1)))
+    return cached[1]
+
+
+# ---------------------------------------------------------------- running
+
+def _blocks(rows: int, per: int) -> int:
+    return max(1, -(-rows // per))
+
+
+def _interp(cp: Any, P: _Plan, X: Any, par: Any, seed: Any, seedmode: int, Y: Any, G: Any,
+            fail: Any, row0: int, rows: int, detail: Any = None) -> None:
+    """Rows [row0, row0 + rows) through the interpreter, in chunks that fit
+    the GPU's memory (values and adjoints: (n + nd) doubles a row); Y and G
+    [column][row], Y.shape[1] rows."""
+    n = P.n
+    per_row = 8 * (n + (P.nd if seedmode else 0))
+    cap = int(cp.cuda.runtime.memGetInfo()[0] * 0.5) // per_row   # half the free memory
+    ld = rows if rows <= cap else max(1024, cap // 1024 * 1024)
+    V = cp.empty(n * ld, dtype=cp.float64)
+    D = cp.empty(max(P.nd * ld, 1) if seedmode else 1, dtype=cp.float64)
+    fn = P.interp()
+    describe = detail if detail is not None else cp.zeros(8, dtype=cp.float64)
+    for r0 in range(row0, row0 + rows, ld):
+        m = min(ld, row0 + rows - r0)
+        fn((_blocks(m, _THREADS),), (_THREADS,), (
+            P.ins, P.ads, P.c, np.int32(n), X, np.int32(P.nin), par,
+            P.out, np.int32(P.nout), P.wslot, np.int32(P.nwrt),
+            P.gab, P.gc, P.gk, np.int32(P.ng),
+            seed, np.int32(seedmode), np.int32(P.nd if seedmode else 0),
+            V, D, np.int64(ld), np.int64(r0), np.int64(m), np.int64(Y.shape[1]),
+            Y, G, fail, describe, np.int32(detail is not None)))
+
+
+def _nofail(cp: Any) -> Any:
+    """A fresh failure word, zeroed on the GPU (no upload): no row has
+    failed (csrc/gpu.cuh: ta_gpu_fail)."""
+    return cp.zeros(1, dtype=cp.uint64)
+
+
+def _failed(fail: Any) -> Optional[int]:
+    """The lowest failing row's code (row << 8 | status), or None."""
+    v = int(fail.get()[0])
+    return None if v == 0 else v ^ _NOFAIL
+
+
+def _rowsum(cp: Any, P: _Plan, A: Any) -> Any:
+    """The row sums of At (A: (ncol, rows), [column][row]), in the fixed
+    order of csrc/gpu.cuh."""
+    ncol, rows = A.shape
+    if rows == 0 or ncol == 0:
+        return cp.zeros(ncol, dtype=cp.float64)
+    fn = P.sum
+    rs, cs = 1, rows
+    while rows > 1:
+        nb = _blocks(rows, _SUMROWS)
+        parts = cp.empty((nb, ncol), dtype=cp.float64)
+        fn((nb,), (_SUMTHREADS,), (A, np.int64(rows), np.int32(ncol), np.int64(rs), np.int64(cs),
+                                   parts))
+        A, rows, rs, cs = parts, nb, ncol, 1
+    return A.reshape(ncol)
+
+
+def _failure(cp: Any, P: _Plan, prog: Any, X: Any, par: Any, seed: Any, seedmode: int,
+             code: int, row0: int) -> Exception:
+    """The exception for the first failing row (code: *fail): that row rerun
+    alone through the interpreter, which writes down what failed there."""
+    from ._c.program import _run_error
+    from types import SimpleNamespace
+    row = code >> 8
+    Y = cp.empty((max(P.nout, 1), row + 1), dtype=cp.float64)
+    G = cp.empty((max(P.nwrt, 1), row + 1), dtype=cp.float64)
+    fail = _nofail(cp)
+    detail = cp.zeros(8, dtype=cp.float64)
+    _interp(cp, P, X, par, seed, seedmode, Y, G, fail, row, 1, detail)
+    d = detail.get().tolist()
+    st = int(d[0]) if _failed(fail) is not None else 0
+    if st == 0:    # cannot happen: the same device functions on the same row
+        return RuntimeError(f"Program on the GPU: row {row + row0} failed (status {code & 0xFF})")
+    f = SimpleNamespace(row=row, op=int(d[1]), x=d[2], y=d[3], guard=int(d[4]),
+                        kind=int(d[5]), outcome=int(d[6]))
+    return _run_error(st, f, row0)
+
+
+def run(prog: Any, X: Any, seed: Any, grad: Optional[str], params: Any, device: str,
+        parts: bool = False, row0: int = 0) -> Tuple[Any, Any]:
+    """Program._run on a GPU: (Y, G), numpy or CuPy as X.  grad: None,
+    "sum" or "per_sample"; parts: G as one row of sums (tapead.dask adds
+    the chunks' rows); row0: X's first row's number in error messages."""
+    from .replay import _check_rows, _check_seed
+    index = _device_index(device)
+    cp = _cupy()
+    with cp.cuda.Device(index if index is not None else cp.cuda.Device().id):
+        on_gpu = isinstance(X, cp.ndarray)
+        Xd = cp.ascontiguousarray(cp.asarray(X, dtype=cp.float64))
+        nin, nout, nwrt = prog.n_inputs, prog.n_outputs, prog.n_wrt
+        _check_rows(tuple(Xd.shape), nin)
+        B = int(Xd.shape[0])
+        pv = prog.params if params is None else params
+        from .replay import _vector
+        pv = _vector(pv.get() if isinstance(pv, cp.ndarray) else pv, prog._dims[3], "params")
+        P = _plan(prog, cp)
+        par = _params(cp, P, pv)
+        seedmode, sd = 0, P.ones
+        if grad is not None:
+            if seed is None:
+                sd = P.ones
+            else:
+                sd = cp.ascontiguousarray(cp.asarray(seed, dtype=cp.float64))
+                _check_seed(tuple(sd.shape), B, nout)
+            seedmode = 1 if sd.ndim == 1 else 2
+        # the kernels write [column][row] (coalesced); the results are their
+        # transposes, (rows, columns) views in column-major order
+        Y = cp.empty((nout, B), dtype=cp.float64)
+        G = cp.empty((nwrt, B) if grad is not None else (1,), dtype=cp.float64)
+        fail = _nofail(cp)
+        if B:
+            if P.generated:
+                P.gen("ps" if seedmode else "fwd")((min(_blocks(B, _THREADS), P.maxblocks),), (_THREADS,), (
+                    Xd, par, sd, np.int32(seedmode), np.int64(0), np.int64(B), np.int64(B), Y, G, fail))
+            else:
+                _interp(cp, P, Xd, par, sd, seedmode, Y, G, fail, 0, B)
+            code = _failed(fail)
+            if code is not None:
+                raise _failure(cp, P, prog, Xd, par, sd, seedmode, code, row0)
+        host = (lambda a: a) if on_gpu else cp.asnumpy
+        if grad == "sum":
+            G = host(_rowsum(cp, P, G))
+            if parts:
+                G = G.reshape(1, nwrt)
+        elif grad is None:
+            G = None
+        else:
+            G = host(G).T
+        return host(Y).T, G
