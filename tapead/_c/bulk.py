@@ -1,5 +1,6 @@
 """Bulk calls on many Values at once: arrays of Values (tapead.arrays),
-optimizer steps (tapead.optim) and the fused layer (tapead.nn).
+optimizer steps (tapead.optim), the fused layer (tapead.nn) and
+tapead.dot / tapead.linear (tapead.dots).
 """
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 from . import f64, ffi, lib
-from .holds import within_limit
+from .holds import held_list, within_limit
 from .status import check, error
 
 
@@ -52,4 +53,20 @@ def layer(w: Any, b: Any, nout: int, nin: int, xid: Any, xc: Any, relu: int, out
         return True
     if st in (lib.TA_EMODEPATH, lib.TA_ENOGRAD):
         return False
+    raise error(st)
+
+
+def dots(w: Any, wc: Any, nout: int, nin: int, x: Any, xc: Any, c0: Any, start: Any) -> Any:
+    """Rows of sum(w * x ...) in one call (csrc/cdef.h: ta_dots), from lists:
+    w, wc (nout * nin) and x, xc (nin) ids (-1: the constant at that index),
+    c0 and start per row.  The held list of the rows' nodes, or None where
+    the call cannot run fused (a mode, a no_grad Value)."""
+    h = held_list(nout)
+    st = within_limit(lib.ta_dots, ffi.new("int64_t[]", w), ffi.new("double[]", wc), nout, nin,
+                      ffi.new("int64_t[]", x), ffi.new("double[]", xc), ffi.new("double[]", c0),
+                      ffi.new("uint32_t[]", start), h)
+    if not st:
+        return h
+    if st in (lib.TA_EMODEPATH, lib.TA_ENOGRAD):
+        return None
     raise error(st)
