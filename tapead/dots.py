@@ -117,10 +117,10 @@ def _record(fn: str, rows: List[Sequence[Any]], wname: List[str], x: Sequence[An
         wc.extend(cw)
         live.append(j)
     if live:
-        h = _bulk.dots(w, wc, len(live), nin, xid, xcf, c0, start)
-        if h is None:    # no_grad, detect_anomaly, a no_grad Value: the generator itself
+        vals = _bulk.dots(w, wc, len(live), nin, xid, xcf, c0, start, handles)
+        if vals is None:    # no_grad, detect_anomaly, a no_grad Value: the generator itself
             return [sum(map(mul, r, x)) for r in rows]
-        for j, v in zip(live, handles(h, len(live))):
+        for j, v in zip(live, vals):
             out[j] = v
     return out
 

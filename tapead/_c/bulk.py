@@ -8,7 +8,7 @@ TYPE_CHECKING = False                  # typing is not imported at run time: `im
 if TYPE_CHECKING:
     from typing import Any
 
-from . import f64, ffi, lib
+from . import _tl, f64, ffi, lib
 from .holds import held_list, within_limit
 from .status import check, error
 
@@ -56,17 +56,43 @@ def layer(w: Any, b: Any, nout: int, nin: int, xid: Any, xc: Any, relu: int, out
     raise error(st)
 
 
-def dots(w: Any, wc: Any, nout: int, nin: int, x: Any, xc: Any, c0: Any, start: Any) -> Any:
+class _DotScratch:
+    """One thread's C arrays for ta_dots, reused call after call (PyPy pays
+    for every cffi allocation, a held list's ffi.gc most of all)."""
+    __slots__ = ("cells", "nin", "nout", "w", "wc", "x", "xc", "c0", "start", "h")
+
+    def __init__(self, cells: int, nin: int, nout: int) -> None:
+        self.cells, self.nin, self.nout = cells, nin, nout
+        self.w, self.wc = ffi.new("int64_t[]", cells), ffi.new("double[]", cells)
+        self.x, self.xc = ffi.new("int64_t[]", nin), ffi.new("double[]", nin)
+        self.c0, self.start = ffi.new("double[]", nout), ffi.new("uint32_t[]", nout)
+        self.h = held_list(nout)
+
+
+def dots(w: Any, wc: Any, nout: int, nin: int, x: Any, xc: Any, c0: Any, start: Any,
+         handles: Any) -> Any:
     """Rows of sum(w * x ...) in one call (csrc/cdef.h: ta_dots), from lists:
     w, wc (nout * nin) and x, xc (nin) ids (-1: the constant at that index),
-    c0 and start per row.  The held list of the rows' nodes, or None where
-    the call cannot run fused (a mode, a no_grad Value)."""
-    h = held_list(nout)
-    st = within_limit(lib.ta_dots, ffi.new("int64_t[]", w), ffi.new("double[]", wc), nout, nin,
-                      ffi.new("int64_t[]", x), ffi.new("double[]", xc), ffi.new("double[]", c0),
-                      ffi.new("uint32_t[]", start), h)
-    if not st:
-        return h
-    if st in (lib.TA_EMODEPATH, lib.TA_ENOGRAD):
-        return None
-    raise error(st)
+    c0 and start per row.  handles(h, nout) of the held list the rows' nodes
+    are in, or None where the call cannot run fused (a mode, a no_grad
+    Value).  The arrays are this thread's, taken out while in use (a
+    finalizer that runs a dot meanwhile makes its own)."""
+    cells = nout * nin
+    s = _tl.__dict__.pop("dots", None)
+    if s is None or s.cells < cells or s.nin < nin or s.nout < nout:
+        s = _DotScratch(max(cells, 256), max(nin, 64), max(nout, 16))
+    s.w[0:cells] = w
+    s.wc[0:cells] = wc
+    s.x[0:nin] = x
+    s.xc[0:nin] = xc
+    s.c0[0:nout] = c0
+    s.start[0:nout] = start
+    st = within_limit(lib.ta_dots, s.w, s.wc, nout, nin, s.x, s.xc, s.c0, s.start, s.h)
+    try:
+        if not st:
+            return handles(s.h, nout)
+        if st in (lib.TA_EMODEPATH, lib.TA_ENOGRAD):
+            return None
+        raise error(st)
+    finally:
+        _tl.dots = s
