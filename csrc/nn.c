@@ -36,7 +36,7 @@ static int nn_node(ta_tape *T, int op, uint32_t x, ta_aux aux, double vx, double
                    uint32_t *ref, double *r)
 {
     ta_forward(op, vx, vy, r);            /* MUL, MULC, ADD, ADDC, RELU: cannot fail */
-    return ta_push(T, op, x, aux, *r, ref);
+    return ta_put(T, op, x, aux, *r, ref);
 }
 
 static uint32_t nn_first(const ta_sums *S, uint32_t j)

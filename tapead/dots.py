@@ -167,7 +167,18 @@ def _linear(x: Sequence[Operand], W: Sequence[Sequence[Operand]]) -> List[Any]:
     return _record("linear", rows, [f"W[{j}]" for j in range(len(rows))], x, "x")
 
 
-if FRONT == "native":
+def _dot_cffi(ws: Sequence[Operand], xs: Sequence[Operand]) -> Union[Value, float, int]:
+    out = _bulk.sums_fast((ws,), xs, Value, handles)   # the common case, else everything above
+    return out[0] if out is not None else _dot(ws, xs)
+
+
+def _linear_cffi(x: Sequence[Operand], W: Sequence[Sequence[Operand]]) -> List[Any]:
+    out = _bulk.sums_fast(W, x, Value, handles)
+    return out if out is not None else _linear(x, W)
+
+
+if FRONT == "native":   # C takes the common case (csrc/native.c), then the general path
     dot, linear = sys.modules["tapead._native"].dots(_dot, _linear)
-else:
-    dot, linear = _dot, _linear
+else:                   # _c.bulk.sums_fast takes the common case, then the general path
+    _dot_cffi.__doc__, _linear_cffi.__doc__ = _dot.__doc__, _linear.__doc__
+    dot, linear = _dot_cffi, _linear_cffi

@@ -96,3 +96,50 @@ def dots(w: Any, wc: Any, nout: int, nin: int, x: Any, xc: Any, c0: Any, start: 
         raise error(st)
     finally:
         _tl.dots = s
+
+
+def _fill(seq: Any, n: int, ids: Any, cs: Any, off: int, V: Any) -> bool:
+    """ids/cs[off:off + n] from the list or tuple seq of Values (of type V)
+    and floats; False for anything else (the general path decides)."""
+    if (type(seq) is not list and type(seq) is not tuple) or len(seq) != n:
+        return False
+    for i in range(n):
+        v = seq[i]
+        if type(v) is V:
+            ids[off + i] = v._i
+        elif type(v) is float:
+            ids[off + i] = -1
+            cs[off + i] = v
+        else:
+            return False
+    return True
+
+
+def sums_fast(rows: Any, x: Any, V: Any, handles: Any) -> Any:
+    """tapead.linear(x, rows) for the common case on the cffi front (the
+    native front's va_linear): lists or tuples of Values and floats, every
+    row's first term with a Value.  The list of row Values, or None where
+    the general path (tapead/dots.py) must decide: nothing recorded then."""
+    if (type(rows) is not list and type(rows) is not tuple) or \
+            (type(x) is not list and type(x) is not tuple):
+        return None
+    nout, nin = len(rows), len(x)
+    if not nout or not nin:
+        return None
+    cells = nout * nin
+    s = _tl.__dict__.pop("dots", None)
+    if s is None or s.cells < cells or s.nin < nin or s.nout < nout:
+        s = _DotScratch(max(cells, 256), max(nin, 64), max(nout, 16))
+    try:
+        if not _fill(x, nin, s.x, s.xc, 0, V):
+            return None
+        for j in range(nout):
+            if not _fill(rows[j], nin, s.w, s.wc, j * nin, V) or (s.w[j * nin] < 0 and s.x[0] < 0):
+                return None
+            s.c0[j] = 0.0
+            s.start[j] = 0
+        if lib.ta_dots(s.w, s.wc, nout, nin, s.x, s.xc, s.c0, s.start, s.h):
+            return None
+        return handles(s.h, nout)
+    finally:
+        _tl.dots = s
