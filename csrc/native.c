@@ -120,16 +120,25 @@ static ta_tape *va_tape(void)
 static va_obj *va_free[VA_FREE_MAX];
 static int va_nfree = 0;
 
-/* A new Value for node `off` of segment s, owning a hold on s that the
- * caller has taken (or hands over). */
-static PyObject *va_own(ta_seg *s, uint32_t off)
+/* A new Value with no node yet (its dealloc drops nothing): what a call
+ * that records many nodes makes before it records, so it cannot fail after. */
+static PyObject *va_blank(void)
 {
     va_obj *v = va_nfree ? va_free[--va_nfree] : PyObject_Malloc(sizeof(va_obj));
     if (!v) return PyErr_NoMemory();
     PyObject_Init((PyObject *)v, va_type);   /* increfs the heap type */
-    v->node = (uintptr_t)s | off;
+    v->node = 0;
     v->weaklist = NULL;
     return (PyObject *)v;
+}
+
+/* A new Value for node `off` of segment s, owning a hold on s that the
+ * caller has taken (or hands over). */
+static PyObject *va_own(ta_seg *s, uint32_t off)
+{
+    PyObject *v = va_blank();
+    if (v) ((va_obj *)v)->node = (uintptr_t)s | off;
+    return v;
 }
 
 /* A new Value for node `off` of segment s, taking a hold on s. */
@@ -946,17 +955,6 @@ static int va_sums(ta_tape *T, ta_sums *S, PyObject **res, int64_t *out)
     if (st == TA_ELIMIT) return 0;
     if (st != TA_OK) { va_fail(st); return -1; }
     return 1;
-}
-
-/* A Value with no node yet (its dealloc drops nothing). */
-static PyObject *va_blank(void)
-{
-    va_obj *v = va_nfree ? va_free[--va_nfree] : PyObject_Malloc(sizeof(va_obj));
-    if (!v) return PyErr_NoMemory();
-    PyObject_Init((PyObject *)v, va_type);
-    v->node = 0;
-    v->weaklist = NULL;
-    return (PyObject *)v;
 }
 
 /* Scratch for n terms: the stack buffer if it is big enough, else the heap. */
