@@ -1027,6 +1027,14 @@ static PyObject *va_linear(PyObject *mod, PyObject *const *args, Py_ssize_t narg
     out = id + cells + nin;
     c0 = c + cells + nin;
     from = (uint32_t *)(c0 + nout);
+    /* the results first: PyList_New may collect, and so run Python, which
+     * must not happen between reading the operands and recording */
+    if (!(r = PyList_New(nout))) goto out;
+    for (j = 0; j < nout; j++) {
+        PyObject *v = va_blank();
+        if (!v) { done = -1; goto out; }
+        PyList_SET_ITEM(r, j, v);
+    }
     if (!va_operands(T, args[0], nin, id + cells, c + cells)) goto out;
     rows = PySequence_Fast_ITEMS(args[1]);
     for (j = 0; j < nout; j++) {
@@ -1034,12 +1042,6 @@ static PyObject *va_linear(PyObject *mod, PyObject *const *args, Py_ssize_t narg
             !va_row_ok(id + j * nin, id + cells, nin))
             goto out;
         c0[j] = 0.0; from[j] = 0;
-    }
-    if (!(r = PyList_New(nout))) goto out;
-    for (j = 0; j < nout; j++) {
-        PyObject *v = va_blank();
-        if (!v) { done = -1; goto out; }
-        PyList_SET_ITEM(r, j, v);
     }
     S.nout = (uint32_t)nout; S.nin = (uint32_t)nin; S.w = id; S.wc = c; S.wrow = (size_t)nin;
     S.x = id + cells; S.xc = c + cells; S.b = NULL; S.c0 = c0; S.from = from; S.relu = 0;

@@ -107,13 +107,26 @@ int ta_sums_record(ta_tape *T, const ta_sums *S, int64_t *out)
     return st;
 }
 
-/* Record S's rows, holding them in h: all or nothing. */
+/* Resolve every node id of S (w, x, b; a constant only where S has them). */
+static int nn_resolve(ta_tape *T, const ta_sums *S)
+{
+    int st;
+    if ((st = nn_refs(T, S->w, (size_t)S->nout * S->nin, S->wc != NULL)) != TA_OK ||
+        (st = nn_refs(T, S->x, S->nin, S->xc != NULL)) != TA_OK)
+        return st;
+    return S->b ? nn_refs(T, S->b, S->nout, 0) : TA_OK;
+}
+
+/* Record S's rows, holding them in h: all or nothing.  The ids are resolved
+ * after ta_bulk_begin, which may collect: no collection runs between
+ * resolving them and reading their nodes. */
 static int nn_record_held(ta_tape *T, const ta_sums *S, int64_t *h)
 {
     ta_bulk bk;
     int st = ta_bulk_begin(T, ta_sums_count(S), &bk);
     if (st != TA_OK) return st;
-    st = ta_sums_record(T, S, TA_HELD_IDS(h));
+    st = nn_resolve(T, S);
+    if (st == TA_OK) st = ta_sums_record(T, S, TA_HELD_IDS(h));
     if (st == TA_OK) ta_held_take(T, h, S->nout);
     ta_bulk_end(T, &bk, st != TA_OK);      /* out of memory midway: all or nothing */
     return st;
@@ -124,7 +137,6 @@ int ta_layer(const int64_t *w, const int64_t *b, uint32_t nout, uint32_t nin,
 {
     ta_tape *T = ta_self();
     ta_sums S;
-    int st;
     if (!T) return TA_ENOMEM;
     if (T->nograd || T->anomaly) return TA_EMODEPATH;   /* those modes take the op-by-op path */
     /* whatever Python hands over: no NULL array read, no count that wraps,
@@ -132,9 +144,6 @@ int ta_layer(const int64_t *w, const int64_t *b, uint32_t nout, uint32_t nin,
     if ((uint64_t)nout * nin > UINT32_MAX || (nout && (!b || !ta_held_fits(h, nout) || (nin && !w))) ||
         (nin && !xid))
         return TA_EARG;
-    if ((st = nn_refs(T, w, (size_t)nout * nin, 0)) != TA_OK || (st = nn_refs(T, b, nout, 0)) != TA_OK ||
-        (st = nn_refs(T, xid, nin, xc != NULL)) != TA_OK)
-        return st;
     S.nout = nout; S.nin = nin; S.w = w; S.wc = NULL; S.wrow = nin; S.x = xid; S.xc = xc;
     S.b = b; S.c0 = NULL; S.from = NULL; S.relu = relu;
     return nn_record_held(T, &S, h);
@@ -146,7 +155,6 @@ int ta_dots(const int64_t *w, const double *wc, uint32_t nout, uint32_t nin,
     ta_tape *T = ta_self();
     ta_sums S;
     uint32_t j;
-    int st;
     if (!T) return TA_ENOMEM;
     if (T->nograd || T->anomaly) return TA_EMODEPATH;   /* those modes take the op-by-op path */
     if ((uint64_t)nout * nin > UINT32_MAX ||
@@ -156,8 +164,6 @@ int ta_dots(const int64_t *w, const double *wc, uint32_t nout, uint32_t nin,
         uint32_t f = from[j];
         if (f >= nin || (w[(size_t)j * nin + f] < 0 && x[f] < 0)) return TA_EARG;
     }
-    if ((st = nn_refs(T, w, (size_t)nout * nin, 1)) != TA_OK || (st = nn_refs(T, x, nin, 1)) != TA_OK)
-        return st;
     S.nout = nout; S.nin = nin; S.w = w; S.wc = wc; S.wrow = nin; S.x = x; S.xc = xc;
     S.b = NULL; S.c0 = c0; S.from = from; S.relu = 0;
     return nn_record_held(T, &S, h);
