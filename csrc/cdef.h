@@ -164,8 +164,9 @@ int ta_gather(const int64_t *ids, size_t n, int what, double *out);
 int ta_scatter(const int64_t *ids, size_t n, int what, const double *in);
 int ta_sgd_step(const int64_t *ids, size_t n, double lr, double momentum, double wd,
                 double *buf, int first);
+/* sq_mul: g**2 as g*g (PyPy's float ** 2), else as libm's pow (CPython's) */
 int ta_adam_step(const int64_t *ids, size_t n, double lr, double b1, double b2, double eps,
-                 double wd, int64_t t, double *m, double *v);
+                 double wd, int64_t t, double *m, double *v, int sq_mul);
 
 /* ---- forward mode and the Wengert-list export (tangent.c) ---- */
 

@@ -145,8 +145,9 @@ class Adam(Optimizer):
         m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g**2
         p -= lr * (m / (1 - b1**t)) / ((v / (1 - b2**t))**0.5 + eps)
 
-    (PyTorch's spelling of the same rule rounds differently in the last
-    bits.)  Unlike microgpt's loop, step() leaves the gradients alone: call
+    (g**2 as this interpreter's float ** computes it: libm's pow on
+    CPython, g*g on PyPy.  PyTorch's spelling of the same rule rounds
+    differently in the last bits.)  Unlike microgpt's loop, step() leaves the gradients alone: call
     opt.zero_grad() where microgpt sets p.grad = 0.  A schedule sets opt.lr
     before each step:
 

@@ -39,9 +39,16 @@ def sgd_step(ids: Any, n: int, lr: float, momentum: float, decay: float, buf: An
     check(lib.ta_sgd_step(ids, n, lr, momentum, decay, buf, first))
 
 
+# How this interpreter squares a float with ** 2: CPython calls libm's pow,
+# PyPy multiplies; they part at this value (glibc's pow rounds its square
+# the other way), so Adam's g**2 is computed as the user's Python computes it.
+_PROBE = -127.51853245733109
+SQ_MUL = int(_PROBE ** 2 == _PROBE * _PROBE)
+
+
 def adam_step(ids: Any, n: int, lr: float, b1: float, b2: float, eps: float, decay: float,
               t: int, m: Any, v: Any) -> None:
-    check(lib.ta_adam_step(ids, n, lr, b1, b2, eps, decay, t, m, v))
+    check(lib.ta_adam_step(ids, n, lr, b1, b2, eps, decay, t, m, v, SQ_MUL))
 
 
 def layer(w: Any, b: Any, nout: int, nin: int, xid: Any, xc: Any, relu: int, out: Any) -> bool:
