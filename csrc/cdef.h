@@ -173,8 +173,9 @@ int ta_gather(const int64_t *ids, size_t n, int what, double *out);
 int ta_scatter(const int64_t *ids, size_t n, int what, const double *in);
 int ta_sgd_step(const int64_t *ids, size_t n, double lr, double momentum, double wd,
                 double *buf, int first);
+/* sq_mul: g**2 as g*g (PyPy's float ** 2), else as libm's pow (CPython's) */
 int ta_adam_step(const int64_t *ids, size_t n, double lr, double b1, double b2, double eps,
-                 double wd, int64_t t, double *m, double *v);
+                 double wd, int64_t t, double *m, double *v, int sq_mul);
 
 /* ---- forward mode and the Wengert-list export (tangent.c) ---- */
 
@@ -349,3 +350,13 @@ int ta_jacobian(const int64_t *outs, int nout, const int64_t *ins, int nin, doub
  * for a NULL array or nout * nin over 2**32 - 1; TA_EBADID for a bad id. */
 int ta_layer(const int64_t *w, const int64_t *b, uint32_t nout, uint32_t nin,
              const int64_t *xid, const double *xc, int relu, int64_t *h);
+/* nn.c: tapead.dot / tapead.linear in one call: row j is what
+ * sum(w * x for w, x in zip(W[j], x)) records from term from[j] on (the
+ * first with a node), c0[j] being the sum of the plain-number terms before
+ * it (csrc/nn.h).  w: nout x nin, x: nin; an id < 0 is the constant wc /
+ * xc at its index.  The held list h gets the rows' ids.  TA_EMODEPATH
+ * inside no_grad / detect_anomaly; TA_ENOGRAD for a no_grad Value (both:
+ * the op-by-op path); TA_EARG for a NULL array, a count over 2**32 - 1 or a
+ * row whose term from[j] has no node; TA_EBADID / TA_ETHREAD for a bad id. */
+int ta_dots(const int64_t *w, const double *wc, uint32_t nout, uint32_t nin,
+            const int64_t *x, const double *xc, const double *c0, const uint32_t *from, int64_t *h);

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include "tapead.h"
+#include "ops.h"
 
 /* Resolve ids into (segment, offset) pairs; TA_OK or the first failure.
  * No_grad values resolve too: these calls read and write data and grads,
@@ -88,10 +89,19 @@ int ta_sgd_step(const int64_t *ids, size_t n, double lr, double momentum, double
     return TA_OK;
 }
 
-/* PyTorch's Adam (L2 weight decay added to the gradient, bias-corrected moments). */
+/* Adam with bias-corrected moments, spelled as Karpathy's microgpt spells
+ * it in Python floats, so the two agree to the bit (PyTorch's rule is the
+ * same number in exact arithmetic: tests/test_optim.py checks both):
+ *     m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g**2
+ *     p -= lr * (m / (1 - b1**t)) / ((v / (1 - b2**t))**0.5 + eps)
+ * x**0.5 is libm's pow, as Python's float ** float is; g**2 is what the
+ * caller's interpreter computes for it: libm's pow on CPython (pow_sq:
+ * without the call where that is certainly g*g), g*g on PyPy (sq_mul).
+ * L2 weight decay, when asked, is added to the gradient first (PyTorch's). */
 int ta_adam_step(const int64_t *ids, size_t n, double lr, double b1, double b2, double eps,
-                 double wd, int64_t t, double *m, double *v)
+                 double wd, int64_t t, double *m, double *v, int sq_mul)
 {
+    static volatile const double half = 0.5;   /* pow(x, 0.5), not sqrt: what Python's x ** 0.5 calls */
     ta_seg **s; uint32_t *o; size_t i;
     double c1, c2;
     int st;
@@ -105,8 +115,8 @@ int ta_adam_step(const int64_t *ids, size_t n, double lr, double b1, double b2, 
         double g = s[i]->adj[o[i]];
         if (wd != 0.0) g += wd * *p;
         m[i] = b1 * m[i] + (1.0 - b1) * g;
-        v[i] = b2 * v[i] + (1.0 - b2) * g * g;
-        *p -= lr * (m[i] / c1) / (sqrt(v[i] / c2) + eps);
+        v[i] = b2 * v[i] + (1.0 - b2) * (sq_mul ? g * g : pow_sq(g));
+        *p -= lr * (m[i] / c1) / (pow(v[i] / c2, half) + eps);
     }
     free(s); free(o);
     return TA_OK;

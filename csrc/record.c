@@ -9,30 +9,7 @@
 #include "tapead.h"
 #include "ops.h"
 
-/* The one body of ta_append and ta_push, inline in each (and in
- * ta_record_at): a call from one to the other would go through the PLT
- * (a shared library's functions can be interposed), a second call per
- * recorded node. */
-static inline int ta_put(ta_tape *T, int op, uint32_t x, ta_aux aux, double val, uint32_t *ref)
-{
-    ta_seg *s = T->cur;
-    uint32_t o;
-    if (T->nodes >= T->limit) {
-        ta_gc(T);
-        if (T->nodes >= T->limit) return TA_ELIMIT;
-    }
-    if (!s || s->n == TA_SEG) {
-        int st = ta_new_seg(T);
-        if (st != TA_OK) return st;
-        s = T->cur;
-    }
-    o = s->n++;
-    s->op[o] = (uint8_t)op; s->x[o] = x; s->aux[o] = aux;
-    s->val[o] = val; s->adj[o] = 0.0;
-    if (++T->nodes > T->peak) T->peak = T->nodes;
-    *ref = TA_REF(s, o);
-    return TA_OK;
-}
+/* ta_put, the one body of every append, is in tapead.h (inline here and in nn.c). */
 
 /* ta_append's body, inline also in ta_record_at, the hot path of both fronts */
 static inline int64_t ta_put_id(ta_tape *T, int op, uint32_t x, ta_aux aux, double val)

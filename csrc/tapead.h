@@ -197,6 +197,29 @@ int ta_backward_at(ta_tape *T, ta_seg *rs, uint32_t ro);
  * returns its id or a negative status. */
 int     ta_push(ta_tape *T, int op, uint32_t x, ta_aux aux, double val, uint32_t *ref);
 int64_t ta_append(ta_tape *T, int op, uint32_t x, ta_aux aux, double val);
+/* The one body of ta_append and ta_push, inline in each (and in
+ * ta_record_at and nn.c's weighted sums): a call per recorded node is what
+ * it saves. */
+static inline int ta_put(ta_tape *T, int op, uint32_t x, ta_aux aux, double val, uint32_t *ref)
+{
+    ta_seg *s = T->cur;
+    uint32_t o;
+    if (T->nodes >= T->limit) {
+        ta_gc(T);
+        if (T->nodes >= T->limit) return TA_ELIMIT;
+    }
+    if (!s || s->n == TA_SEG) {
+        int st = ta_new_seg(T);
+        if (st != TA_OK) return st;
+        s = T->cur;
+    }
+    o = s->n++;
+    s->op[o] = (uint8_t)op; s->x[o] = x; s->aux[o] = aux;
+    s->val[o] = val; s->adj[o] = 0.0;
+    if (++T->nodes > T->peak) T->peak = T->nodes;
+    *ref = TA_REF(s, o);
+    return TA_OK;
+}
 
 /* The key of a segment: the id of its first node >> TA_SHIFT (tape tag
  * and slot).  A front pins a hold on a segment and passes its key; a node

@@ -30,7 +30,7 @@ __all__ = ["Value", "maximum", "minimum", "tape_stats", "collect", "set_limit",
            "jvp", "wengert", "Wengert", "set_label", "get_label",
            "draw_dot", "to_dot", "values", "data", "grads",
            "GuardError", "recompute", "compile", "Program", "clear_guards", "guard_count",
-           "set_data", "grad", "hvp", "hessian", "jacobian", "precomputed"]
+           "set_data", "grad", "hvp", "hessian", "jacobian", "precomputed", "dot", "linear"]
 
 # public name -> the submodule that defines it, imported on first use
 _LAZY = {**dict.fromkeys(("no_grad", "detect_anomaly"), "modes"),
@@ -40,7 +40,8 @@ _LAZY = {**dict.fromkeys(("no_grad", "detect_anomaly"), "modes"),
          **dict.fromkeys(("values", "data", "grads", "set_data"), "arrays"),
          **dict.fromkeys(("recompute", "compile", "Program", "clear_guards",
                           "guard_count"), "replay"),
-         **dict.fromkeys(("grad", "hvp", "hessian", "jacobian"), "higher")}
+         **dict.fromkeys(("grad", "hvp", "hessian", "jacobian"), "higher"),
+         **dict.fromkeys(("dot", "linear"), "dots")}
 _SUBMODULES = ("nn", "optim",   # tapead.nn.MLP after a bare `import tapead`, as before
                "cuda")          # device="cuda" (replay.py reaches it here: it is a layer above)
 

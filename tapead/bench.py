@@ -8,10 +8,14 @@ medians measured in this same run.  Rows:
   demo      one training step of micrograd's demo notebook (graph rebuilt every step);
             also the same model written with plain Values (no nn), against
             micrograd and xad-py (when installed)
+  gpt       one training step of examples/gpt.py (a microgpt-style GPT) on its
+            plain-Python scalar Value, on tapead.Value as a drop-in, and on the fast
+            path (tapead.linear + optim.Adam); and tapead.dot over 16 terms against
+            the generator sum it replaces (source tree only: the example is not installed)
   tiny      a whole small script (import, MLP(3, [4, 4, 1]), 20 steps on four
             samples) run end to end as a subprocess, tapead against micrograd:
             what a script that runs for milliseconds feels, import included
-Options: --quick (under a minute), --json FILE, --no-micrograd, --tiny (that row only).
+Options: --quick (under a minute), --json FILE, --no-micrograd, --tiny, --gpt (that row only).
 """
 from __future__ import annotations
 
@@ -372,6 +376,60 @@ def fmt_ns(x: Optional[float]) -> str:
     return "-" if x is None else (f"{x:,.0f}" if x >= 100 else f"{x:.1f}")
 
 
+def gpt_rows(rounds: int) -> Optional[Tuple[List[Tuple[str, ...]], Dict[str, Any]]]:
+    """The gpt rows: step medians of examples/gpt.py's three runs, interleaved
+    (each round: 1 reference step, 5 of each tapead run), and dot over 16
+    terms against the generator sum; None outside a source tree."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "gpt.py")
+    if not os.path.exists(path):
+        return None
+    spec = importlib.util.spec_from_file_location("tapead_gpt_example", path)
+    gpt: Any = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(gpt)  # type: ignore[union-attr]
+
+    def stepper(mode: str) -> Callable[[], float]:
+        model, docs, encode, _, _ = gpt.setup(mode)
+        k = [0]
+
+        def run() -> float:
+            t0 = time.perf_counter()
+            model.loss(encode(docs[k[0] % len(docs)])).backward()
+            model.update(k[0] % 1000, 1000)
+            k[0] += 1
+            return time.perf_counter() - t0
+        return run
+    d = demo_rounds({"reference": (stepper("reference"), 1), "dropin": (stepper("dropin"), 5),
+                     "fast": (stepper("fast"), 5)}, rounds)
+    w = [tapead.Value(0.1 * i) for i in range(16)]
+    x = [tapead.Value(1.0 - 0.05 * i) for i in range(16)]
+    dot = tapead.dot
+    loops = 2000
+
+    def gen() -> float:
+        t0 = time.perf_counter()
+        for _ in range(loops):
+            sum(wi * xi for wi, xi in zip(w, x))
+        return (time.perf_counter() - t0) / loops
+
+    def fused() -> float:
+        t0 = time.perf_counter()
+        for _ in range(loops):
+            dot(w, x)
+        return (time.perf_counter() - t0) / loops
+    dd = demo_rounds({"generator": (gen, 3), "dot": (fused, 3)}, 3 * rounds)
+    ref = d["reference"]
+    impl = platform.python_implementation()
+    rows: List[Tuple[str, ...]] = [(f"GPT step, plain-Python Value ({impl}), ms", "", "", f"{ref * 1e3:.1f}", "examples/gpt.py --reference"),
+            (f"GPT step, tapead drop-in ({tapead.FRONT} front), ms", "", f"{d['dropin'] * 1e3:.2f}", "",
+             f"{ref / d['dropin']:.0f}x the plain-Python Value"),
+            ("GPT step, fast path (tapead.linear + optim.Adam), ms", "", f"{d['fast'] * 1e3:.2f}", "",
+             f"{ref / d['fast']:.0f}x the plain-Python Value"),
+            ("tapead.dot, 16 terms, ns", "", fmt_ns(dd["dot"] * 1e9), "",
+             f"{dd['generator'] / dd['dot']:.1f}x the generator sum ({dd['generator'] * 1e9:.0f} ns)")]
+    return rows, dict(step_s=d, dot16_s=dd)
+
+
 def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     ap = argparse.ArgumentParser(prog="python -m tapead.bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -379,6 +437,7 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     ap.add_argument("--no-micrograd", action="store_true", help="skip the micrograd comparison")
     ap.add_argument("--tiny", action="store_true", help="only the tiny-script row")
+    ap.add_argument("--gpt", action="store_true", help="only the gpt rows")
     args = ap.parse_args(argv)
 
     mg = None if args.no_micrograd else micrograd
@@ -402,6 +461,16 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
         row, t = tiny_row(11 if q else 31, mg)
         res["results"]["tiny_script_s"] = t
         print("| " + " | ".join(row) + " |")
+        return res
+
+    if args.gpt:
+        g = gpt_rows(3 if q else 9)
+        if g is None:
+            print("the gpt rows need the source tree (examples/gpt.py)")
+            return res
+        res["results"]["gpt"] = g[1]
+        for row in g[0]:
+            print("| " + " | ".join(row) + " |")
         return res
 
     workloads: List[Tuple[str, Callable[..., Tuple[Any, ...]], Callable[..., Tuple[Any, ...]]]] = [
@@ -462,6 +531,12 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     res["results"]["demo_step_peak_rss_bytes"] = dict(tapead=t_peak, micrograd=m_peak)
     rows.append(("demo step peak RSS growth, MB", "", fmt_mb(t_peak), fmt_mb(m_peak),
                  f"{m_peak / t_peak:.0f}x less than micrograd" if (t_peak and m_peak) else ""))
+
+    note("examples/gpt.py training steps: plain-Python Value, tapead drop-in, fast path, interleaved")
+    g = gpt_rows(3 if q else 9)
+    if g is not None:
+        rows.extend(g[0])
+        res["results"]["gpt"] = g[1]
 
     extra_sections(rows, res, args)
 

@@ -129,9 +129,14 @@ def _slow(code: int, used: _Token, fn: Callable[..., int], *args: Any) -> Value:
 def handles(h: Any, n: int) -> List[Value]:
     """Values for the first n ids of the held list h (_c.holds.held_list) that
     a bulk call filled, each taking over its id's hold."""
+    global _tok
     out: List[Value] = []
     append = out.append
-    for i, t in zip(*_holds.adopt(h, n)):
+    cur = _mine()
+    ids, toks = _holds.adopt(h, n, cur)
+    if toks and toks[-1] is not cur and _fast == get_ident():
+        _tok = toks[-1]   # the segment of the last node, most likely the current one: the next calls share it
+    for i, t in zip(ids, toks):
         v = _new(PyValue); v._i = i; v._t = t
         append(v)
     return out

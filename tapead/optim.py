@@ -136,7 +136,29 @@ class SGD(Optimizer):
 
 
 class Adam(Optimizer):
-    """Adam with bias correction and L2 weight decay (PyTorch's torch.optim.Adam)."""
+    """Adam with bias correction and L2 weight decay (torch.optim.Adam's rule).
+
+    Its arithmetic is microgpt's Adam loop, operation for operation, so a
+    microgpt port that keeps betas, eps and its learning-rate schedule gets
+    the same parameters to the bit::
+
+        m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g**2
+        p -= lr * (m / (1 - b1**t)) / ((v / (1 - b2**t))**0.5 + eps)
+
+    (g**2 as this interpreter's float ** computes it: libm's pow on
+    CPython, g*g on PyPy.  PyTorch's spelling of the same rule rounds
+    differently in the last bits.)  Unlike microgpt's loop, step() leaves the gradients alone: call
+    opt.zero_grad() where microgpt sets p.grad = 0.  A schedule sets opt.lr
+    before each step:
+
+    >>> from tapead import Value
+    >>> w = Value(1.0); opt = Adam([w], lr=0.1, betas=(0.85, 0.99))
+    >>> for step in range(2):
+    ...     opt.zero_grad(); (w * w).backward()
+    ...     opt.lr = 0.1 * (1 - step / 2); opt.step()
+    >>> round(w.data, 4)
+    0.8503
+    """
     eps = _Hyper()
     weight_decay = _Hyper()
     _state = ("_m", "_v")

@@ -1,10 +1,12 @@
 """tapead.optim against a plain-Python transcription of PyTorch's update rules
 (torch.optim.SGD and torch.optim.Adam, single-tensor path), over several
-steps with a learning rate that changes between steps."""
+steps with a learning rate that changes between steps; and Adam against
+microgpt's update, written as microgpt writes it, bit for bit."""
 import math
 import threading
 
 import pytest
+from hypothesis import example, given, strategies as st
 
 import tapead
 from tapead import Value
@@ -122,6 +124,55 @@ def test_sgd_plain_is_micrograd_update_bit_for_bit():
         for q in qs:
             q.data -= LRS[k] * q.grad
         assert [p.data for p in ps] == [q.data for q in qs]
+
+
+class MicrogptAdam:
+    """Karpathy's microgpt's Adam loop, as it is written there (Python floats;
+    its p.grad = 0 after the update is tapead's opt.zero_grad())."""
+
+    def __init__(self, x, beta1=0.85, beta2=0.99, eps_adam=1e-8):
+        self.x, self.beta1, self.beta2, self.eps = list(x), beta1, beta2, eps_adam
+        self.m = [0.0] * len(x)
+        self.v = [0.0] * len(x)
+
+    def step(self, step, lr_t, grads):
+        beta1, beta2 = self.beta1, self.beta2
+        for i, g in enumerate(grads):
+            self.m[i] = beta1 * self.m[i] + (1 - beta1) * g
+            self.v[i] = beta2 * self.v[i] + (1 - beta2) * g ** 2
+            m_hat = self.m[i] / (1 - beta1 ** (step + 1))
+            v_hat = self.v[i] / (1 - beta2 ** (step + 1))
+            self.x[i] -= lr_t * m_hat / (v_hat ** 0.5 + self.eps)
+
+
+# gradients, including squares that lie near a midpoint (few mantissa bits:
+# pow(g, 2.0) and g * g can part there) and tiny and huge ones
+GRADS = st.floats(-1e6, 1e6, allow_nan=False) | st.integers(-2 ** 27, 2 ** 27).map(lambda k: k * 2.0 ** -20) \
+    | st.sampled_from([0.0, -0.0, 1e-200, -3e-310, 1e150, 134217729.0, 1.0000000149011612])
+
+
+@given(st.lists(st.lists(GRADS, min_size=4, max_size=4), min_size=1, max_size=8))
+# squares where libm's pow and g*g part (CPython's g**2 is the one, PyPy's the other)
+@example([[0.0] * 4, [0.0] * 4, [0.0, 0.0, 0.0, 103.6988172531128]])
+@example([[-127.51853245733109, 1.0, 2.0, 3.0], [-127.51853245733109] * 4])
+def test_adam_is_microgpt_update_bit_for_bit(grads_per_step):
+    """tapead.optim.Adam with microgpt's betas and eps and its linear
+    learning-rate decay set through opt.lr: the same parameters to the bit."""
+    start = [0.5, -1.25, 2.0, 0.0]
+    ps = [Value(x) for x in start]
+    ref = MicrogptAdam(start)
+    opt = Adam(ps, lr=0.01, betas=(0.85, 0.99), eps=1e-8)
+    n = len(grads_per_step)
+    for step, grads in enumerate(grads_per_step):
+        lr_t = 0.01 * (1 - step / n)
+        for p, g in zip(ps, grads):
+            p.grad = g
+        opt.lr = lr_t
+        opt.step()
+        opt.zero_grad()
+        ref.step(step, lr_t, grads)
+        assert [p.data for p in ps] == ref.x, f"step {step}"
+        assert [p.grad for p in ps] == [0.0] * 4
 
 
 def test_adam_first_step_moves_each_parameter_by_about_lr():

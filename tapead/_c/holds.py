@@ -82,12 +82,15 @@ def held_bytes(h: Any) -> Any:
     return ffi.buffer(p, 8 * (1 + 2 * p[0]))
 
 
-def adopt(h: Any, n: int) -> Tuple[List[int], List[_Token]]:
+def adopt(h: Any, n: int, current: Optional[_Token] = None) -> Tuple[List[int], List[_Token]]:
     """(ids, tokens) for the first n ids of the held list h: the first id of
     each segment moves its hold into a new token (one C call), and the other
-    holds on that segment are dropped.  tokens[k] is the token of ids[k]."""
+    holds on that segment are dropped.  tokens[k] is the token of ids[k].
+    Ids in the segment of `current` (this thread's token, which holds it
+    already) share it: no new token, whose box PyPy's collector counts as a
+    segment's worth of memory."""
     ids = held_ids(h, n)
-    toks: Dict[int, _Token] = {}
+    toks: Dict[int, _Token] = {} if current is None else {current.key: current}
     out: List[_Token] = []
     for k, i in enumerate(ids):
         key = i >> SHIFT

@@ -1,0 +1,184 @@
+"""tapead.dot and tapead.linear: the weighted sums a model is made of, each
+recorded in one C call (csrc/nn.c, the core tapead.nn.Layer records with).
+
+`dot(ws, xs)` records exactly the nodes `sum(w * x for w, x in zip(ws, xs))`
+records -- per term a product (MUL, or MULC where one side is a plain
+number), then a sum node, left to right, starting from 0 as sum() does --
+so its value and every gradient are those of the generator, bit for bit.
+`linear(x, W)` is `[dot(row, x) for row in W]` in one call.
+
+What is defined here holds on both fronts: the native front's dot and
+linear (csrc/native.c) take the common case themselves (lists or tuples of
+this thread's Values and floats, every row's first term with a Value) and
+hand every other call to _dot / _linear below.  Those check everything
+before anything is recorded, so a failed call records nothing:
+
+- a leading run of plain-number terms is summed by Python's own sum()
+  (exactly what the generator does before it meets a Value) and enters as
+  the constant of the first Value term's ADDC; a row of numbers only gives
+  that number, as sum() would;
+- inside no_grad() or detect_anomaly(), with a Value made under no_grad(),
+  or where two numbers after the first Value term multiply to other than
+  their floats' product (two ints, whose product Python keeps an int: 0 *
+  -1 is 0, not -0.0; an int beyond 2**53), the call runs
+  `sum(map(operator.mul, row, x))`: the generator itself.
+"""
+from __future__ import annotations
+
+import sys
+from operator import mul
+from typing import Any, List, Sequence, Tuple, Union
+
+from ._c import bulk as _bulk
+from .engine import FRONT, Operand, Value, handles
+
+__all__ = ["dot", "linear"]
+
+_EXACT = 2 ** 53      # ints up to this size are doubles exactly
+
+
+def _seq(s: Any, fn: str, name: str) -> Sequence[Any]:
+    if isinstance(s, (list, tuple)):
+        return s
+    if isinstance(s, (Value, str, bytes, int, float)):
+        raise TypeError(f"tapead.{fn}: {name} must be a sequence of Values and numbers, "
+                        f"not {type(s).__name__}")
+    try:
+        return list(s)
+    except TypeError:
+        raise TypeError(f"tapead.{fn}: {name} must be a sequence of Values and numbers, "
+                        f"not {type(s).__name__}") from None
+
+
+def _operands(seq: Sequence[Any], fn: str, name: str) -> Tuple[List[int], List[Any]]:
+    """(ids, constants): a Value's node id and 0.0, or -1 and the number (a
+    float, or an int: converted where it meets a Value, as the operator
+    does, while Python multiplies two numbers exactly)."""
+    ids: List[int] = []
+    cs: List[Any] = []
+    for i, v in enumerate(seq):
+        if isinstance(v, Value):
+            ids.append(v._i)
+            cs.append(0.0)
+        elif isinstance(v, float):
+            ids.append(-1)
+            cs.append(float(v))
+        elif isinstance(v, int):
+            ids.append(-1)
+            cs.append(int(v))
+        else:
+            raise TypeError(f"tapead.{fn}: {name}[{i}] is {type(v).__name__}: "
+                            f"{fn} takes Values and numbers (int, float)")
+    return ids, cs
+
+
+def _exact(a: Any, b: Any) -> bool:
+    """Whether a * b of two numbers is float(a) * float(b) to the bit: not for
+    two ints (their product is an int: 0 * -1 is 0, not -0.0) nor an int
+    beyond 2**53 (not a double exactly)."""
+    if type(a) is int:
+        return type(b) is not int and -_EXACT <= a <= _EXACT
+    return type(b) is not int or -_EXACT <= b <= _EXACT
+
+
+def _record(fn: str, rows: List[Sequence[Any]], wname: List[str], x: Sequence[Any],
+            xname: str) -> List[Any]:
+    nin = len(x)
+    xid, xc = _operands(x, fn, xname)
+    ws = [_operands(row, fn, wname[j]) for j, row in enumerate(rows)]
+    out: List[Any] = [None] * len(rows)
+    w: List[int] = []
+    wc: List[float] = []
+    c0: List[float] = []
+    start: List[int] = []
+    live: List[int] = []          # the rows with nodes
+    xcf = [0.0] * nin             # x's constants as C reads them
+    for j, (rid, rc) in enumerate(ws):
+        f = 0
+        while f < nin and rid[f] < 0 and xid[f] < 0:
+            f += 1
+        head = sum(map(mul, rows[j][:f], x[:f])) if f else 0
+        if f == nin:
+            out[j] = head                    # plain numbers only: sum()'s own number
+            continue
+        cw = [0.0] * nin
+        for i in range(f, nin):
+            if rid[i] < 0 and xid[i] < 0:
+                if not _exact(rc[i], xc[i]):   # Python's product: the generator itself
+                    return [sum(map(mul, r, x)) for r in rows]
+                cw[i], xcf[i] = float(rc[i]), float(xc[i])
+            elif rid[i] < 0:
+                cw[i] = float(rc[i])          # a huge int: OverflowError, as w * x would raise
+            elif xid[i] < 0:
+                xcf[i] = float(xc[i])
+        c0.append(float(head))
+        start.append(f)
+        w.extend(rid)
+        wc.extend(cw)
+        live.append(j)
+    if live:
+        vals = _bulk.dots(w, wc, len(live), nin, xid, xcf, c0, start, handles)
+        if vals is None:    # no_grad, detect_anomaly, a no_grad Value: the generator itself
+            return [sum(map(mul, r, x)) for r in rows]
+        for j, v in zip(live, vals):
+            out[j] = v
+    return out
+
+
+def _dot(ws: Sequence[Operand], xs: Sequence[Operand]) -> Union[Value, float, int]:
+    """sum(w * x for w, x in zip(ws, xs)), recorded in one C call.
+
+    The same nodes, values and gradients as the generator, bit for bit;
+    Values or numbers on either side (a sum of numbers only is that number).
+
+    >>> from tapead import Value, dot
+    >>> w = [Value(2.0), Value(-1.0)]; x = [Value(3.0), 0.5]
+    >>> y = dot(w, x); y.backward()
+    >>> (y.data, w[0].grad, w[1].grad, x[0].grad)
+    (5.5, 3.0, 0.5, 2.0)
+    """
+    ws, xs = _seq(ws, "dot", "ws"), _seq(xs, "dot", "xs")
+    if len(ws) != len(xs):
+        raise ValueError(f"tapead.dot: ws has {len(ws)} items and xs {len(xs)}: "
+                         f"a dot product needs one weight per input")
+    if not ws:
+        raise ValueError("tapead.dot: ws and xs are empty: a dot product needs at least one term")
+    return _record("dot", [ws], ["ws"], xs, "xs")[0]  # type: ignore[no-any-return]
+
+
+def _linear(x: Sequence[Operand], W: Sequence[Sequence[Operand]]) -> List[Any]:
+    """[dot(row, x) for row in W], recorded in one C call.
+
+    >>> from tapead import Value, linear
+    >>> x = [Value(1.0), Value(2.0)]
+    >>> [y.data for y in linear(x, [[Value(3.0), Value(4.0)], [0.5, Value(-1.0)]])]
+    [11.0, -1.5]
+    """
+    x, W = _seq(x, "linear", "x"), _seq(W, "linear", "W")
+    if not W:
+        raise ValueError("tapead.linear: W has no rows")
+    if not x:
+        raise ValueError("tapead.linear: x is empty: each row's dot product needs at least one term")
+    rows = [_seq(r, "linear", f"W[{j}]") for j, r in enumerate(W)]
+    for j, r in enumerate(rows):
+        if len(r) != len(x):
+            raise ValueError(f"tapead.linear: W[{j}] has {len(r)} items and x {len(x)}: "
+                             f"each row of W needs one weight per item of x")
+    return _record("linear", rows, [f"W[{j}]" for j in range(len(rows))], x, "x")
+
+
+def _dot_cffi(ws: Sequence[Operand], xs: Sequence[Operand]) -> Union[Value, float, int]:
+    out = _bulk.sums_fast((ws,), xs, Value, handles)   # the common case, else everything above
+    return out[0] if out is not None else _dot(ws, xs)
+
+
+def _linear_cffi(x: Sequence[Operand], W: Sequence[Sequence[Operand]]) -> List[Any]:
+    out = _bulk.sums_fast(W, x, Value, handles)
+    return out if out is not None else _linear(x, W)
+
+
+if FRONT == "native":   # C takes the common case (csrc/native.c), then the general path
+    dot, linear = sys.modules["tapead._native"].dots(_dot, _linear)
+else:                   # _c.bulk.sums_fast takes the common case, then the general path
+    _dot_cffi.__doc__, _linear_cffi.__doc__ = _dot.__doc__, _linear.__doc__
+    dot, linear = _dot_cffi, _linear_cffi
