@@ -155,13 +155,33 @@ static int va_is(PyObject *o)
     return PyObject_TypeCheck(o, va_type);
 }
 
-/* A plain-number operand as a double: exactly what cffi accepts for a
- * double on the cffi front (PyFloat_AsDouble).  Returns 0, or -1 if o is
- * no number (TypeError cleared: the caller answers NotImplemented), or -2
- * with another exception set. */
+/* Whether o is an array of one or more dimensions (it has a nonzero
+ * `ndim`, as numpy arrays do): no number, even of one element, on every
+ * numpy (numpy < 2.3 would convert one, with a DeprecationWarning), as the
+ * cffi front's _real says.  0, 1, or -1 with an exception set. */
+static int va_is_array(PyObject *o)
+{
+    PyObject *nd = PyObject_GetAttrString(o, "ndim");
+    int r;
+    if (!nd) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
+        PyErr_Clear();
+        return 0;
+    }
+    r = PyObject_IsTrue(nd);
+    Py_DECREF(nd);
+    return r;
+}
+
+/* A plain-number operand as a double: what cffi accepts for a double on
+ * the cffi front (PyFloat_AsDouble), less arrays (va_is_array).  Returns 0,
+ * or -1 if o is no number (TypeError cleared: the caller answers
+ * NotImplemented), or -2 with another exception set. */
 static int va_number(PyObject *o, double *c)
 {
-    if (PyFloat_CheckExact(o)) { *c = PyFloat_AS_DOUBLE(o); return 0; }
+    int arr;
+    if (PyFloat_Check(o)) { *c = PyFloat_AS_DOUBLE(o); return 0; }
+    if (!PyLong_Check(o) && (arr = va_is_array(o)) != 0) return arr < 0 ? -2 : -1;
     *c = PyFloat_AsDouble(o);
     if (*c == -1.0 && PyErr_Occurred()) {
         if (!PyErr_ExceptionMatches(PyExc_TypeError)) return -2;
