@@ -8,8 +8,9 @@ import pytest
 
 import tapead
 
-MODULES = sorted(["tapead"] + [f"tapead.{m.name}" for m in pkgutil.iter_modules(tapead.__path__)
-                               if not m.name.startswith("_tapead_c")])
+# every module, in subpackages too (tapead._c holds tape_stats' and set_limit's examples)
+MODULES = sorted(["tapead"] + [m.name for m in pkgutil.walk_packages(tapead.__path__, "tapead.")
+                               if not m.name.startswith("tapead._tapead_c")])
 # modules of optional extras: their examples run when the extra is installed
 EXTRAS = {"tapead.dask": "dask.array"}
 
@@ -22,7 +23,8 @@ def _import(name):
 
 def test_every_module_is_listed():
     assert {"tapead.engine", "tapead.nn", "tapead.optim", "tapead.modes", "tapead.arrays",
-            "tapead.draw", "tapead.forward", "tapead.wengert", "tapead.demo"} <= set(MODULES)
+            "tapead.draw", "tapead.forward", "tapead.wengert", "tapead.demo",
+            "tapead._c", "tapead._c.holds"} <= set(MODULES)
 
 
 @pytest.mark.parametrize("name", MODULES)
