@@ -3,7 +3,9 @@
  * THE CONTRACT OF THIS FILE: it is the only C file that uses the CPython
  * API.  Everything here runs with the GIL held (slots and methods are
  * called by the interpreter), except ta_native_install, which cffi calls
- * with the GIL released and which therefore takes it itself.  No other C
+ * with the GIL released and which therefore takes it itself.  On a
+ * free-threaded CPython there is no GIL: nothing here may then share
+ * mutable state between threads (the free list below is compiled out).  No other C
  * file may include Python.h, and nothing here may be called from them.
  *
  * A Value is a heap type of 32 bytes: the object header, its node packed
@@ -144,16 +146,27 @@ static ta_tape *va_tape(void)
 /* ------------------------------------------------------ making Values */
 
 /* Freed Values of the exact type wait here for reuse (a training step
- * frees as many as it makes); only touched with the GIL held. */
+ * frees as many as it makes).  The list is shared by every thread, so it
+ * exists only where the GIL guards it: a free-threaded build (cffi declares
+ * the module GIL-free there, Py_MOD_GIL_NOT_USED) has none, and allocates
+ * from the interpreter's own per-thread heap (mimalloc), whose job the
+ * list does here. */
+#ifndef Py_GIL_DISABLED
 #define VA_FREE_MAX 4096
 static va_obj *va_free[VA_FREE_MAX];
 static int va_nfree = 0;
+#define VA_ALLOC() (va_nfree ? va_free[--va_nfree] : PyObject_Malloc(sizeof(va_obj)))
+#define VA_KEEP(tp, v) ((tp) == va_type && va_nfree < VA_FREE_MAX ? (va_free[va_nfree++] = (v), 1) : 0)
+#else
+#define VA_ALLOC() ((va_obj *)PyObject_Malloc(sizeof(va_obj)))
+#define VA_KEEP(tp, v) 0
+#endif
 
 /* A new Value with no node yet (its dealloc drops nothing): what a call
  * that records many nodes makes before it records, so it cannot fail after. */
 static PyObject *va_blank(void)
 {
-    va_obj *v = va_nfree ? va_free[--va_nfree] : PyObject_Malloc(sizeof(va_obj));
+    va_obj *v = VA_ALLOC();
     if (!v) return PyErr_NoMemory();
     PyObject_Init((PyObject *)v, va_type);   /* increfs the heap type */
     v->node = 0;
@@ -194,10 +207,11 @@ static int va_is(PyObject *o)
     return PyObject_TypeCheck(o, va_type);
 }
 
-/* A plain-number operand as a double: exactly what cffi accepts for a
- * double on the cffi front (PyFloat_AsDouble).  Returns 0, or -1 if o is
- * no number (TypeError cleared: the caller answers NotImplemented), or -2
- * with another exception set. */
+/* A plain-number operand as a double: what cffi accepts for a double on
+ * the cffi front (PyFloat_AsDouble), less complex numbers and arrays
+ * (engine._real, through va_real_hook).  Returns 0,
+ * or -1 if o is no number (TypeError cleared: the caller answers
+ * NotImplemented), or -2 with another exception set. */
 static int va_number(PyObject *o, double *c)
 {
     PyObject *f;
@@ -506,8 +520,7 @@ static void va_dealloc(PyObject *self)
     PyTypeObject *tp = Py_TYPE(self);
     if (v->weaklist) PyObject_ClearWeakRefs(self);
     if (v->node) ta_unhold_seg(VA_SEG(v->node));
-    if (tp == va_type && va_nfree < VA_FREE_MAX) va_free[va_nfree++] = v;   /* PyObject_Init remakes it */
-    else tp->tp_free(self);
+    if (!VA_KEEP(tp, v)) tp->tp_free(self);   /* (a kept one: PyObject_Init remakes it) */
     Py_DECREF(tp);
 }
 
@@ -1313,6 +1326,12 @@ int ta_native_install(void)
     PyObject *m, *mods;
     int st = TA_ENOMEM;
     if ((m = PyModule_Create(&va_module)) != NULL) {
+#ifdef Py_GIL_DISABLED
+        /* as cffi declares the module that holds this code: the shared
+         * state here is set once at import (the type, the hooks), the
+         * free list is compiled out, and every tape is its thread's own */
+        PyUnstable_Module_SetGIL(m, Py_MOD_GIL_NOT_USED);
+#endif
         if ((mods = PyImport_GetModuleDict()) && PyDict_SetItemString(mods, "tapead._native", m) == 0)
             st = TA_OK;
         Py_DECREF(m);

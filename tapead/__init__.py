@@ -17,6 +17,23 @@ from types import ModuleType
 TYPE_CHECKING = False   # typing is not imported at run time
 if TYPE_CHECKING:
     from typing import Any, List
+    # What the type checker sees of the lazily imported names (_LAZY below),
+    # so that each has its real type and a misspelt one is an error
+    # (tests/test_typing.py checks every name of __all__).
+    from . import nn as nn, optim as optim
+    from .custom import precomputed as precomputed
+    from .draw import draw_dot as draw_dot, to_dot as to_dot
+    from .forward import jvp as jvp
+    from .functions import (abs as abs, cos as cos, exp as exp, log as log, log1p as log1p,
+                            relu as relu, sigmoid as sigmoid, sin as sin, sqrt as sqrt, tanh as tanh)
+    from .higher import grad as grad, hessian as hessian, hvp as hvp, jacobian as jacobian
+    from .modes import detect_anomaly as detect_anomaly, no_grad as no_grad
+    from .nodedata import get_label as get_label, set_label as set_label
+    from .replay import (Program as Program, clear_guards as clear_guards, compile as compile,
+                         guard_count as guard_count, recompute as recompute)
+    from .arrays import data as data, grads as grads, set_data as set_data, values as values
+    from .wengert import Wengert as Wengert, wengert as wengert
+    __version__: str
 
 from ._c.holds import set_limit
 from ._opsurface import UNARY as _UNARY
@@ -46,24 +63,25 @@ _SUBMODULES = ("nn", "optim",   # tapead.nn.MLP after a bare `import tapead`, as
                "cuda")          # device="cuda" (replay.py reaches it here: it is a layer above)
 
 
-def __getattr__(name: str) -> Any:
-    from importlib import import_module
-    if name == "__version__":   # pyproject.toml's, through the installed metadata (read on first use)
-        from importlib.metadata import PackageNotFoundError, version
-        try:
-            v = version(__name__)
-        except PackageNotFoundError:   # run from a source tree that was never installed
-            v = "0+unknown"
-        globals()[name] = v
-        return v
-    if name in _SUBMODULES:
-        return import_module(f"{__name__}.{name}")
-    mod = _LAZY.get(name)
-    if mod is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(f"{__name__}.{mod}"), name)
-    globals()[name] = value
-    return value
+if not TYPE_CHECKING:   # seen by the type checker, it would make every misspelt name Any
+    def __getattr__(name: str) -> Any:
+        from importlib import import_module
+        if name == "__version__":   # pyproject.toml's, through the installed metadata (read on first use)
+            from importlib.metadata import PackageNotFoundError, version
+            try:
+                v = version(__name__)
+            except PackageNotFoundError:   # run from a source tree that was never installed
+                v = "0+unknown"
+            globals()[name] = v
+            return v
+        if name in _SUBMODULES:
+            return import_module(f"{__name__}.{name}")
+        mod = _LAZY.get(name)
+        if mod is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(import_module(f"{__name__}.{mod}"), name)
+        globals()[name] = value
+        return value
 
 
 def __dir__() -> List[str]:

@@ -37,6 +37,8 @@ class _Uncached:
 
 
 class Module:
+    """micrograd's base class: parameters() lists a model's Values, and
+    zero_grad() sets their grads to 0 in one C call."""
 
     def zero_grad(self) -> None:
         params = self.parameters()
@@ -47,6 +49,15 @@ class Module:
 
 
 class Neuron(_Uncached, Module):
+    """One neuron, as micrograd's: nin weights drawn from random.uniform(-1, 1)
+    and a bias of 0; calling it on nin inputs gives relu(w . x + b), or
+    w . x + b where nonlin is False.
+
+    >>> import random; random.seed(0)
+    >>> n = Neuron(2, nonlin=False)
+    >>> y = n([1.0, 2.0]); y.backward(); [w.grad for w in n.w]
+    [1.0, 2.0]
+    """
 
     def __init__(self, nin: int, nonlin: bool = True) -> None:
         self.w = [Value(random.uniform(-1, 1)) for _ in range(nin)]
@@ -65,6 +76,15 @@ class Neuron(_Uncached, Module):
 
 
 class Layer(_Uncached, Module):
+    """nout Neurons of nin inputs each (keyword arguments go to Neuron);
+    calling it gives the list of their outputs, or the one Value if nout is
+    1.  Each neuron's weighted sum is recorded in one C call (the same nodes
+    micrograd's loop records, bit for bit) unless fuse_layers is False.
+
+    >>> import random; random.seed(0)
+    >>> out = Layer(3, 2)([1.0, 2.0, 3.0]); len(out), len(Layer(3, 2).parameters())
+    (2, 8)
+    """
 
     def __init__(self, nin: int, nout: int, **kwargs: Any) -> None:
         self.neurons = [Neuron(nin, **kwargs) for _ in range(nout)]
@@ -88,6 +108,15 @@ class Layer(_Uncached, Module):
 
 
 class MLP(Module):
+    """A multi-layer perceptron, as micrograd's: MLP(nin, [n1, n2, ..., 1])
+    chains Layers of those sizes, relu on every layer but the last (the same
+    seed gives micrograd's weights, in the same parameters() order).
+
+    >>> import random; random.seed(0)
+    >>> model = MLP(2, [4, 1]); y = model([1.0, -1.0]); y.backward()
+    >>> len(model.parameters()), model
+    (17, MLP of [Layer of [ReLUNeuron(2), ReLUNeuron(2), ReLUNeuron(2), ReLUNeuron(2)], Layer of [LinearNeuron(4)]])
+    """
 
     def __init__(self, nin: int, nouts: List[int]) -> None:
         sz = [nin] + nouts

@@ -52,6 +52,13 @@ class MG(_MG):
         return out
 
 
+def same(a, b):
+    """Bitwise-equal floats (the sign of zero included), or both nan."""
+    if a != a or b != b:
+        return a != a and b != b
+    return a == b and math.copysign(1, a) == math.copysign(1, b)
+
+
 @pytest.fixture
 def mg():
     return MG

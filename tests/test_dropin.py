@@ -66,6 +66,20 @@ def test_value_op_array_is_an_object_array_elementwise(sym):
         assert [g.data for g in got.flat] == list(mg.data.flat)
 
 
+def test_a_one_element_array_is_an_array_on_every_numpy():
+    """An array of one element is an array, not a number, whatever numpy
+    (numpy < 2.3 still converts one with float(), with a warning): both
+    sides, both fronts, give the one-element object array micrograd's
+    `array * v` gives."""
+    for arr in (np.array([1.5]), np.array([[2]]), np.array([0.5], dtype=np.float32)):
+        for op in OPS.values():
+            for got in (op(arr, Value(2.0)), op(Value(2.0), arr)):
+                assert type(got) is np.ndarray and got.dtype == object and got.shape == arr.shape
+                assert type(got.flat[0]) is Value
+        with pytest.raises(TypeError, match="needs a real number"):
+            Value(arr)
+
+
 def test_numpy_scalars_and_0d_arrays_still_give_a_value():
     v, m = Value(2.0), MGValue(2.0)
     for c in (np.float64(1.5), np.int64(3), np.float32(0.25), np.array(3.0)):

@@ -9,6 +9,7 @@ import pytest
 import tapead
 from tapead import Value
 from tapead._c import lib
+from conftest import same
 from opcases import FORMS, form_cases
 
 INF, NAN = math.inf, math.nan
@@ -16,13 +17,6 @@ INF, NAN = math.inf, math.nan
 
 def snapshot(values):
     return tapead.tape_stats()["nodes"], [(v.data, v.grad) for v in values]
-
-
-def same(a, b):
-    """Equal as floats, with NaN equal to NaN and the sign of zero checked."""
-    if a != a or b != b:
-        return a != a and b != b
-    return a == b and math.copysign(1, a) == math.copysign(1, b)
 
 
 # (exception, form, x, y, c): every op's domain errors in the op cases

@@ -29,6 +29,9 @@ from conftest import on_fresh_tape, release_garbage
 
 lib = tapead._c.lib
 SEG = 1 << tapead._c.SHIFT
+# tapead's own Python code: the installed package's folder, with its separator,
+# so that neither the tests' folder nor a clone named "tapead" matches.
+TAPEAD_DIR = os.path.dirname(tapead.__file__) + os.sep
 
 
 def churn(rounds=4):
@@ -138,7 +141,7 @@ class _Hostile:
             os.kill(os.getpid(), signal.SIGUSR1)
 
     def tracer(self, frame, event, arg):
-        if os.sep + "tapead" + os.sep in frame.f_code.co_filename:   # any of tapead's Python code
+        if frame.f_code.co_filename.startswith(TAPEAD_DIR):   # any of tapead's Python code
             return self.local
         return None
 
@@ -367,7 +370,7 @@ def test_a_segment_is_released_without_running_python_code():
         sys.unraisablehook = lambda u: swallowed.append(u.exc_type)
 
         def tracer(frame, event, arg):
-            if "tapead" in frame.f_code.co_filename:
+            if frame.f_code.co_filename.startswith(TAPEAD_DIR):   # tapead's own code, not the tests'
                 raise KeyboardInterrupt
             return None
         sys.settrace(tracer)
@@ -409,9 +412,6 @@ def _interrupt_at(k, fn, prepare=None):
     finally:
         sys.settrace(None)
     return False
-
-
-TAPEAD_DIR = os.path.dirname(tapead.__file__)
 
 
 def test_an_interrupt_at_any_bytecode_of_a_holding_call_leaks_no_hold():

@@ -1,6 +1,6 @@
 """The source tree's own promises: a row of the op table without all its
 rules does not compile, and the compiler names the missing rule; the Python
-op surface generated from the table (build_ext.py: opsurface) is current;
+op surface generated from the table (tools/gen_ops.py: opsurface) is current;
 only the modules of one private package (tapead/_c/) touch the compiled
 library; and the package's run-time imports have no cycle."""
 import importlib.util
@@ -33,19 +33,23 @@ def test_an_op_row_without_its_rules_is_a_compile_error_naming_them(tmp_path):
     assert ok.returncode == 0, ok.stderr
 
 
-def _build_ext():
-    spec = importlib.util.spec_from_file_location("build_ext", os.path.join(ROOT, "build_ext.py"))
+GEN_OPS = os.path.join(ROOT, "tools", "gen_ops.py")
+
+
+def _gen_ops():
+    """tools/gen_ops.py, the op surface's generator, as a module."""
+    spec = importlib.util.spec_from_file_location("gen_ops", GEN_OPS)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
 
 
-@pytest.mark.skipif(not os.path.isfile(os.path.join(ROOT, "build_ext.py")),
+@pytest.mark.skipif(not os.path.isfile(GEN_OPS),
                     reason="needs the source tree")
 def test_the_generated_op_surface_is_current():
     """A row added to csrc/ops.def without regenerating fails here, saying how."""
     stale = []
-    for path, text in _build_ext().opsurface().items():
+    for path, text in _gen_ops().opsurface().items():
         with open(os.path.join(ROOT, path)) as f:
             if f.read() != text:
                 stale.append(path)
@@ -53,10 +57,10 @@ def test_the_generated_op_surface_is_current():
                        f"`python build_ext.py` (it regenerates them, then builds)")
 
 
-@pytest.mark.skipif(not os.path.isfile(os.path.join(ROOT, "build_ext.py")),
+@pytest.mark.skipif(not os.path.isfile(GEN_OPS),
                     reason="needs the source tree")
 def test_the_generator_reads_a_new_row_and_refuses_a_short_one(tmp_path, monkeypatch):
-    be = _build_ext()
+    be = _gen_ops()
     shutil.copytree(CSRC, tmp_path / "csrc")
     shutil.copytree(os.path.join(ROOT, "tapead"), tmp_path / "tapead",
                     ignore=shutil.ignore_patterns("*.so", "__pycache__"))

@@ -3,6 +3,7 @@ and the stub of the compiled module, tapead/_tapead_c.pyi) reports nothing."""
 import importlib.util
 import os
 import platform
+import re
 import subprocess
 import sys
 
@@ -11,17 +12,58 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.mark.skipif(platform.python_implementation() != "CPython",
-                    reason="mypy runs on CPython only (its runtime, librt, is compiled for CPython); "
-                           "the check is of the source, so the CPython run covers it")
-@pytest.mark.skipif(importlib.util.find_spec("mypy") is None, reason="mypy is not installed")
-@pytest.mark.skipif(not os.path.isfile(os.path.join(ROOT, "tapead", "_tapead_c.pyi")),
-                    reason="needs the source tree (runs from the repository root)")
-def test_mypy_strict(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(tmp_path),
+def NEEDS_MYPY(test):
+    for mark in (
+            pytest.mark.skipif(platform.python_implementation() != "CPython",
+                               reason="mypy runs on CPython only (its runtime, librt, is compiled for "
+                                      "CPython); the check is of the source, so the CPython run covers it"),
+            pytest.mark.skipif(importlib.util.find_spec("mypy") is None, reason="mypy is not installed"),
+            pytest.mark.skipif(not os.path.isfile(os.path.join(ROOT, "tapead", "_tapead_c.pyi")),
+                               reason="needs the source tree (runs from the repository root)")):
+        test = mark(test)
+    return test
+
+
+@NEEDS_MYPY
+def test_mypy_strict(mypy_cache):
+    out = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--cache-dir", mypy_cache,
                           "tapead"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "Success" in out.stdout
+
+
+@pytest.fixture(scope="module")
+def mypy_cache(tmp_path_factory):
+    """One mypy cache for this module's runs (the second reuses the package's)."""
+    return str(tmp_path_factory.mktemp("mypy"))
+
+
+@NEEDS_MYPY
+def test_mypy_sees_every_public_name_with_its_type_and_refuses_a_misspelt_one(mypy_cache):
+    """The lazily imported names (module __getattr__) are typed as what they
+    are, not Any; a name tapead does not have is an error."""
+    import tapead
+    names = sorted(tapead.__all__) + ["nn", "optim", "__version__"]
+    snippet = os.path.join(ROOT, f"_typing_snippet_{os.getpid()}.py")   # in the root: mypy finds the source
+    with open(snippet, "w") as f:
+        f.write("import tapead\nfrom tapead.nn import MLP\n")
+        f.writelines(f"reveal_type(tapead.{n})\n" for n in names)
+        f.write("tapead.no_such_name\nMLP(2, [3]).no_such_method\n")
+    try:
+        out = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--cache-dir", mypy_cache,
+                              os.path.basename(snippet)], cwd=ROOT, capture_output=True, text=True,
+                             timeout=120)
+    finally:
+        os.remove(snippet)
+    lines = out.stdout.splitlines()
+    revealed = [ln.split("Revealed type is ", 1)[1] for ln in lines if "Revealed type is" in ln]
+    assert len(revealed) == len(names), out.stdout
+    assert [n for n, t in zip(names, revealed) if t.strip('"') == "Any"] == [], out.stdout
+    grad = revealed[names.index("grad")]
+    assert grad.startswith('"def (outputs: ') and re.search(r"create_graph: (builtins\.)?bool", grad), grad
+    assert revealed[names.index("no_grad")] == '"def () -> tapead.modes.no_grad"', out.stdout
+    assert sum('has no attribute "no_such_name"' in ln for ln in lines) == 1, out.stdout
+    assert sum('has no attribute "no_such_method"' in ln for ln in lines) == 1, out.stdout
 
 
 def test_typing_files_ship():
