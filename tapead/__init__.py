@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     # What the type checker sees of the lazily imported names (_LAZY below),
     # so that each has its real type and a misspelt one is an error
     # (tests/test_typing.py checks every name of __all__).
-    from . import nn as nn, optim as optim
+    from . import cuda as cuda, nn as nn, optim as optim
+    from .dots import dot as dot, linear as linear
     from .custom import precomputed as precomputed
     from .draw import draw_dot as draw_dot, to_dot as to_dot
     from .forward import jvp as jvp

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import sys
 from operator import mul
-from typing import Any, List, Sequence, Tuple, Union
+from typing import Any, Callable, List, Sequence, Tuple, Union
 
 from ._c import bulk as _bulk
 from .engine import FRONT, Operand, Value, handles
@@ -177,6 +177,8 @@ def _linear_cffi(x: Sequence[Operand], W: Sequence[Sequence[Operand]]) -> List[A
     return out if out is not None else _linear(x, W)
 
 
+dot: Callable[[Sequence[Operand], Sequence[Operand]], Union[Value, float, int]]
+linear: Callable[[Sequence[Operand], Sequence[Sequence[Operand]]], List[Any]]
 if FRONT == "native":   # C takes the common case (csrc/native.c), then the general path
     dot, linear = sys.modules["tapead._native"].dots(_dot, _linear)
 else:                   # _c.bulk.sums_fast takes the common case, then the general path
