@@ -226,8 +226,8 @@ static double *ta_target(const ta_code *C, ta_ws *W, uint32_t k, int per_sample,
                          uint32_t cb)
 {
     if (C->dloc[k] == TA_NONE) return NULL;
-    if (!C->uni[k]) return ROW(W->D, C->dloc[k], C->ch);
-    if (per_sample) return ROW(W->D, C->ndr + C->dloc[k], C->ch);
+    if (!C->uni[k]) return ROW(W->D, C->dslot[k], C->ch);
+    if (per_sample) return ROW(W->D, C->nds + C->dloc[k], C->ch);
     memset(tmp, 0, cb * sizeof *tmp);
     return tmp;
 }
@@ -252,7 +252,7 @@ static void ta_rv_op(const ta_prog *P, ta_ws *W, const ta_ins *I, uint32_t cb, i
     const ta_code *C = P->code;
     int bin = ta_kinds[I->op] == TA_K_BIN;
     const double *xv = ta_vals(C, W, I->x), *yv = bin ? ta_vals(C, W, I->y) : xv;
-    const double *rv = ROW(W->V, C->loc[I->k], C->ch), *g = ROW(W->D, C->dloc[I->k], C->ch);
+    const double *rv = ROW(W->V, C->loc[I->k], C->ch), *g = ROW(W->D, C->dslot[I->k], C->ch);
     double *ax = ta_target(C, W, I->x, ps, W->T1, cb);
     double *ay = bin ? ta_target(C, W, I->y, ps, W->T2, cb) : NULL;
     double c = P->c[I->k];
@@ -280,7 +280,7 @@ static void ta_rv_factor(const ta_code *C, ta_ws *W, uint32_t k, uint32_t other,
         return;
     }
     {
-        double *a = C->uni[k] ? ROW(W->D, C->ndr + C->dloc[k], C->ch) : ROW(W->D, C->dloc[k], C->ch);
+        double *a = C->uni[k] ? ROW(W->D, C->nds + C->dloc[k], C->ch) : ROW(W->D, C->dslot[k], C->ch);
         if (C->uni[other]) {
             const double w = W->U[C->loc[other]];
             for (s = 0; s < cb; s++) a[s] += w * g[s];
@@ -356,7 +356,7 @@ static void ta_rv_dot4(const ta_code *C, ta_ws *W, uint32_t t, const double *g, 
     for (j = 0; j < 4; j++) {
         w[j] = W->U[C->loc[tp[j]]];
         x[j] = ROW(W->V, C->loc[tq[j]], C->ch);
-        a[j] = C->dloc[tq[j]] == TA_NONE ? NULL : ROW(W->D, C->dloc[tq[j]], C->ch);
+        a[j] = C->dloc[tq[j]] == TA_NONE ? NULL : ROW(W->D, C->dslot[tq[j]], C->ch);
     }
     ta_rows4(n, g, x, a, w, sums);
     for (j = 4; j-- > 0;) W->A[C->dloc[tp[j]]] += sums[j];
@@ -369,7 +369,7 @@ static void ta_rv_dot4(const ta_code *C, ta_ws *W, uint32_t t, const double *g, 
 static void ta_rv_dot(const ta_prog *P, ta_ws *W, const ta_ins *I, uint32_t cb, int ps)
 {
     const ta_code *C = P->code;
-    const double *g = ROW(W->D, C->dloc[I->k], C->ch);
+    const double *g = ROW(W->D, C->dslot[I->k], C->ch);
     uint32_t t = I->t0 + I->nt;
     while (t-- > I->t0) {
         /* terms t0 + 1 ... in blocks of four (the singles at the top first) */
@@ -408,13 +408,13 @@ static void ta_rv_uniform(const ta_prog *P, ta_ws *W, uint32_t cb, int ps)
             if (C->dloc[x] != TA_NONE) W->A[C->dloc[x]] += dx * gk;
             if (bin && C->dloc[y] != TA_NONE) W->A[C->dloc[y]] += dy * gk;
         } else {
-            const double *g = ROW(W->D, C->ndr + C->dloc[k], C->ch);
+            const double *g = ROW(W->D, C->nds + C->dloc[k], C->ch);
             if (C->dloc[x] != TA_NONE) {
-                double *a = ROW(W->D, C->ndr + C->dloc[x], C->ch);
+                double *a = ROW(W->D, C->nds + C->dloc[x], C->ch);
                 for (s = 0; s < cb; s++) a[s] += dx * g[s];
             }
             if (bin && C->dloc[y] != TA_NONE) {
-                double *a = ROW(W->D, C->ndr + C->dloc[y], C->ch);
+                double *a = ROW(W->D, C->nds + C->dloc[y], C->ch);
                 for (s = 0; s < cb; s++) a[s] += dy * g[s];
             }
         }
@@ -425,7 +425,7 @@ static void ta_rv_uniform(const ta_prog *P, ta_ws *W, uint32_t cb, int ps)
 static const double *ta_wrt_row(const ta_prog *P, const ta_ws *W, uint32_t k)
 {
     const ta_code *C = P->code;
-    return C->uni[k] ? ROW(W->D, C->ndr + C->dloc[k], C->ch) : ROW(W->D, C->dloc[k], C->ch);
+    return C->uni[k] ? ROW(W->D, C->nds + C->dloc[k], C->ch) : ROW(W->D, C->dslot[k], C->ch);
 }
 
 /* -------------------------------------------------------------- a block */
@@ -474,7 +474,7 @@ TA_WIDE int ta_block(const ta_prog *P, ta_ws *W, const ta_run_t *R, uint64_t r0,
             else { const double *r = ROW(W->V, C->loc[o], ch); for (s = 0; s < cb; s++) y[(size_t)s * P->nout] = r[s]; }
         }
         if (!grad) continue;
-        for (j = 0; j < C->ndr + (ps ? C->ndu : 0); j++) memset(ROW(W->D, j, ch), 0, cb * sizeof *W->D);
+        memset(W->D, 0, ((size_t)C->nds + (ps ? C->ndu : 0)) * ch * sizeof *W->D);
         for (j = 0; j < P->nout; j++) {      /* seeds */
             uint32_t o = P->out[j];
             double *d = ta_target(C, W, o, ps, W->T1, cb);
@@ -488,6 +488,7 @@ TA_WIDE int ta_block(const ta_prog *P, ta_ws *W, const ta_run_t *R, uint64_t r0,
             if (C->dloc[I->k] == TA_NONE) continue;
             if (I->op == TA_IDOT) ta_rv_dot(P, W, I, cb, ps);
             else ta_rv_op(P, W, I, cb, ps);
+            if (I->rel) { double *d = ROW(W->D, C->dslot[I->k], ch); for (s = 0; s < cb; s++) d[s] = 0.0; }
         }
         if (ps) {
             ta_rv_uniform(P, W, cb, 1);
@@ -503,7 +504,7 @@ TA_WIDE int ta_block(const ta_prog *P, ta_ws *W, const ta_run_t *R, uint64_t r0,
         } else {
             for (j = 0; j < P->nwrt; j++) {
                 uint32_t k = P->wrt[j];
-                if (k != TA_NONE && !C->uni[k]) W->Gb[j] += ta_lanesum(ROW(W->D, C->dloc[k], ch), cb);
+                if (k != TA_NONE && !C->uni[k]) W->Gb[j] += ta_lanesum(ROW(W->D, C->dslot[k], ch), cb);
             }
         }
     }

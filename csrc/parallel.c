@@ -54,7 +54,7 @@ static ta_ws *ta_ws_new(const ta_prog *P)
     ta_ws *W = (ta_ws *)ta_calloc(1, sizeof *W);
     if (!W) return NULL;
     W->V = (double *)ta_malloc(((size_t)C->nv + 1) * ch * sizeof(double));
-    W->D = (double *)ta_malloc(((size_t)C->ndr + C->ndu + 1) * ch * sizeof(double));
+    W->D = (double *)ta_malloc(((size_t)C->nds + C->ndu + 1) * ch * sizeof(double));
     W->Bc = (double *)ta_malloc(((size_t)C->nb + 1) * ch * sizeof(double));
     W->T1 = (double *)ta_malloc(ch * sizeof(double));
     W->T2 = (double *)ta_malloc(ch * sizeof(double));

@@ -202,6 +202,7 @@ typedef struct {
     uint32_t k, x, y;               /* result and operand nodes (a dot: x is the start) */
     uint32_t t0, nt;                /* a dot: its terms, [t0, t0 + nt)         */
     uint8_t  op;                    /* op code, or TA_IDOT                     */
+    uint8_t  rel;                   /* after it, k's adjoint row is zeroed, its slot reused */
 } ta_ins;
 
 struct ta_code {
@@ -218,6 +219,8 @@ struct ta_code {
     uint32_t *tp, *tq;              /* dot terms: the operands of each product */
     uint8_t  *tf;                   /* per term t: TA_UR4 | TA_RV4 for terms t..t+3 */
     uint32_t *bnode;                /* the node of each broadcast row          */
+    uint32_t *dslot, nds;           /* row nodes' adjoint rows, reused (code.c:
+                                       ta_adjoint_slots), and how many      */
 };
 #define TA_UR4 1u   /* terms t..t+3 are all (uniform p, row q): one pass forward  */
 #define TA_RV4 2u   /* ... and every p needs its adjoint, the q are distinct, and
@@ -232,7 +235,7 @@ void ta_code_free(ta_code *C);
  * are ch doubles each. */
 typedef struct {
     double *V;      /* nv value rows                                         */
-    double *D;      /* ndr row adjoints, then ndu uniform adjoints (per sample) */
+    double *D;      /* nds row adjoints, then ndu uniform adjoints (per sample) */
     double *Bc;     /* nb broadcast rows of uniform values                   */
     double *T1, *T2;/* scratch rows                                          */
     double *A;      /* ndu uniform adjoints summed over a block              */
