@@ -74,6 +74,19 @@ static int ta_adjoint_slots(const ta_prog *P, ta_code *C)
     return TA_OK;
 }
 
+/* rows per chunk where no sum runs across rows (values, per-sample
+ * gradients: the chunk changes no result): at least 32 rows while the
+ * chunk's rows stay within TA_WIDE_BYTES, since below that each
+ * instruction's dispatch is spread over too few rows (measured on a 50k-node
+ * graph: docs/native.md) */
+#define TA_WIDE_BYTES ((uint64_t)16 << 20)
+static uint32_t ta_wide_rows(uint64_t rows)
+{
+    uint32_t ch = ta_chunk_rows(rows);
+    while (ch < 32u && (uint64_t)ch * 2u * rows * sizeof(double) <= TA_WIDE_BYTES) ch *= 2u;
+    return ch;
+}
+
 int ta_code_new(ta_prog *P)
 {
     size_t n = (size_t)P->n + 1;
@@ -179,6 +192,7 @@ int ta_code_new(ta_prog *P)
     }
     if ((st = ta_adjoint_slots(P, C)) != TA_OK) goto out;
     C->ch = ta_chunk_rows((uint64_t)C->nv + C->nb + C->ndr + C->ndu + 3u);
+    C->wch = ta_wide_rows((uint64_t)C->nv + C->nb + C->nds + C->ndu + 3u);
 out:
     free(pin); free(uses); free(dotadd); free(gone);
     if (st != TA_OK) { ta_code_free(C); return st; }

@@ -206,7 +206,10 @@ typedef struct {
 } ta_ins;
 
 struct ta_code {
-    uint32_t  ch;                   /* rows per chunk: a power of two dividing TA_BLOCK */
+    uint32_t  ch;                   /* rows per chunk: a power of two dividing TA_BLOCK;
+                                       a run summing gradients over rows runs
+                                       chunks of ch (its sums' order)       */
+    uint32_t  wch;                  /* the same, for runs without such sums (>= ch) */
     uint8_t  *uni, *need;           /* per node: uniform; a wrt leaf is behind it */
     uint32_t *loc;                  /* value: row slot, or index in the scalars U; TA_NONE inside a dot */
     uint32_t *bloc;                 /* uniform operand of a row op: its broadcast row */
@@ -232,7 +235,7 @@ void ta_code_free(ta_code *C);
 
 /* ------------------------------------------------------------- running
  * A workspace: what one thread needs to run chunks of a Program.  Rows
- * are ch doubles each. */
+ * are max(ch, wch) doubles each. */
 typedef struct {
     double *V;      /* nv value rows                                         */
     double *D;      /* nds row adjoints, then ndu uniform adjoints (per sample) */
@@ -242,6 +245,7 @@ typedef struct {
     double *Gb;     /* nwrt: a block's sums for wrt columns that are inputs  */
     double *U;      /* nu uniform values (the calling thread's workspace's)  */
     double *K;  uint64_t kcap;   /* a kernel's scratch (parallel.c), kcap doubles */
+    uint32_t ch;    /* this run's rows per chunk (ch or wch), the rows' stride */
 } ta_ws;
 
 /* batch.c.  The uniform values for one call into U (params: the parameter
