@@ -51,13 +51,13 @@ static double ta_lanedot(const double *a, const double *b, uint32_t n)
 /* A node's values as a row: its value row, or its broadcast row. */
 static const double *ta_vals(const ta_code *C, const ta_ws *W, uint32_t k)
 {
-    return C->uni[k] ? ROW(W->Bc, C->bloc[k], C->ch) : ROW(W->V, C->loc[k], C->ch);
+    return C->uni[k] ? ROW(W->Bc, C->bloc[k], W->ch) : ROW(W->V, C->loc[k], W->ch);
 }
 
 /* A node's value at row s of the chunk (uniform: the same for all). */
 static double ta_val_at(const ta_code *C, const ta_ws *W, uint32_t k, uint32_t s)
 {
-    return C->uni[k] ? W->U[C->loc[k]] : ROW(W->V, C->loc[k], C->ch)[s];
+    return C->uni[k] ? W->U[C->loc[k]] : ROW(W->V, C->loc[k], W->ch)[s];
 }
 
 /* ------------------------------------------------------------ uniform */
@@ -105,7 +105,7 @@ static int ta_fw_op(const ta_prog *P, ta_ws *W, const ta_ins *I, uint32_t off, u
     const ta_code *C = P->code;
     const double *xv = ta_vals(C, W, I->x) + off;
     const double *yv = ta_kinds[I->op] == TA_K_BIN ? ta_vals(C, W, I->y) + off : xv;
-    double *rv = ROW(W->V, C->loc[I->k], C->ch) + off, c = P->c[I->k];
+    double *rv = ROW(W->V, C->loc[I->k], W->ch) + off, c = P->c[I->k];
     uint32_t s;
     int bad = 0;
     UNUSED(yv); UNUSED(c);
@@ -123,19 +123,19 @@ static int ta_fw_op(const ta_prog *P, ta_ws *W, const ta_ins *I, uint32_t off, u
 static void ta_fw_dot(const ta_prog *P, ta_ws *W, const ta_ins *I, uint32_t off, uint32_t cb)
 {
     const ta_code *C = P->code;
-    double *rv = ROW(W->V, C->loc[I->k], C->ch) + off;
+    double *rv = ROW(W->V, C->loc[I->k], W->ch) + off;
     uint32_t t = I->t0, end = I->t0 + I->nt, s;
     if (C->uni[I->x]) { double u = W->U[C->loc[I->x]]; for (s = 0; s < cb; s++) rv[s] = u; }
-    else memcpy(rv, ROW(W->V, C->loc[I->x], C->ch) + off, cb * sizeof *rv);
+    else memcpy(rv, ROW(W->V, C->loc[I->x], W->ch) + off, cb * sizeof *rv);
     while (t < end) {
         uint32_t p = C->tp[t], q = C->tq[t];
         if (t + 4u <= end && (C->tf[t] & TA_UR4)) {
             const double w0 = W->U[C->loc[p]], w1 = W->U[C->loc[C->tp[t + 1]]];
             const double w2 = W->U[C->loc[C->tp[t + 2]]], w3 = W->U[C->loc[C->tp[t + 3]]];
-            const double *q0 = ROW(W->V, C->loc[q], C->ch) + off;
-            const double *q1 = ROW(W->V, C->loc[C->tq[t + 1]], C->ch) + off;
-            const double *q2 = ROW(W->V, C->loc[C->tq[t + 2]], C->ch) + off;
-            const double *q3 = ROW(W->V, C->loc[C->tq[t + 3]], C->ch) + off;
+            const double *q0 = ROW(W->V, C->loc[q], W->ch) + off;
+            const double *q1 = ROW(W->V, C->loc[C->tq[t + 1]], W->ch) + off;
+            const double *q2 = ROW(W->V, C->loc[C->tq[t + 2]], W->ch) + off;
+            const double *q3 = ROW(W->V, C->loc[C->tq[t + 3]], W->ch) + off;
             for (s = 0; s < cb; s++) {
                 double r = rv[s], m;
                 fwd_MUL(w0, q0[s], &m); fwd_ADD(r, m, &r);
@@ -148,13 +148,13 @@ static void ta_fw_dot(const ta_prog *P, ta_ws *W, const ta_ins *I, uint32_t off,
             continue;
         }
         if (C->uni[p]) {
-            const double w = W->U[C->loc[p]], *qv = ROW(W->V, C->loc[q], C->ch) + off;
+            const double w = W->U[C->loc[p]], *qv = ROW(W->V, C->loc[q], W->ch) + off;
             for (s = 0; s < cb; s++) { double m; fwd_MUL(w, qv[s], &m); fwd_ADD(rv[s], m, &rv[s]); }
         } else if (C->uni[q]) {
-            const double w = W->U[C->loc[q]], *pv = ROW(W->V, C->loc[p], C->ch) + off;
+            const double w = W->U[C->loc[q]], *pv = ROW(W->V, C->loc[p], W->ch) + off;
             for (s = 0; s < cb; s++) { double m; fwd_MUL(pv[s], w, &m); fwd_ADD(rv[s], m, &rv[s]); }
         } else {
-            const double *pv = ROW(W->V, C->loc[p], C->ch) + off, *qv = ROW(W->V, C->loc[q], C->ch) + off;
+            const double *pv = ROW(W->V, C->loc[p], W->ch) + off, *qv = ROW(W->V, C->loc[q], W->ch) + off;
             for (s = 0; s < cb; s++) { double m; fwd_MUL(pv[s], qv[s], &m); fwd_ADD(rv[s], m, &rv[s]); }
         }
         t++;
@@ -226,8 +226,8 @@ static double *ta_target(const ta_code *C, ta_ws *W, uint32_t k, int per_sample,
                          uint32_t cb)
 {
     if (C->dloc[k] == TA_NONE) return NULL;
-    if (!C->uni[k]) return ROW(W->D, C->dloc[k], C->ch);
-    if (per_sample) return ROW(W->D, C->ndr + C->dloc[k], C->ch);
+    if (!C->uni[k]) return ROW(W->D, C->dslot[k], W->ch);
+    if (per_sample) return ROW(W->D, C->nds + C->dloc[k], W->ch);
     memset(tmp, 0, cb * sizeof *tmp);
     return tmp;
 }
@@ -252,7 +252,7 @@ static void ta_rv_op(const ta_prog *P, ta_ws *W, const ta_ins *I, uint32_t cb, i
     const ta_code *C = P->code;
     int bin = ta_kinds[I->op] == TA_K_BIN;
     const double *xv = ta_vals(C, W, I->x), *yv = bin ? ta_vals(C, W, I->y) : xv;
-    const double *rv = ROW(W->V, C->loc[I->k], C->ch), *g = ROW(W->D, C->dloc[I->k], C->ch);
+    const double *rv = ROW(W->V, C->loc[I->k], W->ch), *g = ROW(W->D, C->dslot[I->k], W->ch);
     double *ax = ta_target(C, W, I->x, ps, W->T1, cb);
     double *ay = bin ? ta_target(C, W, I->y, ps, W->T2, cb) : NULL;
     double c = P->c[I->k];
@@ -276,16 +276,16 @@ static void ta_rv_factor(const ta_code *C, ta_ws *W, uint32_t k, uint32_t other,
     if (C->dloc[k] == TA_NONE) return;
     if (C->uni[k] && !ps) {              /* a summed parameter: one lane sum */
         if (C->uni[other]) W->A[C->dloc[k]] += W->U[C->loc[other]] * ta_lanesum(g, cb);
-        else W->A[C->dloc[k]] += ta_lanedot(ROW(W->V, C->loc[other], C->ch), g, cb);
+        else W->A[C->dloc[k]] += ta_lanedot(ROW(W->V, C->loc[other], W->ch), g, cb);
         return;
     }
     {
-        double *a = C->uni[k] ? ROW(W->D, C->ndr + C->dloc[k], C->ch) : ROW(W->D, C->dloc[k], C->ch);
+        double *a = C->uni[k] ? ROW(W->D, C->nds + C->dloc[k], W->ch) : ROW(W->D, C->dslot[k], W->ch);
         if (C->uni[other]) {
             const double w = W->U[C->loc[other]];
             for (s = 0; s < cb; s++) a[s] += w * g[s];
         } else {
-            const double *o = ROW(W->V, C->loc[other], C->ch);
+            const double *o = ROW(W->V, C->loc[other], W->ch);
             for (s = 0; s < cb; s++) a[s] += o[s] * g[s];
         }
     }
@@ -355,8 +355,8 @@ static void ta_rv_dot4(const ta_code *C, ta_ws *W, uint32_t t, const double *g, 
     int j;
     for (j = 0; j < 4; j++) {
         w[j] = W->U[C->loc[tp[j]]];
-        x[j] = ROW(W->V, C->loc[tq[j]], C->ch);
-        a[j] = C->dloc[tq[j]] == TA_NONE ? NULL : ROW(W->D, C->dloc[tq[j]], C->ch);
+        x[j] = ROW(W->V, C->loc[tq[j]], W->ch);
+        a[j] = C->dloc[tq[j]] == TA_NONE ? NULL : ROW(W->D, C->dslot[tq[j]], W->ch);
     }
     ta_rows4(n, g, x, a, w, sums);
     for (j = 4; j-- > 0;) W->A[C->dloc[tp[j]]] += sums[j];
@@ -369,7 +369,7 @@ static void ta_rv_dot4(const ta_code *C, ta_ws *W, uint32_t t, const double *g, 
 static void ta_rv_dot(const ta_prog *P, ta_ws *W, const ta_ins *I, uint32_t cb, int ps)
 {
     const ta_code *C = P->code;
-    const double *g = ROW(W->D, C->dloc[I->k], C->ch);
+    const double *g = ROW(W->D, C->dslot[I->k], W->ch);
     uint32_t t = I->t0 + I->nt;
     while (t-- > I->t0) {
         /* terms t0 + 1 ... in blocks of four (the singles at the top first) */
@@ -408,13 +408,13 @@ static void ta_rv_uniform(const ta_prog *P, ta_ws *W, uint32_t cb, int ps)
             if (C->dloc[x] != TA_NONE) W->A[C->dloc[x]] += dx * gk;
             if (bin && C->dloc[y] != TA_NONE) W->A[C->dloc[y]] += dy * gk;
         } else {
-            const double *g = ROW(W->D, C->ndr + C->dloc[k], C->ch);
+            const double *g = ROW(W->D, C->nds + C->dloc[k], W->ch);
             if (C->dloc[x] != TA_NONE) {
-                double *a = ROW(W->D, C->ndr + C->dloc[x], C->ch);
+                double *a = ROW(W->D, C->nds + C->dloc[x], W->ch);
                 for (s = 0; s < cb; s++) a[s] += dx * g[s];
             }
             if (bin && C->dloc[y] != TA_NONE) {
-                double *a = ROW(W->D, C->ndr + C->dloc[y], C->ch);
+                double *a = ROW(W->D, C->nds + C->dloc[y], W->ch);
                 for (s = 0; s < cb; s++) a[s] += dy * g[s];
             }
         }
@@ -425,7 +425,7 @@ static void ta_rv_uniform(const ta_prog *P, ta_ws *W, uint32_t cb, int ps)
 static const double *ta_wrt_row(const ta_prog *P, const ta_ws *W, uint32_t k)
 {
     const ta_code *C = P->code;
-    return C->uni[k] ? ROW(W->D, C->ndr + C->dloc[k], C->ch) : ROW(W->D, C->dloc[k], C->ch);
+    return C->uni[k] ? ROW(W->D, C->nds + C->dloc[k], W->ch) : ROW(W->D, C->dslot[k], W->ch);
 }
 
 /* -------------------------------------------------------------- a block */
@@ -445,7 +445,7 @@ TA_WIDE int ta_block(const ta_prog *P, ta_ws *W, const ta_run_t *R, uint64_t r0,
              double *parts, ta_fail_t *f)
 {
     const ta_code *C = P->code;
-    const uint32_t ch = C->ch;
+    const uint32_t ch = W->ch;
     const int ps = R->per_sample, grad = R->seedmode != 0;
     uint64_t b0;
     uint32_t j, s, i, cb;
@@ -474,7 +474,7 @@ TA_WIDE int ta_block(const ta_prog *P, ta_ws *W, const ta_run_t *R, uint64_t r0,
             else { const double *r = ROW(W->V, C->loc[o], ch); for (s = 0; s < cb; s++) y[(size_t)s * P->nout] = r[s]; }
         }
         if (!grad) continue;
-        for (j = 0; j < C->ndr + (ps ? C->ndu : 0); j++) memset(ROW(W->D, j, ch), 0, cb * sizeof *W->D);
+        memset(W->D, 0, ((size_t)C->nds + (ps ? C->ndu : 0)) * ch * sizeof *W->D);
         for (j = 0; j < P->nout; j++) {      /* seeds */
             uint32_t o = P->out[j];
             double *d = ta_target(C, W, o, ps, W->T1, cb);
@@ -488,6 +488,7 @@ TA_WIDE int ta_block(const ta_prog *P, ta_ws *W, const ta_run_t *R, uint64_t r0,
             if (C->dloc[I->k] == TA_NONE) continue;
             if (I->op == TA_IDOT) ta_rv_dot(P, W, I, cb, ps);
             else ta_rv_op(P, W, I, cb, ps);
+            if (I->rel) { double *d = ROW(W->D, C->dslot[I->k], ch); for (s = 0; s < cb; s++) d[s] = 0.0; }
         }
         if (ps) {
             ta_rv_uniform(P, W, cb, 1);
@@ -503,7 +504,7 @@ TA_WIDE int ta_block(const ta_prog *P, ta_ws *W, const ta_run_t *R, uint64_t r0,
         } else {
             for (j = 0; j < P->nwrt; j++) {
                 uint32_t k = P->wrt[j];
-                if (k != TA_NONE && !C->uni[k]) W->Gb[j] += ta_lanesum(ROW(W->D, C->dloc[k], ch), cb);
+                if (k != TA_NONE && !C->uni[k]) W->Gb[j] += ta_lanesum(ROW(W->D, C->dslot[k], ch), cb);
             }
         }
     }

@@ -22,7 +22,7 @@ void ta_code_free(ta_code *C)
     if (!C) return;
     free(C->uni); free(C->need); free(C->loc); free(C->bloc); free(C->dloc);
     free(C->uops); free(C->ins); free(C->tp); free(C->tq); free(C->tf); free(C->bnode);
-    free(C);
+    free(C->dslot); free(C);
 }
 
 /* rows per chunk: the chunk's rows of values and adjoints near 256 KB */
@@ -30,6 +30,60 @@ static uint32_t ta_chunk_rows(uint64_t rows)
 {
     uint32_t ch = 256u;
     while (ch > 4u && (uint64_t)ch * rows * sizeof(double) > 262144u) ch /= 2u;
+    return ch;
+}
+
+/* Adjoint row slots for the row nodes, reused: the reverse sweep needs a
+ * node's adjoint from the first write into it (its last reader, the sweep
+ * going newest first) to its own instruction, which reads it; then its row
+ * is zeroed (batch.c) and its slot freed for the next node that needs one.
+ * So the rows of adjoints a chunk touches are as many as are live at once
+ * (a few dozen for most graphs), not one per node: they stay in L1, and
+ * zeroing them per chunk costs nothing.  The wrt nodes keep theirs (their
+ * rows are read after the sweep).  Which rows are added to, and in which
+ * order, is unchanged: the same bits.  TA_OK or TA_ENOMEM. */
+static int ta_adjoint_slots(const ta_prog *P, ta_code *C)
+{
+    size_t n = (size_t)P->n + 1;
+    uint32_t *stack = (uint32_t *)ta_malloc(n * 4), nfree = 0, i, j;
+    uint8_t *keep = (uint8_t *)ta_calloc(n, 1);
+    if (!stack || !keep) { free(stack); free(keep); return TA_ENOMEM; }
+    for (i = 0; i < P->n; i++) C->dslot[i] = TA_NONE;
+    for (j = 0; j < P->nwrt; j++) if (P->wrt[j] != TA_NONE) keep[P->wrt[j]] = 1;
+#define TA_SLOT(k) do {                                                          \
+        uint32_t k_ = (k);                                                       \
+        if (C->dloc[k_] != TA_NONE && !C->uni[k_] && C->dslot[k_] == TA_NONE)    \
+            C->dslot[k_] = nfree ? stack[--nfree] : C->nds++;                    \
+    } while (0)
+    for (j = 0; j < P->nwrt; j++) if (P->wrt[j] != TA_NONE) TA_SLOT(P->wrt[j]);
+    for (j = 0; j < P->nout; j++) TA_SLOT(P->out[j]);            /* seeded first */
+    for (i = C->nins; i-- > 0;) {
+        ta_ins *I = &C->ins[i];
+        uint32_t t;
+        I->rel = 0;
+        if (C->dloc[I->k] == TA_NONE) continue;                  /* batch.c skips it */
+        TA_SLOT(I->k);
+        TA_SLOT(I->x);
+        if (I->op == TA_IDOT)
+            for (t = I->t0; t < I->t0 + I->nt; t++) { TA_SLOT(C->tp[t]); TA_SLOT(C->tq[t]); }
+        else if (ta_kinds[I->op] == TA_K_BIN) TA_SLOT(I->y);
+        if (!keep[I->k]) { I->rel = 1; stack[nfree++] = C->dslot[I->k]; }
+    }
+#undef TA_SLOT
+    free(stack); free(keep);
+    return TA_OK;
+}
+
+/* rows per chunk where no sum runs across rows (values, per-sample
+ * gradients: the chunk changes no result): at least 32 rows while the
+ * chunk's rows stay within TA_WIDE_BYTES, since below that each
+ * instruction's dispatch is spread over too few rows (measured on a 50k-node
+ * graph: docs/native.md) */
+#define TA_WIDE_BYTES ((uint64_t)16 << 20)
+static uint32_t ta_wide_rows(uint64_t rows)
+{
+    uint32_t ch = ta_chunk_rows(rows);
+    while (ch < 32u && (uint64_t)ch * 2u * rows * sizeof(double) <= TA_WIDE_BYTES) ch *= 2u;
     return ch;
 }
 
@@ -47,10 +101,11 @@ int ta_code_new(ta_prog *P)
     C->ins = (ta_ins *)ta_malloc(n * sizeof *C->ins);
     C->tp = (uint32_t *)ta_malloc(n * 4); C->tq = (uint32_t *)ta_malloc(n * 4);
     C->tf = (uint8_t *)ta_calloc(n, 1); C->bnode = (uint32_t *)ta_malloc(n * 4);
+    C->dslot = (uint32_t *)ta_malloc(n * 4);
     pin = (uint8_t *)ta_calloc(n, 1); uses = (uint8_t *)ta_calloc(n, 1);
     dotadd = (uint8_t *)ta_calloc(n, 1); gone = (uint8_t *)ta_calloc(n, 1);
     if (!C->uni || !C->need || !C->loc || !C->bloc || !C->dloc || !C->uops || !C->ins ||
-        !C->tp || !C->tq || !C->tf || !C->bnode || !pin || !uses || !dotadd || !gone)
+        !C->tp || !C->tq || !C->tf || !C->bnode || !C->dslot || !pin || !uses || !dotadd || !gone)
         goto out;
 
     /* uniform: parameters, and nodes whose inputs are all uniform */
@@ -135,8 +190,9 @@ int ta_code_new(ta_prog *P)
         C->tf[k] = TA_UR4;
         if (need && (rows == 0 || rows == 4)) C->tf[k] |= TA_RV4;
     }
+    if ((st = ta_adjoint_slots(P, C)) != TA_OK) goto out;
     C->ch = ta_chunk_rows((uint64_t)C->nv + C->nb + C->ndr + C->ndu + 3u);
-    st = TA_OK;
+    C->wch = ta_wide_rows((uint64_t)C->nv + C->nb + C->nds + C->ndu + 3u);
 out:
     free(pin); free(uses); free(dotadd); free(gone);
     if (st != TA_OK) { ta_code_free(C); return st; }

@@ -50,11 +50,11 @@ static void ta_ws_free(ta_ws *W)
 static ta_ws *ta_ws_new(const ta_prog *P)
 {
     const ta_code *C = P->code;
-    size_t ch = C->ch;
+    size_t ch = C->wch > C->ch ? C->wch : C->ch;
     ta_ws *W = (ta_ws *)ta_calloc(1, sizeof *W);
     if (!W) return NULL;
     W->V = (double *)ta_malloc(((size_t)C->nv + 1) * ch * sizeof(double));
-    W->D = (double *)ta_malloc(((size_t)C->ndr + C->ndu + 1) * ch * sizeof(double));
+    W->D = (double *)ta_malloc(((size_t)C->nds + C->ndu + 1) * ch * sizeof(double));
     W->Bc = (double *)ta_malloc(((size_t)C->nb + 1) * ch * sizeof(double));
     W->T1 = (double *)ta_malloc(ch * sizeof(double));
     W->T2 = (double *)ta_malloc(ch * sizeof(double));
@@ -130,9 +130,10 @@ static void *ta_job_run(void *arg)
     const ta_prog *P = J->P; const ta_code *C = P->code;
     uint64_t b, B = J->R->B;
     uint32_t j, s;
+    J->W->ch = J->R->seedmode && !J->R->per_sample ? C->ch : C->wch;
     for (j = 0; j < C->nb; j++) {   /* this thread's broadcast rows */
-        double u = J->W->U[C->loc[C->bnode[j]]], *r = J->W->Bc + (size_t)j * C->ch;
-        for (s = 0; s < C->ch; s++) r[s] = u;
+        double u = J->W->U[C->loc[C->bnode[j]]], *r = J->W->Bc + (size_t)j * J->W->ch;
+        for (s = 0; s < J->W->ch; s++) r[s] = u;
     }
     for (b = J->b0; b < J->b1; b++) {
         uint64_t r0 = b * TA_BLOCK, r1 = r0 + TA_BLOCK < B ? r0 + TA_BLOCK : B;

@@ -202,10 +202,14 @@ typedef struct {
     uint32_t k, x, y;               /* result and operand nodes (a dot: x is the start) */
     uint32_t t0, nt;                /* a dot: its terms, [t0, t0 + nt)         */
     uint8_t  op;                    /* op code, or TA_IDOT                     */
+    uint8_t  rel;                   /* after it, k's adjoint row is zeroed, its slot reused */
 } ta_ins;
 
 struct ta_code {
-    uint32_t  ch;                   /* rows per chunk: a power of two dividing TA_BLOCK */
+    uint32_t  ch;                   /* rows per chunk: a power of two dividing TA_BLOCK;
+                                       a run summing gradients over rows runs
+                                       chunks of ch (its sums' order)       */
+    uint32_t  wch;                  /* the same, for runs without such sums (>= ch) */
     uint8_t  *uni, *need;           /* per node: uniform; a wrt leaf is behind it */
     uint32_t *loc;                  /* value: row slot, or index in the scalars U; TA_NONE inside a dot */
     uint32_t *bloc;                 /* uniform operand of a row op: its broadcast row */
@@ -218,6 +222,8 @@ struct ta_code {
     uint32_t *tp, *tq;              /* dot terms: the operands of each product */
     uint8_t  *tf;                   /* per term t: TA_UR4 | TA_RV4 for terms t..t+3 */
     uint32_t *bnode;                /* the node of each broadcast row          */
+    uint32_t *dslot, nds;           /* row nodes' adjoint rows, reused (code.c:
+                                       ta_adjoint_slots), and how many      */
 };
 #define TA_UR4 1u   /* terms t..t+3 are all (uniform p, row q): one pass forward  */
 #define TA_RV4 2u   /* ... and every p needs its adjoint, the q are distinct, and
@@ -229,16 +235,17 @@ void ta_code_free(ta_code *C);
 
 /* ------------------------------------------------------------- running
  * A workspace: what one thread needs to run chunks of a Program.  Rows
- * are ch doubles each. */
+ * are max(ch, wch) doubles each. */
 typedef struct {
     double *V;      /* nv value rows                                         */
-    double *D;      /* ndr row adjoints, then ndu uniform adjoints (per sample) */
+    double *D;      /* nds row adjoints, then ndu uniform adjoints (per sample) */
     double *Bc;     /* nb broadcast rows of uniform values                   */
     double *T1, *T2;/* scratch rows                                          */
     double *A;      /* ndu uniform adjoints summed over a block              */
     double *Gb;     /* nwrt: a block's sums for wrt columns that are inputs  */
     double *U;      /* nu uniform values (the calling thread's workspace's)  */
     double *K;  uint64_t kcap;   /* a kernel's scratch (parallel.c), kcap doubles */
+    uint32_t ch;    /* this run's rows per chunk (ch or wch), the rows' stride */
 } ta_ws;
 
 /* batch.c.  The uniform values for one call into U (params: the parameter

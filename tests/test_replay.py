@@ -602,3 +602,40 @@ def test_params_take_wrt_order():
     assert prog(X).ravel().tolist() == [2.0, 2.0]
     with pytest.raises(ValueError, match=r"params must have shape \(3,\).*wrt's order.*1 other"):
         prog(X, params=[10.0, 5.0])
+
+
+def test_large_program_rows_and_adjoint_slots():
+    """A program of over a thousand row nodes (the interpreter then runs
+    per-sample and value-only calls in wider chunks than summed ones, and
+    reuses adjoint rows once a node's sweep step is done): each row's values
+    and gradients are the bits of that row run alone, and match the tape's
+    own backward pass; summed gradients are the rows' sums.  Inputs are
+    read again at the end, so their adjoints live through the whole sweep."""
+    xs = [Value(0.0) for _ in range(6)]
+    w = Value(0.7)
+    nodes = list(xs)
+    for i in range(300):
+        a, b = nodes[-6], nodes[-3]
+        e = [(v * 0.5).exp() for v in (a, b, nodes[-1])]
+        s = e[0] + e[1] + e[2]
+        nodes.append(e[0] / s * w + b.tanh())
+        nodes.append(e[1] / s - (a * b) * 0.1)
+    out = nodes[-1] + nodes[-2] * xs[0] + xs[5] * xs[3]
+    prog = tapead.compile(out, xs, wrt=xs + [w])
+    assert prog.nodes > 3000
+    X = np.random.default_rng(5).uniform(-1, 1, (77, 6))
+    Y, G = prog.grad(X, per_sample=True)
+    Ys, Gs = prog.grad(X)
+    assert np.array_equal(Y, Ys) and np.array_equal(prog(X), Y)
+    for r in range(len(X)):
+        Y1, G1 = prog.grad(X[r:r + 1], per_sample=True)
+        assert np.array_equal(Y1[0], Y[r]) and np.array_equal(G1[0], G[r])
+        for v, x in zip(xs, X[r]):
+            v.data = x
+        for v in xs + [w]:
+            v.grad = 0.0
+        out.recompute()
+        out.backward()
+        assert Y[r, 0] == out.data
+        assert np.allclose(G[r], [v.grad for v in xs + [w]], rtol=1e-12, atol=1e-12)
+    assert np.allclose(Gs, G.sum(axis=0), rtol=1e-12, atol=1e-12)
