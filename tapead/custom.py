@@ -239,7 +239,8 @@ def precomputed(value: SupportsFloat, inputs: Iterable[Any], partials: Iterable[
 
     The fast way to add an op: the rule is numbers, so backward() runs it in
     C with no Python call.  It cannot be replayed or differentiated twice
-    (recompute, compile, jvp, grad, hvp, hessian refuse it, naming it): its
+    (recompute, compile, jvp, grad, hvp, hessian, jacobian and wengert
+    refuse it, naming it): its
     partials hold only at the point it was recorded.
 
     >>> import math, tapead

@@ -7,6 +7,7 @@ import io
 import math
 import os
 import pkgutil
+import pydoc
 import re
 
 import pytest
@@ -85,3 +86,17 @@ def test_the_readme_first_example_prints_what_it_says():
     c, da, db = (float(x) for x in out.getvalue().split())
     t = math.tanh(2.0)
     assert (c, da, db) == (3.0 + t, -3.0 + (1 - t * t), -4.0)   # relu(2*-3 + 9) + tanh(2), by hand
+
+
+def test_help_shows_the_constructor_and_what_data_and_grad_are():
+    """help(tapead.Value) and inspect.signature on either front: the
+    constructor's arguments (the native type's come from its doc's first
+    line), and docstrings for data and grad."""
+    from tapead import Value
+    params = list(inspect.signature(Value).parameters)
+    assert params == ["data", "_children", "_op", "label", "local_grads"], params
+    assert "d(root)/d(this node)" in Value.grad.__doc__
+    assert "value" in Value.data.__doc__
+    text = pydoc.render_doc(Value, renderer=pydoc.plaintext)
+    sig = text[text.index(" |  Value(data"):].split("\n", 1)[0]   # the constructor's line
+    assert all(p in sig for p in params), sig
