@@ -19,6 +19,11 @@ def record(n_ops=10_000, n_in=100):
     """The workload's Program: outputs [last node], inputs and wrt the n_in leaves."""
     tapead.clear_guards()
     xs = [Value(float(i) / n_in) for i in range(n_in)]
+    return tapead.compile(graph(xs, n_ops), xs, wrt=xs)
+
+
+def graph(xs, n_ops):
+    """The workload's last node, recorded from the leaves xs."""
     nodes = list(xs)
     for op in range(n_ops):
         k = op % 4
@@ -35,7 +40,7 @@ def record(n_ops=10_000, n_in=100):
             e = [(v - m).exp() for v in window]
             s = e[0] + e[1] + e[2] + e[3]
             nodes.extend(x / s for x in e)
-    return tapead.compile(nodes[-1], xs, wrt=xs)
+    return nodes[-1]
 
 
 if __name__ == "__main__":

@@ -5,7 +5,9 @@ release_garbage() and collect_all(), for tests that mean "once the garbage
 is gone"."""
 import gc
 import math
+import os
 import platform
+import sys
 import threading
 
 import tapead
@@ -134,3 +136,33 @@ def assert_every_use_refused(v, ok, exc):
         with pytest.raises(exc):
             use()
     assert (ok.data, ok.grad) == before
+
+
+TAPEAD_DIR = os.path.dirname(tapead.__file__) + os.sep   # tapead's own Python code, not the tests'
+
+
+def interrupt_at(k, fn):
+    """fn() with a KeyboardInterrupt raised at the k-th bytecode that runs in
+    tapead's own Python code (where a real Ctrl-C could land): (whether the
+    k-th bytecode was reached, what fn raised or returned)."""
+    seen = [0]
+
+    def tracer(frame, event, arg):
+        if not frame.f_code.co_filename.startswith(TAPEAD_DIR):
+            return None
+        frame.f_trace_opcodes = True
+        if event == "opcode":
+            seen[0] += 1
+            if seen[0] == k:
+                raise KeyboardInterrupt
+        return tracer
+    sys.settrace(tracer)
+    try:
+        got = fn()
+    except KeyboardInterrupt:
+        return True, None
+    except BaseException as e:  # noqa: BLE001 - returned to the test
+        return seen[0] >= k, e
+    finally:
+        sys.settrace(None)
+    return seen[0] >= k, got

@@ -3,7 +3,6 @@ a Ctrl-C at any bytecode, a step called from another thread, a Value moved
 to a new node by __init__.  Each fails the way a built-in node does, and
 leaves nothing behind."""
 import math
-import os
 import sys
 import threading
 
@@ -13,37 +12,9 @@ import tapead
 import tapead.custom as C
 from tapead import Value
 
-from conftest import collect_all, on_fresh_tape
+from conftest import collect_all, interrupt_at, on_fresh_tape
 
 SEG = 1 << tapead._c.SHIFT
-TAPEAD_DIR = os.path.dirname(tapead.__file__)
-
-
-def _interrupt_at(k, fn):
-    """fn() with a KeyboardInterrupt raised at the k-th bytecode run in
-    tapead's own Python code (where a real Ctrl-C may land): (raised?, what fn
-    raised or returned)."""
-    seen = [0]
-
-    def tracer(frame, event, arg):
-        if not frame.f_code.co_filename.startswith(TAPEAD_DIR):
-            return None
-        frame.f_trace_opcodes = True
-        if event == "opcode":
-            seen[0] += 1
-            if seen[0] == k:
-                raise KeyboardInterrupt
-        return tracer
-    sys.settrace(tracer)
-    try:
-        got = fn()
-    except KeyboardInterrupt:
-        return True, None
-    except BaseException as e:  # noqa: BLE001 - returned to the test
-        return seen[0] >= k, e
-    finally:
-        sys.settrace(None)
-    return seen[0] >= k, got
 
 
 def softplus(x):
@@ -68,7 +39,7 @@ def test_ctrl_c_anywhere_in_drain_loses_no_record():
             pad = [Value(0.0) for _ in range(SEG)]      # (their segment is reclaimable now)
             del ys, pad
             tapead._c.lib.ta_collect()                  # their keys wait on C's dead list
-            hit, _ = _interrupt_at(k, C.drain)
+            hit, _ = interrupt_at(k, C.drain)
             if not hit:
                 break
             k += 1
@@ -94,7 +65,7 @@ def test_ctrl_c_anywhere_in_a_backward_through_a_rule():
             while True:
                 x = Value(0.5)
                 y = softplus(x * 2.0) * 3.0
-                hit, got = _interrupt_at(k, y.backward)
+                hit, got = interrupt_at(k, y.backward)
                 assert got is None or not isinstance(got, BaseException), (k, got)
                 if not hit:
                     break

@@ -25,13 +25,12 @@ import pytest
 import tapead
 from tapead import Value
 from tapead.optim import SGD
-from conftest import on_fresh_tape, release_garbage
+from conftest import TAPEAD_DIR, interrupt_at, on_fresh_tape, release_garbage
 
 lib = tapead._c.lib
 SEG = 1 << tapead._c.SHIFT
 # tapead's own Python code: the installed package's folder, with its separator,
 # so that neither the tests' folder nor a clone named "tapead" matches.
-TAPEAD_DIR = os.path.dirname(tapead.__file__) + os.sep
 
 
 def churn(rounds=4):
@@ -389,29 +388,14 @@ def test_a_segment_is_released_without_running_python_code():
 
 def _interrupt_at(k, fn, prepare=None):
     """prepare(), then fn() with a KeyboardInterrupt raised at the k-th
-    bytecode that runs in tapead's own Python code (where a real Ctrl-C
-    could land); whether it was raised."""
-    seen = [0]
+    bytecode that runs in tapead's own Python code: whether it was raised
+    (any other exception fails the test)."""
     if prepare:
         prepare()
-
-    def tracer(frame, event, arg):
-        if not frame.f_code.co_filename.startswith(TAPEAD_DIR):
-            return None
-        frame.f_trace_opcodes = True
-        if event == "opcode":
-            seen[0] += 1
-            if seen[0] == k:
-                raise KeyboardInterrupt
-        return tracer
-    sys.settrace(tracer)
-    try:
-        fn()
-    except KeyboardInterrupt:
-        return True
-    finally:
-        sys.settrace(None)
-    return False
+    raised, got = interrupt_at(k, fn)
+    if isinstance(got, BaseException):
+        raise got
+    return raised
 
 
 def test_an_interrupt_at_any_bytecode_of_a_holding_call_leaks_no_hold():

@@ -15,6 +15,20 @@ from tapead import Value
 from conftest import on_fresh_tape, release_garbage
 
 
+def _topo(root):
+    """microgpt's topological order of root's graph, through _children."""
+    topo, seen = [], set()
+
+    def build(v):
+        if v not in seen:
+            seen.add(v)
+            for c in v._children:
+                build(c)
+            topo.append(v)
+    build(root)
+    return topo
+
+
 class Ref:
     """microgpt's Value: data, its children and their local gradients."""
     __slots__ = ("data", "grad", "_children", "_local_grads")
@@ -34,15 +48,7 @@ class Ref:
         return Ref(self.data * other.data, (self, other), (other.data, self.data))
 
     def backward(self):
-        topo, seen = [], set()
-
-        def build(v):
-            if v not in seen:
-                seen.add(v)
-                for c in v._children:
-                    build(c)
-                topo.append(v)
-        build(self)
+        topo = _topo(self)
         self.grad = 1
         for v in reversed(topo):
             for c, g in zip(v._children, v._local_grads):
@@ -295,15 +301,7 @@ def test_walking_children_and_local_grads_gives_backwards_grads(seed):
     """microgpt's backward, run over tapead's own _children and _local_grads,
     gives what backward() gives."""
     leaves, out = _graph(Value, seed)
-    topo, seen = [], set()
-
-    def build(v):
-        if v not in seen:
-            seen.add(v)
-            for c in v._children:
-                build(c)
-            topo.append(v)
-    build(out)
+    topo = _topo(out)
     grads = {out: 1.0}
     for v in reversed(topo):
         for c, g in zip(v._children, v._local_grads):
@@ -313,7 +311,7 @@ def test_walking_children_and_local_grads_gives_backwards_grads(seed):
     out.backward()
     for v in walked:
         assert _same(grads[v], v.grad)
-    del topo, seen, grads, walked
+    del topo, grads, walked
     gc.collect()
 
 
