@@ -656,7 +656,7 @@ static char *va_doc_of(PyObject *docs, const char *name)
     const char *s;
     char *copy;
     if (!d || !(s = PyUnicode_AsUTF8(d))) { PyErr_Clear(); return NULL; }
-    copy = (char *)PyMem_Malloc(strlen(s) + 1);    /* lives as long as the type: never freed */
+    copy = (char *)PyMem_Malloc(strlen(s) + 1);    /* a method's or getset's: lives as long as the type */
     if (copy) strcpy(copy, s);
     return copy;
 }
@@ -682,6 +682,7 @@ static PyObject *va_make_type(PyObject *mod, PyObject *docs)
     va_getset[1].doc = va_doc_of(docs, "grad");
     slots[15].pfunc = va_doc_of(docs, "Value");
     va_type = (PyTypeObject *)PyType_FromSpec(&spec);
+    PyMem_Free(slots[15].pfunc);                 /* PyType_FromSpec keeps its own copy */
     if (!va_type) return NULL;
     va_type->tp_vectorcall = va_vectorcall;      /* not inherited: subclasses call normally */
     Py_INCREF(va_type);

@@ -178,7 +178,8 @@ def test_generated_source_reads_as_the_program():
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found")
 @pytest.mark.parametrize("name", ["every_op", "arithmetic", "interp"])
-def test_kernels_compile_with_nvcc(name, tmp_path):
+def test_kernels_compile_with_nvcc(name, tmp_path, monkeypatch):
+    monkeypatch.delenv("LD_PRELOAD", raising=False)   # (CI's sanitizer run preloads ASan: nvcc crashes under it)
     src = tmp_path / f"{name}.cu"
     src.write_text(_sources()[name])
     out = subprocess.run([NVCC, "-ptx", "-arch=sm_90", "--fmad=false", "-std=c++17", "-I", CSRC,
@@ -595,6 +596,7 @@ def test_nvcc_compiles_where_nvrtc_cannot(monkeypatch, tmp_path):
 
     def no_nvrtc(*a, **k):
         raise ImportError("no NVRTC here")
+    monkeypatch.delenv("LD_PRELOAD", raising=False)   # (as above: nvcc crashes under a preloaded ASan)
     monkeypatch.setattr(cuda, "nvrtc_compile", no_nvrtc)
     monkeypatch.setenv("TAPEAD_CUDA_CACHE", str(tmp_path))
     monkeypatch.setattr(cuda, "_MODULES", {})    # (other tests may have compiled it in this process)
