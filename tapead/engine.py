@@ -812,6 +812,15 @@ _SHARED = ("__repr__", "__lt__", "__le__", "__gt__", "__ge__", "__array_ufunc__"
 _DOCUMENTED = ("data", "grad", "backward", "maximum", "minimum", *(name for name, _ in UNARY))
 
 
+class _InitSignature:
+    """inspect.signature(Value) where the type's doc lost its signature line:
+    the cffi Value's constructor, whose arguments the native type takes."""
+
+    def __get__(self, obj: Any, cls: Any = None) -> Any:
+        import inspect
+        return inspect.signature(PyValue)
+
+
 def _native_front() -> Any:
     """The native Value type, or None where this build has none (PyPy)."""
     if not _c.native_install():
@@ -825,6 +834,8 @@ def _native_front() -> Any:
     t = _native.make_type(docs)
     for k in _SHARED:
         setattr(t, k, PyValue.__dict__[k])
+    if t.__text_signature__ is None:   # CPython 3.9: PyType_FromSpec drops the doc's signature line
+        t.__signature__ = _InitSignature()
     _native.set_hooks(error, _real, _restore, _other, _nd.set_attr, _custom.name_id,
                       _custom.ta_custom_rule, _custom.grads_value)
     _custom.bind_native(_native)
