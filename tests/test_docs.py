@@ -58,22 +58,27 @@ def test_every_public_name_has_an_example(name):
     assert ">>>" in doc, f"tapead.{name} has no >>> example in its docstring"
 
 
-README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+README = os.path.join(ROOT, "README.md")
+API, MICROGRAD = (os.path.join(ROOT, "docs", f) for f in ("api.md", "micrograd.md"))
 OPS = {name for name, _ in UNARY} | {"maximum", "minimum"}   # the unary table's, and the two binary functions
 
 
 @pytest.mark.skipif(not os.path.isfile(README), reason="needs the source tree")
-def test_the_readme_op_lists_match_the_op_table():
-    """The README's API row lists every op's method, and the migration table
-    every op micrograd lacks (micrograd's engine has relu; its lecture's tanh
-    has its own row there): an op added to csrc/ops.def fails here until the
-    README names it."""
-    with open(README) as f:
-        text = f.read()
-    api = re.search(r"ops `\+ - \* / \*\* abs\(\)`, `([a-z0-9 ]+)` \(methods, and functions", text)
+def test_the_docs_op_lists_match_the_op_table():
+    """docs/api.md's API row lists every op's method, and the migration tables
+    (docs/micrograd.md's and the README's short one) every op micrograd lacks
+    (micrograd's engine has relu; its lecture's tanh): an op added to
+    csrc/ops.def fails here until the docs name it."""
+    with open(API) as f:
+        api = re.search(r"ops `\+ - \* / \*\* abs\(\)`, `([a-z0-9 ]+)` \(methods, and functions", f.read())
     assert api and set(api.group(1).split()) == OPS, api and set(api.group(1).split()) ^ OPS
-    also = re.search(r"\| — \| also ((?:`\w+`, )+`\w+`) \|", text)
+    with open(MICROGRAD) as f:
+        also = re.search(r"\| — \| also ((?:`\w+`, )+`\w+`) \|", f.read())
     assert also and set(re.findall(r"`(\w+)`", also.group(1))) | {"relu", "tanh"} == OPS
+    with open(README) as f:
+        more = re.search(r"\| — \| more ops: `([a-z0-9 ]+)`", f.read())
+    assert more and set(more.group(1).split()) | {"relu", "tanh"} == OPS
 
 
 @pytest.mark.skipif(not os.path.isfile(README), reason="needs the source tree")
