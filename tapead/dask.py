@@ -58,7 +58,7 @@ def _check(prog: Any, X: Any, params: Any) -> Tuple[Any, Any]:
 
 def _outputs(X: Any, prog: Program, params: Any, device: Optional[str] = None,
              block_info: Any = None) -> Any:
-    row0 = block_info[0]["array-location"][0][0] if block_info else 0
+    row0 = block_info[0]["array-location"][0][0] if isinstance(block_info, dict) else 0
     return prog._run(X, None, None, 1, params, row0=row0, device=device)[0]
 
 
