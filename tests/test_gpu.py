@@ -443,6 +443,47 @@ class _FakeArray(np.ndarray):
     def get(self):
         return np.asarray(self)
 
+    @property
+    def data(self):             # (CuPy's MemoryPointer: its address)
+        return types.SimpleNamespace(ptr=self.ctypes.data)
+
+
+class _FakeRuntime:
+    """CuPy's runtime calls that tapead.cuda makes per call, on host memory
+    (a copy or memset happens at once; a stream is always done), counted."""
+    cudaDevAttrMultiProcessorCount, memcpyDeviceToHost = 16, 2
+
+    def __init__(self):
+        self.counts = {"memsetAsync": 0, "memcpyAsync": 0, "streamSynchronize": 0}
+        self.interrupt_wait = 0      # that many waits raise KeyboardInterrupt
+
+    def memGetInfo(self):
+        return (1 << 30, 1 << 31)
+
+    def getDeviceCount(self):
+        return 1
+
+    def getDevice(self):
+        return 0
+
+    def deviceGetAttribute(self, a, d):
+        return 1
+
+    def memsetAsync(self, ptr, value, size, stream):
+        self.counts["memsetAsync"] += 1
+        ctypes.memset(ptr, value, size)
+
+    def memcpyAsync(self, dst, src, size, kind, stream):
+        assert kind == self.memcpyDeviceToHost and size == 8
+        self.counts["memcpyAsync"] += 1
+        ctypes.memmove(dst, src, size)
+
+    def streamSynchronize(self, stream):
+        self.counts["streamSynchronize"] += 1
+        if self.interrupt_wait:
+            self.interrupt_wait -= 1
+            raise KeyboardInterrupt
+
 
 def _fake_cupy():
     def wrap(a):
@@ -467,9 +508,9 @@ def _fake_cupy():
         empty=lambda s, dtype=np.float64: wrap(np.full(s, np.nan, dtype=dtype)),   # poisoned
         zeros=lambda s, dtype=np.float64: wrap(np.zeros(s, dtype=dtype)),
         ones=lambda s, dtype=np.float64: wrap(np.ones(s, dtype=dtype)),
-        cuda=types.SimpleNamespace(Device=Device, runtime=types.SimpleNamespace(
-            memGetInfo=lambda: (1 << 30, 1 << 31), getDeviceCount=lambda: 1,
-            cudaDevAttrMultiProcessorCount=16, deviceGetAttribute=lambda a, d: 1)))
+        cuda=types.SimpleNamespace(Device=Device, runtime=_FakeRuntime(),
+                                   get_current_stream=lambda: types.SimpleNamespace(ptr=0),
+                                   alloc_pinned_memory=bytearray))
 
 
 @pytest.fixture
