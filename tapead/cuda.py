@@ -289,6 +289,7 @@ def _nvcc_compile(source: str, arch: str, why: Exception) -> bytes:
 
 
 _MODULES: Dict[Tuple[str, str], Any] = {}     # (source hash, arch) -> RawModule
+_COMPILING = threading.Lock()     # one compile at a time in a process (the same temporary file name)
 
 
 def _module(cp: Any, source: str, arch: str) -> Any:
@@ -299,6 +300,15 @@ def _module(cp: Any, source: str, arch: str) -> Any:
     mod = _MODULES.get((h, arch))
     if mod is not None:
         return mod
+    with _COMPILING:
+        mod = _MODULES.get((h, arch))     # (another thread's, made while this one waited)
+        if mod is None:
+            mod = _MODULES[(h, arch)] = _load(cp, source, arch, h)
+    return mod
+
+
+def _load(cp: Any, source: str, arch: str, h: str) -> Any:
+    """source's module from the disk cache, or compiled now and kept there."""
     d = cache_dir()
     path = os.path.join(d, f"{h}.sm_{arch}.cubin")
     if not os.path.isfile(path):
@@ -311,9 +321,7 @@ def _module(cp: Any, source: str, arch: str) -> Any:
         with open(tmp, "wb") as fh:
             fh.write(cubin)
         os.replace(tmp, path)     # whole, or not there: safe with other processes
-    mod = cp.RawModule(path=path)
-    _MODULES[(h, arch)] = mod
-    return mod
+    return cp.RawModule(path=path)
 
 
 # ------------------------------------------------------------------ plans
