@@ -51,6 +51,7 @@ GPU = _gpu()
 needs_gpu = pytest.mark.skipif(not GPU, reason="no CUDA GPU (or no CuPy) here")
 
 
+
 # ------------------------------------------------------------ programs
 # Every math op of the op table once, on operands where it is defined for
 # the inputs the tests draw (x in [0.2, 2], y in [-2, -0.1]); op: its form
@@ -760,3 +761,8 @@ def test_result_layouts(emulated):
         assert type(Y) is np.ndarray and Y.flags.c_contiguous and Y.shape == (200, 2)
     for Y in (prog(cp.asarray(X), device="cuda"), *prog.grad(cp.asarray(X), per_sample=True, device="cuda")):
         assert isinstance(Y, cp.ndarray) and Y.flags.f_contiguous and Y.shape == (200, 2)
+    for Xe in (np.zeros((0, 2)), cp.asarray(np.zeros((0, 2)))):
+        Y, G = prog.grad(Xe, per_sample=True, device="cuda")
+        assert Y.shape == (0, 2) and G.shape == (0, 2)
+        Y, G = prog.grad(Xe, device="cuda")
+        assert Y.shape == (0, 2) and np.array_equal(G, np.zeros(2))
