@@ -74,7 +74,8 @@ python3 -c "import jax; print('jax', jax.__version__, jax.devices())" || FAILS="
 
 stage build
 # in place (any setuptools), else an editable install (setuptools >= 77); its output in $OUT/build.txt
-timeout "$(cap 120)" python3 build_ext.py > "$OUT/build.txt" 2>&1 || echo "build_ext.py: status $?"
+timeout "$(cap 120)" python3 build_ext.py > "$OUT/build.txt" 2>&1 \
+  || { echo "FAILED build: build_ext.py status $? (124: timed out)"; FAILS="$FAILS build"; }
 tail -3 "$OUT/build.txt"
 IMPORT="import tapead, tapead.cuda as c; print('tapead from', tapead.__file__, 'kernel cache', c.cache_dir())"
 if ! python3 -c "$IMPORT"; then
