@@ -197,10 +197,26 @@ def per_call(prog, Z, f, p, zj, med, repeats=15):
     tiny_jax()          # (JAX compiles for the new shape)
     interleaved({"tapead": tiny_tapead, "jax": tiny_jax}, 3)
     tiny = interleaved({"tapead": tiny_tapead, "jax": tiny_jax}, repeats)
+    # the failure word's cost on an idle GPU: as before this session's change
+    # (a fresh zeroed word and its .get() each call) and now (the thread's
+    # word: an 8-byte copy into pinned memory and a wait)
+    rt = cp.cuda.runtime
+    word = tc._failword(cp, rt.getDevice())
+
+    def old_word():
+        w = cp.zeros(1, dtype=cp.uint64)
+        int(w.get()[0])
+
+    def new_word():
+        stream = cp.cuda.get_current_stream().ptr
+        word.arm(rt, stream)
+        word.read(rt, stream)
+    words = interleaved({"old": old_word, "new": new_word}, 50)
     return {"host_before_launch_ms": ms[0], "launch_ms": ms[1], "after_launch_ms": ms[2],
             "call_ms": ms[3], "whole_call_median_ms": med["tapead"] * 1e3,
             "jax_call_median_ms": med["jax"] * 1e3,
-            "fixed_cost_1024_paths_ms": {k: statistics.median(v) * 1e3 for k, v in tiny.items()}}
+            "fixed_cost_1024_paths_ms": {k: statistics.median(v) * 1e3 for k, v in tiny.items()},
+            "failure_word_ms": {k: statistics.median(v) * 1e3 for k, v in words.items()}}
 
 
 def print_breakdown(fig):
@@ -223,6 +239,9 @@ def print_breakdown(fig):
             print(f"  the call beyond its kernel: {c['whole_call_median_ms'] - k['ms_per_launch']:.3f} ms")
         t = c["fixed_cost_1024_paths_ms"]
         print(f"  fixed cost of a call (1,024 paths): tapead {t['tapead']:.3f} ms, JAX {t['jax']:.3f} ms")
+        w = c["failure_word_ms"]
+        print(f"  the failure word a call (idle GPU): as before (zeros + get) {w['old']:.3f} ms, "
+              f"now (pinned copy + wait) {w['new']:.3f} ms")
 
 
 def kernel_only(prog, Z, paths, launches=20):
