@@ -139,13 +139,109 @@ def stage_european(out, paths=1 << 24, repeats=7):
         "kernel": "generated" if prog.nodes <= tapead.cuda.GENERATED_MAX_NODES else "interpreter",
     }
     save(out, "european", figures)
-    # diagnostic: the generated kernel alone (CUDA events over 20 back-to-back
-    # launches, as tapead.cuda.run launches it), so the call's own cost shows
+    # where a call's time goes: the generated kernel alone (CUDA events over
+    # 20 back-to-back launches, as tapead.cuda.run launches it), a call cut
+    # at its launch, and the fixed cost of a call (1,024 paths) against JAX's
     try:
         figures["kernel_only"] = kernel_only(prog, Z, paths)
+        figures["per_call"] = per_call(prog, Z, f, p, zj, med)
     except Exception as e:      # (a diagnostic: never losing the figures above)
-        figures["kernel_only"] = {"error": repr(e)[:500]}
+        figures["per_call_error"] = repr(e)[:500]
     save(out, "european", figures)
+    print_breakdown(figures)
+    bad = [k for k, v in (("vs JAX", max(dy, dg)),
+                          ("vs the CPU Program", max(figures["max_rel_diff_vs_cpu_program_2^20_paths"].values())))
+           if not v <= 1e-12]
+    ko = figures.get("kernel_only", {})
+    if bad or figures.get("per_call_error") or ko.get("failed") or not ko.get("same_as_the_call"):
+        sys.exit(f"FAILED european: numbers differ ({bad}) or the breakdown failed "
+                 f"({figures.get('per_call_error')}, kernel_only {figures.get('kernel_only')})")
+
+
+def per_call(prog, Z, f, p, zj, med, repeats=15):
+    """A call's time split where its kernel is launched (the launch wrapped
+    to note the time; medians of `repeats` calls, synchronised before each),
+    and the fixed cost of a call: tapead and JAX on 1,024 paths."""
+    import cupy as cp
+    from tapead import cuda as tc
+    P = tc._plan(prog, cp)
+    real = P.gen("ps")
+    marks = []
+
+    def noted(*a, **k):
+        marks.append(time.perf_counter())
+        real(*a, **k)
+        marks.append(time.perf_counter())
+    P._gen["ps"] = noted
+    split = []
+    try:
+        for _ in range(repeats):
+            cp.cuda.Device().synchronize()
+            marks.clear()
+            t0 = time.perf_counter()
+            prog.grad(Z, per_sample=True, device="cuda")
+            t1 = time.perf_counter()
+            split.append((marks[0] - t0, marks[1] - marks[0], t1 - marks[1], t1 - t0))
+    finally:
+        P._gen["ps"] = real
+    ms = [statistics.median(x[i] for x in split) * 1e3 for i in range(4)]
+    Zs = Z[:1024]
+    zs = zj[:1024]
+
+    def tiny_tapead():
+        prog.grad(Zs, per_sample=True, device="cuda")
+
+    def tiny_jax():
+        v, g = f(p, zs)
+        v.block_until_ready(); g.block_until_ready()
+    tiny_jax()          # (JAX compiles for the new shape)
+    interleaved({"tapead": tiny_tapead, "jax": tiny_jax}, 3)
+    tiny = interleaved({"tapead": tiny_tapead, "jax": tiny_jax}, repeats)
+    # the failure word's cost on an idle GPU: as before this session's change
+    # (a fresh zeroed word and its .get() each call) and now (the thread's
+    # word: an 8-byte copy into pinned memory and a wait)
+    rt = cp.cuda.runtime
+    word = tc._failword(cp, rt.getDevice())
+
+    def old_word():
+        w = cp.zeros(1, dtype=cp.uint64)
+        int(w.get()[0])
+
+    def new_word():
+        stream = cp.cuda.get_current_stream().ptr
+        word.arm(rt, stream)
+        word.read(rt, stream)
+    words = interleaved({"old": old_word, "new": new_word}, 50)
+    return {"host_before_launch_ms": ms[0], "launch_ms": ms[1], "after_launch_ms": ms[2],
+            "call_ms": ms[3], "whole_call_median_ms": med["tapead"] * 1e3,
+            "jax_call_median_ms": med["jax"] * 1e3,
+            "fixed_cost_1024_paths_ms": {k: statistics.median(v) * 1e3 for k, v in tiny.items()},
+            "failure_word_ms": {k: statistics.median(v) * 1e3 for k, v in words.items()}}
+
+
+def print_breakdown(fig):
+    """The European figures as lines a person reads in the log."""
+    k, c = fig.get("kernel_only", {}), fig.get("per_call", {})
+    print(f"european on {fig['gpu']}, {fig['paths']} paths, medians of {fig['repeats']}:")
+    print(f"  tapead call {fig['tapead_ns_per_path'] * fig['paths'] / 1e6:.3f} ms, "
+          f"JAX call {fig['jax_ns_per_path'] * fig['paths'] / 1e6:.3f} ms: "
+          f"tapead/JAX = {fig['tapead_over_jax']:.3f} (target <= 0.5: "
+          f"{'met' if fig['tapead_over_jax'] <= 0.5 else 'NOT MET'})")
+    if "ms_per_launch" in k:
+        print(f"  kernel alone (CUDA events) {k['ms_per_launch']:.3f} ms = "
+              f"{k['ms_per_launch'] / (fig['jax_ns_per_path'] * fig['paths'] / 1e6):.3f} of JAX's call, "
+              f"{k['GB_per_s']:.0f} GB/s")
+    if "call_ms" in c:
+        print(f"  a call cut at its launch: host before the launch {c['host_before_launch_ms']:.3f} ms, "
+              f"the launch {c['launch_ms']:.3f} ms, after it (kernel, wait, failure word) "
+              f"{c['after_launch_ms']:.3f} ms; total {c['call_ms']:.3f} ms")
+        if "ms_per_launch" in k:
+            print(f"  the call beyond its kernel: {c['whole_call_median_ms'] - k['ms_per_launch']:.3f} ms")
+        t = c["fixed_cost_1024_paths_ms"]
+        print(f"  fixed cost of a call (1,024 paths): tapead {t['tapead']:.3f} ms, JAX {t['jax']:.3f} ms")
+        w = c["failure_word_ms"]
+        print(f"  the failure word a call (idle GPU): as before (zeros + get) {w['old']:.3f} ms, "
+              f"now (pinned copy + wait) {w['new']:.3f} ms")
 
 
 def kernel_only(prog, Z, paths, launches=20):
@@ -154,7 +250,7 @@ def kernel_only(prog, Z, paths, launches=20):
     from tapead.replay import _vector
     P = tc._plan(prog, cp)
     fn = P.gen("ps")
-    par = tc._params(cp, P, _vector(prog.params, prog._dims[3], "params"))
+    par = tc._params(cp, P, _vector(prog.params, prog._dims[3], "params"))   # (the call's own)
     Yb = cp.empty((prog.n_outputs, paths))
     Gb = cp.empty((prog.n_wrt, paths))
     fb = cp.zeros(1, dtype=cp.uint64)
@@ -265,6 +361,9 @@ def stage_first(out):
                 continue
             figures[f"{which}_{state}"] = json.loads(r.stdout.strip().splitlines()[-1])
     save(out, "first", figures)
+    failed = [k for k, v in figures.items() if isinstance(v, dict) and "error" in v]
+    if failed:
+        sys.exit(f"FAILED first: {failed}")
 
 
 # ------------------------------------------------------------- mathdiff
@@ -399,6 +498,8 @@ def stage_compile(out, sizes=(48, 120, 150, 180, 360), budget_s=150):
         figures["sizes"].append(json.loads(r.stdout.strip().splitlines()[-1]))
         save(out, "compile", figures)
     save(out, "compile", figures)
+    if any("error" in f for f in figures["sizes"]):
+        sys.exit("FAILED compile: " + str([f["nodes_asked"] for f in figures["sizes"] if "error" in f]))
 
 
 STAGES = {"european": stage_european, "big": stage_big, "first": stage_first,
@@ -410,7 +511,18 @@ def main():
     ap.add_argument("stage", choices=sorted(STAGES))
     ap.add_argument("--out", default="gpu_results.json")
     ap.add_argument("--budget", type=float, default=150.0, help="compile: seconds for all sizes")
+    ap.add_argument("--dry", action="store_true",
+                    help="import what the stage needs and stop (gpu_check.sh --dry)")
     args = ap.parse_args()
+    if args.dry:
+        import cupy  # noqa: F401
+        if args.stage == "european":
+            import jax  # noqa: F401
+            import monte_carlo_greeks  # noqa: F401
+        if args.stage == "big":
+            import fastest_autograd  # noqa: F401
+        print(f"dry: stage {args.stage} would write {args.out}")
+        return
     if args.stage == "compile":
         stage_compile(args.out, budget_s=args.budget)
     else:

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
+import threading
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -36,6 +38,7 @@ import numpy as np
 from ._c import OP_KINDS
 from ._opsurface import IDENTS
 from .codegen import Body, Code, Target, literal, NONE as _NONE
+from .replay import _check_rows, _check_seed, _vector
 
 __all__ = ["run", "require", "CUDATarget", "cuda_source", "interpreter_source", "NVRTC_OPTIONS", "GENERATED_MAX_NODES",
            "cache_dir", "CUDAUnavailable"]
@@ -53,6 +56,7 @@ GENERATED_MAX_NODES = 192
 NVRTC_OPTIONS = ("--fmad=false", "-std=c++17", "-default-device")
 
 _THREADS = 128                   # rows (threads) per block of the row kernels
+_BLOCK = (_THREADS,)
 _BLOCKS_PER_SM = 128             # the generated kernel's grid: at most this many blocks a
                                  # multiprocessor (several waves, so a partial last one costs
                                  # little; 2^24 rows on 132 SMs: 8 rows a thread)
@@ -78,8 +82,16 @@ class CUDAUnavailable(RuntimeError):
 
 # ------------------------------------------------------------------ CuPy
 
+_READY: Any = None      # the CuPy module once a GPU was found with it
+
+
 def _cupy() -> Any:
-    """CuPy, with a usable GPU; a clear error otherwise."""
+    """CuPy, with a usable GPU; a clear error otherwise (checked once a
+    process, while sys.modules holds the same CuPy)."""
+    global _READY
+    ready = sys.modules.get("cupy")
+    if ready is not None and ready is _READY:
+        return ready
     try:
         import cupy
     except ImportError as e:
@@ -91,6 +103,7 @@ def _cupy() -> Any:
         raise CUDAUnavailable(f'device="cuda": no usable CUDA GPU here ({e})') from e
     if n < 1:
         raise CUDAUnavailable('device="cuda": no CUDA GPU here')
+    _READY = cupy
     return cupy
 
 
@@ -276,6 +289,7 @@ def _nvcc_compile(source: str, arch: str, why: Exception) -> bytes:
 
 
 _MODULES: Dict[Tuple[str, str], Any] = {}     # (source hash, arch) -> RawModule
+_COMPILING = threading.Lock()     # one compile at a time in a process (the same temporary file name)
 
 
 def _module(cp: Any, source: str, arch: str) -> Any:
@@ -286,6 +300,15 @@ def _module(cp: Any, source: str, arch: str) -> Any:
     mod = _MODULES.get((h, arch))
     if mod is not None:
         return mod
+    with _COMPILING:
+        mod = _MODULES.get((h, arch))     # (another thread's, made while this one waited)
+        if mod is None:
+            mod = _MODULES[(h, arch)] = _load(cp, source, arch, h)
+    return mod
+
+
+def _load(cp: Any, source: str, arch: str, h: str) -> Any:
+    """source's module from the disk cache, or compiled now and kept there."""
     d = cache_dir()
     path = os.path.join(d, f"{h}.sm_{arch}.cubin")
     if not os.path.isfile(path):
@@ -298,9 +321,7 @@ def _module(cp: Any, source: str, arch: str) -> Any:
         with open(tmp, "wb") as fh:
             fh.write(cubin)
         os.replace(tmp, path)     # whole, or not there: safe with other processes
-    mod = cp.RawModule(path=path)
-    _MODULES[(h, arch)] = mod
-    return mod
+    return cp.RawModule(path=path)
 
 
 # ------------------------------------------------------------------ plans
@@ -349,6 +370,8 @@ class _Plan:
         # parameters uploaded (key: their bytes; never written in place, so
         # a call holding an old pair is safe), the generated kernel's grid
         self.ones = cp.ones(max(self.nout, 1), dtype=cp.float64)
+        self.nopar = cp.zeros(1, dtype=cp.float64)
+        self.nodetail = cp.zeros(8, dtype=cp.float64)   # (describe 0: never written)
         self.par: Tuple[bytes, Any] = (b"", None)
         rt = cp.cuda.runtime
         self.maxblocks = _BLOCKS_PER_SM * int(rt.deviceGetAttribute(
@@ -378,12 +401,15 @@ class _Plan:
         return self._interp
 
 
-def _plan(prog: Any, cp: Any) -> _Plan:
-    dev = cp.cuda.Device()
+def _plan(prog: Any, cp: Any, dev: Optional[int] = None) -> _Plan:
+    """prog's plan on GPU dev (default: the current one).  Two threads may
+    make one each at once; one is kept, both are sound."""
+    if dev is None:
+        dev = cp.cuda.runtime.getDevice()
     plans: Dict[int, _Plan] = prog.__dict__.setdefault("_gpu_plans", {})
-    p = plans.get(dev.id)
+    p = plans.get(dev)
     if p is None:
-        p = plans[dev.id] = _Plan(prog, cp, str(dev.compute_capability))
+        p = plans[dev] = _Plan(prog, cp, str(cp.cuda.Device(dev).compute_capability))
     return p
 
 
@@ -414,7 +440,7 @@ def _interp(cp: Any, P: _Plan, X: Any, par: Any, seed: Any, seedmode: int, Y: An
     V = cp.empty(n * ld, dtype=cp.float64)
     D = cp.empty(max(P.nd * ld, 1) if seedmode else 1, dtype=cp.float64)
     fn = P.interp()
-    describe = detail if detail is not None else cp.zeros(8, dtype=cp.float64)
+    describe = detail if detail is not None else P.nodetail
     for r0 in range(row0, row0 + rows, ld):
         m = min(ld, row0 + rows - r0)
         fn((_blocks(m, _THREADS),), (_THREADS,), (
@@ -428,7 +454,8 @@ def _interp(cp: Any, P: _Plan, X: Any, par: Any, seed: Any, seedmode: int, Y: An
 
 def _nofail(cp: Any) -> Any:
     """A fresh failure word, zeroed on the GPU (no upload): no row has
-    failed (csrc/gpu.cuh: ta_gpu_fail)."""
+    failed (csrc/gpu.cuh: ta_gpu_fail).  (The slow path: a failing row's
+    rerun; a call's own word is the thread's _FailWord.)"""
     return cp.zeros(1, dtype=cp.uint64)
 
 
@@ -438,12 +465,67 @@ def _failed(fail: Any) -> Optional[int]:
     return None if v == 0 else v ^ _NOFAIL
 
 
+class _FailWord:
+    """One thread's failure word on one GPU, kept from call to call
+    (csrc/gpu.cuh: ta_gpu_fail): zeroed once when made.  A kernel writes it
+    only when a row fails, so after a call that read it as 0 it is still 0:
+    no zeroing per call.  A call reads it back with one 8-byte copy into
+    pinned host memory on the call's stream, then waits for the stream (the
+    call returns once its kernels are done, its results known good).
+    Thread-local (_TLS), so calls in different threads never share one;
+    `dirty` while a launch may have written it and the read has not
+    finished (an exception in between, a KeyboardInterrupt in the wait):
+    the next call zeroes it first."""
+
+    __slots__ = ("dev", "dptr", "host", "hptr", "dirty")
+
+    def __init__(self, cp: Any) -> None:
+        self.dev = cp.zeros(1, dtype=cp.uint64)
+        self.dptr = self.dev.data.ptr
+        self.host = np.frombuffer(cp.cuda.alloc_pinned_memory(8), dtype=np.uint64, count=1)
+        self.hptr = self.host.ctypes.data
+        self.dirty = False
+
+    def arm(self, rt: Any, stream: int) -> Any:
+        """The word for a launch on stream (zeroed first, on the stream, if
+        an earlier call left it dirty)."""
+        if self.dirty:
+            rt.memsetAsync(self.dptr, 0, 8, stream)
+        self.dirty = True
+        return self.dev
+
+    def read(self, rt: Any, stream: int) -> Optional[int]:
+        """After the launches on stream: the lowest failing row's code (row
+        << 8 | status), or None; waits for the stream."""
+        rt.memcpyAsync(self.hptr, self.dptr, 8, rt.memcpyDeviceToHost, stream)
+        rt.streamSynchronize(stream)
+        v = int(self.host[0])
+        if v == 0:
+            self.dirty = False
+            return None
+        return v ^ _NOFAIL           # (stays dirty: zeroed before its next use)
+
+
+_TLS = threading.local()
+
+
+def _failword(cp: Any, dev: int) -> _FailWord:
+    """This thread's failure word on GPU dev."""
+    words = getattr(_TLS, "words", None)
+    if words is None:
+        words = _TLS.words = {}
+    w = words.get(dev)
+    if w is None:
+        w = words[dev] = _FailWord(cp)
+    return w
+
+
 def _rowsum(cp: Any, P: _Plan, A: Any) -> Any:
-    """The row sums of At (A: (ncol, rows), [column][row]), in the fixed
-    order of csrc/gpu.cuh."""
+    """The row sums of At (A: (ncol, rows), [column][row], rows >= 1), in
+    the fixed order of csrc/gpu.cuh."""
     ncol, rows = A.shape
-    if rows == 0 or ncol == 0:
-        return cp.zeros(ncol, dtype=cp.float64)
+    if ncol == 0:
+        return cp.zeros(0, dtype=cp.float64)
     fn = P.sum
     rs, cs = 1, rows
     while rows > 1:
@@ -480,50 +562,85 @@ def run(prog: Any, X: Any, seed: Any, grad: Optional[str], params: Any, device: 
         parts: bool = False, row0: int = 0) -> Tuple[Any, Any]:
     """Program._run on a GPU: (Y, G), numpy or CuPy as X.  grad: None,
     "sum" or "per_sample"; parts: G as one row of sums (tapead.dask adds
-    the chunks' rows); row0: X's first row's number in error messages."""
-    from .replay import _check_rows, _check_seed
+    the chunks' rows); row0: X's first row's number in error messages.
+
+    Returns once the kernels are done and no row failed (else raises the
+    CPU Program's exception), for CuPy input too.  Results of numpy input
+    are C-contiguous numpy arrays, as the CPU Program's; of CuPy input,
+    (rows, columns) views of the kernels' [column][row] arrays (column-major:
+    making them C-contiguous would be one more pass over them on the GPU,
+    as long as the European kernel itself)."""
     index = _device_index(device)
     cp = _cupy()
-    with cp.cuda.Device(index if index is not None else cp.cuda.Device().id):
-        on_gpu = isinstance(X, cp.ndarray)
+    if index is None:            # the current device: no switching
+        return _run(cp, prog, X, seed, grad, params, parts, row0)
+    with cp.cuda.Device(index):
+        return _run(cp, prog, X, seed, grad, params, parts, row0)
+
+
+_SEEDMODE = (np.int32(0), np.int32(1), np.int32(2))
+_ZERO64 = np.int64(0)
+
+
+def _run(cp: Any, prog: Any, X: Any, seed: Any, grad: Optional[str], params: Any,
+         parts: bool, row0: int) -> Tuple[Any, Any]:
+    """run on the current device."""
+    on_gpu = isinstance(X, cp.ndarray)
+    if on_gpu and X.dtype == np.float64 and X.flags.c_contiguous:
+        Xd = X
+    else:
         Xd = cp.ascontiguousarray(cp.asarray(X, dtype=cp.float64))
-        nin, nout, nwrt = prog.n_inputs, prog.n_outputs, prog.n_wrt
-        _check_rows(tuple(Xd.shape), nin)
-        B = int(Xd.shape[0])
+    nin, nout, nwrt, npar, _ = prog._dims
+    _check_rows(Xd.shape, nin)
+    B = Xd.shape[0]
+    rt = cp.cuda.runtime
+    dev = rt.getDevice()
+    P = _plan(prog, cp, dev)
+    if npar:
         pv = prog.params if params is None else params
-        from .replay import _vector
-        pv = _vector(pv.get() if isinstance(pv, cp.ndarray) else pv, prog._dims[3], "params")
-        P = _plan(prog, cp)
-        par = _params(cp, P, pv)
-        seedmode, sd = 0, P.ones
-        if grad is not None:
-            if seed is None:
-                sd = P.ones
-            else:
-                sd = cp.ascontiguousarray(cp.asarray(seed, dtype=cp.float64))
-                _check_seed(tuple(sd.shape), B, nout)
-            seedmode = 1 if sd.ndim == 1 else 2
-        # the kernels write [column][row] (coalesced); the results are their
-        # transposes, (rows, columns) views in column-major order
-        Y = cp.empty((nout, B), dtype=cp.float64)
-        G = cp.empty((nwrt, B) if grad is not None else (1,), dtype=cp.float64)
-        fail = _nofail(cp)
-        if B:
-            if P.generated:
-                P.gen("ps" if seedmode else "fwd")((min(_blocks(B, _THREADS), P.maxblocks),), (_THREADS,), (
-                    Xd, par, sd, np.int32(seedmode), np.int64(0), np.int64(B), np.int64(B), Y, G, fail))
-            else:
-                _interp(cp, P, Xd, par, sd, seedmode, Y, G, fail, 0, B)
-            code = _failed(fail)
-            if code is not None:
-                raise _failure(cp, P, prog, Xd, par, sd, seedmode, code, row0)
-        host = (lambda a: a) if on_gpu else cp.asnumpy
-        if grad == "sum":
-            G = host(_rowsum(cp, P, G))
-            if parts:
-                G = G.reshape(1, nwrt)
-        elif grad is None:
-            G = None
+        par = _params(cp, P, _vector(pv.get() if isinstance(pv, cp.ndarray) else pv, npar, "params"))
+    else:
+        if params is not None:
+            _vector(params.get() if isinstance(params, cp.ndarray) else params, 0, "params")
+        par = P.nopar
+    seedmode, sd = 0, P.ones
+    if grad is not None:
+        if seed is not None:
+            sd = cp.ascontiguousarray(cp.asarray(seed, dtype=cp.float64))
+            _check_seed(sd.shape, B, nout)
+        seedmode = 1 if sd.ndim == 1 else 2
+    # the kernels write [column][row] (coalesced)
+    Y = cp.empty((nout, B), dtype=cp.float64)
+    G = cp.empty((nwrt, B) if grad is not None else (1,), dtype=cp.float64)
+    if B:
+        stream = cp.cuda.get_current_stream().ptr
+        fw = _failword(cp, dev)
+        fail = fw.arm(rt, stream)
+        if P.generated:
+            b64 = np.int64(B)
+            P.gen("ps" if seedmode else "fwd")(
+                (min(-(-B // _THREADS), P.maxblocks),), _BLOCK,
+                (Xd, par, sd, _SEEDMODE[seedmode], _ZERO64, b64, b64, Y, G, fail))
         else:
-            G = host(G).T
-        return host(Y).T, G
+            _interp(cp, P, Xd, par, sd, seedmode, Y, G, fail, 0, B)
+        if grad == "sum":            # queued before the wait: one wait a call
+            G = _rowsum(cp, P, G)
+        code = fw.read(rt, stream)
+        if code is not None:
+            raise _failure(cp, P, prog, Xd, par, sd, seedmode, code, row0)
+    elif grad == "sum":
+        G = cp.zeros(nwrt, dtype=cp.float64)
+    if grad is None:
+        G = None
+    elif grad == "sum":
+        if parts:
+            G = G.reshape(1, nwrt)
+    else:
+        G = G.T
+    Y = Y.T
+    if on_gpu:
+        return Y, G
+    # numpy in, numpy out, C-contiguous as the CPU Program's (transposed on
+    # the GPU, where it is a small part of the copy to the host)
+    return (cp.ascontiguousarray(Y).get(),
+            None if G is None else cp.ascontiguousarray(G).get())

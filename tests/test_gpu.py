@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import types
 
 import numpy as np
@@ -48,6 +49,7 @@ def _nvrtc():
 
 GPU = _gpu()
 needs_gpu = pytest.mark.skipif(not GPU, reason="no CUDA GPU (or no CuPy) here")
+
 
 
 # ------------------------------------------------------------ programs
@@ -345,6 +347,7 @@ _CTYPES = {"double": np.float64, "unsigned": np.uint32, "int": np.int32, "int4":
            "unsigned char": np.uint8, "ta_u64": np.uint64}
 CXX = shutil.which("g++") or shutil.which("clang++")
 _EMU = {}
+_EMU_LOCK = __import__("threading").Lock()
 
 
 def _signature(source, name):
@@ -428,6 +431,10 @@ class _Kernel:
             return
         if self.lib is None:
             return
+        with _EMU_LOCK:      # (the library's thread indices are its globals: one launch at a time)
+            self._run(grid, block, cargs)
+
+    def _run(self, grid, block, cargs):
         fn = getattr(self.lib, self.name)
         fn.restype = None
         bi, ti, bd, gd = (_Dim3.in_dll(self.lib, n) for n in ("blockIdx", "threadIdx", "blockDim", "gridDim"))
@@ -442,6 +449,48 @@ class _Kernel:
 class _FakeArray(np.ndarray):
     def get(self):
         return np.asarray(self)
+
+    @property
+    def data(self):             # (CuPy's MemoryPointer: its address)
+        return types.SimpleNamespace(ptr=self.ctypes.data)
+
+
+class _FakeRuntime:
+    """CuPy's runtime calls that tapead.cuda makes per call, on host memory
+    (a copy or memset happens at once; a stream is always done), counted."""
+    cudaDevAttrMultiProcessorCount, memcpyDeviceToHost = 16, 2
+
+    def __init__(self):
+        self.counts = {"memsetAsync": 0, "memcpyAsync": 0, "streamSynchronize": 0}
+        self.interrupt_wait = 0      # that many waits raise KeyboardInterrupt
+
+    def memGetInfo(self):
+        return (1 << 30, 1 << 31)
+
+    def getDeviceCount(self):
+        return 1
+
+    def getDevice(self):
+        return 0
+
+    def deviceGetAttribute(self, a, d):
+        return 1
+
+    def memsetAsync(self, ptr, value, size, stream):
+        self.counts["memsetAsync"] += 1
+        ctypes.memset(ptr, value, size)
+
+    def memcpyAsync(self, dst, src, size, kind, stream):
+        assert kind == self.memcpyDeviceToHost and size == 8
+        self.counts["memcpyAsync"] += 1
+        ctypes.memmove(dst, src, size)
+
+    def streamSynchronize(self, stream):
+        self.counts["streamSynchronize"] += 1
+        time.sleep(0.001)            # (other threads run meanwhile, as while a GPU works)
+        if self.interrupt_wait:
+            self.interrupt_wait -= 1
+            raise KeyboardInterrupt
 
 
 def _fake_cupy():
@@ -467,9 +516,9 @@ def _fake_cupy():
         empty=lambda s, dtype=np.float64: wrap(np.full(s, np.nan, dtype=dtype)),   # poisoned
         zeros=lambda s, dtype=np.float64: wrap(np.zeros(s, dtype=dtype)),
         ones=lambda s, dtype=np.float64: wrap(np.ones(s, dtype=dtype)),
-        cuda=types.SimpleNamespace(Device=Device, runtime=types.SimpleNamespace(
-            memGetInfo=lambda: (1 << 30, 1 << 31), getDeviceCount=lambda: 1,
-            cudaDevAttrMultiProcessorCount=16, deviceGetAttribute=lambda a, d: 1)))
+        cuda=types.SimpleNamespace(Device=Device, runtime=_FakeRuntime(),
+                                   get_current_stream=lambda: types.SimpleNamespace(ptr=0),
+                                   alloc_pinned_memory=bytearray))
 
 
 @pytest.fixture
@@ -608,3 +657,112 @@ def test_nvcc_compiles_where_nvrtc_cannot(monkeypatch, tmp_path):
     with open(path, "rb") as f:
         assert f.read(4) == b"\x7fELF"
     assert cuda._module(fake, cuda.cuda_source(european()), "90") == path   # kept in memory
+
+
+@pytest.mark.skipif(CXX is None, reason="no C++ compiler")
+@pytest.mark.parametrize("generated", [True, False])
+def test_one_failure_word_a_thread_read_once_a_call(generated, emulated, monkeypatch):
+    """A call zeroes nothing and reads 8 bytes back once, waiting once (the
+    summed gradients' launches queued before the wait); the word is zeroed
+    again only after a failure, or after a wait that did not finish."""
+    from tapead import cuda
+    if not generated:
+        monkeypatch.setattr(cuda, "GENERATED_MAX_NODES", 0)
+    monkeypatch.setattr(cuda, "_TLS", __import__("threading").local())
+    rt = cuda._cupy().cuda.runtime
+    prog = every_op_program()
+    X = _rows(np.random.default_rng(10), 600)
+    bad = X.copy()
+    bad[321] = [0.5, 0.9]        # x > y flips
+    Yc, Gc = prog.grad(X, per_sample=True)
+    Gs = prog.grad(X)[1]
+
+    def good():
+        Y, G = prog.grad(X, per_sample=True, device="cuda")
+        assert np.array_equal(Y, Yc) and np.allclose(G, Gc, rtol=1e-14, atol=0)
+        _close(prog.grad(X, device="cuda")[1], Gs, 1e-13)
+        assert np.array_equal(prog(X, device="cuda"), Yc)
+    good()
+    assert rt.counts == {"memsetAsync": 0, "memcpyAsync": 3, "streamSynchronize": 3}
+    for _ in range(2):
+        with pytest.raises(GuardError, match="at row 321"):
+            prog(bad, device="cuda")
+        good()       # (no failure carried over from the call before)
+    assert rt.counts["memsetAsync"] == 2
+    # a wait interrupted (Ctrl-C) after a row failed: the next call starts clean
+    rt.interrupt_wait = 1
+    with pytest.raises(KeyboardInterrupt):
+        prog(bad, device="cuda")
+    word = cuda._failword(cuda._cupy(), 0)
+    assert word.dirty and int(word.dev[0]) != 0
+    good()
+    assert rt.counts["memsetAsync"] == 3 and not word.dirty and int(word.dev[0]) == 0
+
+
+@pytest.mark.skipif(CXX is None, reason="no C++ compiler")
+def test_threads_have_their_own_failure_words(emulated):
+    """Calls in several threads at once on one Program (the emulated kernels
+    run outside the GIL): each gets its own rows' results or its own row's
+    failure."""
+    import threading
+    prog = every_op_program()
+    prog.params = prog.params     # (held: parameter Values are read in their own thread only)
+    rng = np.random.default_rng(11)
+    jobs = []
+    for t in range(6):
+        X = _rows(rng, 300)
+        if t % 2:
+            X[17 * t] = [0.5, 0.9]       # x > y flips at row 17 t
+        jobs.append(X)
+    expect = []
+    for X in jobs:
+        try:
+            expect.append(prog.grad(X, per_sample=True))
+        except GuardError as e:
+            expect.append(str(e))
+    prog.grad(jobs[0], per_sample=True, device="cuda")    # (compiled: the emulation compiles unlocked)
+    got = [None] * len(jobs)
+    go = threading.Barrier(len(jobs))
+
+    def work(k):
+        go.wait()
+        for _ in range(3):
+            try:
+                r = prog.grad(jobs[k], per_sample=True, device="cuda")
+            except GuardError as e:
+                r = str(e)
+            except BaseException as e:      # (reported below)
+                r = e
+            if got[k] is None or isinstance(r, BaseException):
+                got[k] = r
+            elif isinstance(r, str) != isinstance(got[k], str):
+                got[k] = AssertionError("a failure one time, results another")
+    ts = [threading.Thread(target=work, args=(k,)) for k in range(len(jobs))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not [g for g in got if isinstance(g, BaseException)], got
+    for k, (g, e) in enumerate(zip(got, expect)):
+        if k % 2:
+            assert g == e and f"at row {17 * k}" in g
+        else:
+            assert np.array_equal(g[0], e[0]) and np.array_equal(g[1], e[1])
+
+
+def test_result_layouts(emulated):
+    """numpy in: C-contiguous numpy results, as the CPU Program's; CuPy in:
+    (rows, columns) views of the kernels' [column][row] arrays."""
+    from tapead import cuda
+    cp = cuda._cupy()
+    prog = every_op_program()
+    X = _rows(np.random.default_rng(12), 200)
+    for Y in (prog(X, device="cuda"), *prog.grad(X, per_sample=True, device="cuda")):
+        assert type(Y) is np.ndarray and Y.flags.c_contiguous and Y.shape == (200, 2)
+    for Y in (prog(cp.asarray(X), device="cuda"), *prog.grad(cp.asarray(X), per_sample=True, device="cuda")):
+        assert isinstance(Y, cp.ndarray) and Y.flags.f_contiguous and Y.shape == (200, 2)
+    for Xe in (np.zeros((0, 2)), cp.asarray(np.zeros((0, 2)))):
+        Y, G = prog.grad(Xe, per_sample=True, device="cuda")
+        assert Y.shape == (0, 2) and G.shape == (0, 2)
+        Y, G = prog.grad(Xe, device="cuda")
+        assert Y.shape == (0, 2) and np.array_equal(G, np.zeros(2))
