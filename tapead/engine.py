@@ -836,8 +836,8 @@ def _native_front() -> Any:
         setattr(t, k, PyValue.__dict__[k])
     if t.__text_signature__ is None:   # CPython 3.9: PyType_FromSpec drops the doc's signature line
         t.__signature__ = _InitSignature()
-    _native.set_hooks(error, _real, _restore, _other, _nd.set_attr, _custom.name_id,
-                      _custom.ta_custom_rule, _custom.grads_value)
+    _native.set_hooks(error, _real, _restore, _other, _nd.set_attr, _custom.ta_custom_rule,
+                      _custom.grads_value)
     _custom.bind_native(_native)
     return t
 
