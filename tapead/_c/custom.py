@@ -14,51 +14,61 @@ from . import _tl, ffi, lib
 from .status import check, error
 
 
-def _bufs() -> Any:
-    """This thread's out-arguments for the custom-node calls (cffi releases the GIL)."""
-    try:
-        return _tl.custom_bufs
-    except AttributeError:
-        b = _tl.custom_bufs = (ffi.new("uint32_t *"), ffi.new("uint32_t *"), ffi.new("int64_t *"),
-                               ffi.new("int64_t[]", 16), ffi.new("int64_t[256]"), ffi.new("char[]", 64))
-        return b
+def _take() -> Any:
+    """This thread's out-arguments for the custom-node calls (cffi releases
+    the GIL), taken: a finalizer that runs while they are in use (any
+    allocation may run one, PyPy's between any two bytecodes) and calls
+    here gets new ones, so what a call reads is what its C call wrote.
+    _put gives them back (an exception drops them: new ones next time)."""
+    b = getattr(_tl, "custom_bufs", None)
+    if b is None:
+        return (ffi.new("uint32_t *"), ffi.new("uint32_t *"), ffi.new("int64_t *"),
+                ffi.new("int64_t[]", 16), ffi.new("int64_t[256]"), ffi.new("char[]", 64))
+    _tl.custom_bufs = None
+    return b
 
 
-def _info(i: int, ins: Any, cap: int) -> Any:
-    """ta_custom_info of node i: (status, key, name, input count), the
-    first min(count, cap) input ids in ins (with a name buffer large enough:
-    the name is copied out of C)."""
-    n, namelen, key = _bufs()[:3]
-    name = _bufs()[5]
+def _put(b: Any) -> None:
+    _tl.custom_bufs = b
+
+
+def _info(i: int, b: Any, ins: Any, cap: int) -> Tuple[int, int, str, Tuple[int, ...]]:
+    """ta_custom_info of node i into the taken buffers b: (status, key,
+    name, input ids, at most cap of them, into ins); ins NULL: no ids.
+    Asks again with larger buffers where the first were short."""
+    n, namelen, key, _, _, name = b
     st = lib.ta_custom_info(i, n, ins, cap, name, 64, namelen, key)
     if st != 0:
-        return st, 0, "", 0
-    if namelen[0] > 64:
-        name = ffi.new("char[]", namelen[0])
-        st = lib.ta_custom_info(i, n, ins, cap, name, namelen[0], namelen, key)
+        return st, 0, "", ()
+    m, size = n[0], namelen[0]
+    if size > 64 or (ins != ffi.NULL and m > cap):
+        name = ffi.new("char[]", size)
+        if ins != ffi.NULL:
+            ins = ffi.new("int64_t[]", max(m, 1))
+            cap = m
+        st = lib.ta_custom_info(i, n, ins, cap, name, size, namelen, key)
         if st != 0:
-            return st, 0, "", 0
-    nm = ffi.buffer(name, namelen[0])[:].decode("utf-8", "surrogatepass")
-    return st, key[0], nm, n[0]
+            return st, 0, "", ()
+    got = ffi.buffer(name, size)[:].decode("utf-8", "surrogatepass")
+    return st, key[0], got, (tuple(ins[0:m]) if ins != ffi.NULL else ())
 
 
 def custom_info(i: int) -> Optional[Tuple[int, str, Tuple[int, ...]]]:
     """(key, name, input ids) of node i if it is a custom node, else None."""
-    ins = _bufs()[3]
-    st, key, nm, n = _info(i, ins, 16)
+    b = _take()
+    st, key, nm, ids = _info(i, b, b[3], 16)
+    _put(b)
     if st == lib.TA_ENOTCUSTOM or st == lib.TA_ENOGRAD:
         return None
     check(st)
-    if n > 16:
-        ins = ffi.new("int64_t[]", n)
-        st, key, nm, n = _info(i, ins, n)
-        check(st)
-    return key, nm, tuple(ins[0:n])
+    return key, nm, ids
 
 
 def custom_failed() -> Optional[Tuple[int, str]]:
     """(key, name) of the custom node of the last TA_ECUSTOM, None if unknown."""
-    st, key, nm, n = _info(lib.ta_custom_failed(), ffi.NULL, 0)
+    b = _take()
+    st, key, nm, _ = _info(lib.ta_custom_failed(), b, ffi.NULL, 0)
+    _put(b)
     return None if st != 0 else (key, nm)
 
 
@@ -227,11 +237,13 @@ def custom_dead(done: int) -> List[int]:
     [] when none are left), having forgotten the first `done` (the keys
     the caller got last time and has dropped the records of).  A key stays
     until then: got again after a Ctrl-C, it is dropped again, harmlessly."""
-    buf = _bufs()[4]
-    n = lib.ta_custom_dead(done, buf, 256)
+    b = _take()
+    n = lib.ta_custom_dead(done, b[4], 256)
     if n < 0:
         raise error(n)
-    return ffi.unpack(buf, n) if n > 0 else []  # type: ignore[return-value]  # (a list of ints here)
+    keys: List[int] = ffi.unpack(b[4], n) if n > 0 else []  # type: ignore[assignment]  # (a list of ints here)
+    _put(b)
+    return keys
 
 
 def on_custom_rule(fn: Callable[[int, int], int],
