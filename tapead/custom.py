@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 from . import _c
 from ._c import OP, OP_KINDS, OP_NAMES
 from ._c import custom as _cc
+from ._c import holds as _holds
 from ._c.holds import NOTOKEN as _NOTOKEN, collect as _collect
 from ._c.status import error, on_refusal
 from .errors import AnomalyError, TapeadError
@@ -201,7 +202,7 @@ def record(v: Any, data: float, children: Iterable[Any], op: Any, local_grads: A
         return
     kids = children if type(children) is tuple else tuple(children)
     nm = name_bytes(op)
-    t = E._tok
+    t = _holds._tok
     Value = E.Value
     i = _custom_rec(kids, data, None, nm, Value, _NOT_A_CHILD, t.key)
     if i < 0:   # another segment, the node limit, an error: as every op (engine._slow)
@@ -279,7 +280,7 @@ def _with_partials(x: float, vals: List[Any], ps: Sequence[Any], name: str,
         return _native_pre(x, vals, list(ps), name)
     E = _engine
     nm = name_bytes(name)
-    t = E._tok              # as record(): one C call, into the current token's segment
+    t = _holds._tok         # as record(): one C call, into the current token's segment
     i = _custom_rec(vals, x, ps, nm, E.Value, words[2], t.key)
     if i < 0:
         return E._slow(i, t, _custom_rec, vals, x, ps, nm, E.Value, words[2])
