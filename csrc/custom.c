@@ -54,24 +54,28 @@ static int ta_cnodes_room(struct ta_cnodes *C)
 }
 
 int64_t ta_custom_at(ta_tape *T, const uint32_t *in, uint32_t n, double value,
-                     const double *partials, uint32_t name, int64_t *key, int64_t seg,
-                     ta_seg **where)
+                     const double *partials, const char *name, uint32_t namelen, int64_t *key,
+                     int64_t seg, ta_seg **where)
 {
     struct ta_cnodes *C;
     ta_cnode *e;
     ta_aux aux;
     uint32_t k;
-    void *mem;
+    char *mem;
+    size_t ds, is;
     int64_t id;
     int st;
     if (T->nograd) return ta_ng_leaf(T, value, seg, where);
     if (!partials && !key) return TA_EARG;
+    if (namelen && !name) return TA_EARG;
     if (seg != TA_NOKEY && !(T->cur && T->cur->n < TA_SEG && TA_KEY(T, T->cur) == seg))
         return TA_NEEDSEG;                 /* (ta_dest_ok: then ta_append stays in T->cur) */
     if (!(C = ta_cnodes_of(T))) return TA_ENOMEM;
     if ((st = ta_cnodes_room(C)) != TA_OK) return st;
-    mem = ta_malloc((size_t)(n ? n : 1) * (sizeof(double) * (partials != NULL) + sizeof(uint32_t)));
-    if (!mem) return TA_ENOMEM;
+    /* one block: partials, inputs, name (its bytes live and die with the node) */
+    ds = partials ? (size_t)n * sizeof(double) : 0;
+    is = (size_t)n * sizeof(uint32_t);
+    if (!(mem = (char *)ta_malloc(ds + is + namelen + 1))) return TA_ENOMEM;
     aux.c = 0.0;
     /* the slot is taken after the append: the append may run the collector,
      * which frees entries (but never uses up the room made above) */
@@ -80,11 +84,14 @@ int64_t ta_custom_at(ta_tape *T, const uint32_t *in, uint32_t n, double value,
     if (C->freehead != TA_CNONE) { k = C->freehead; C->freehead = C->e[k].next; }
     else k = C->n++;
     e = &C->e[k];
-    e->n = e->nuser = n; e->name = name; e->next = TA_CNONE; e->state = 1;
+    e->n = e->nuser = n; e->next = TA_CNONE; e->state = 1;
     e->d = partials ? (double *)mem : NULL;
-    e->in = partials ? (uint32_t *)((double *)mem + n) : (uint32_t *)mem;
-    if (partials) memcpy(e->d, partials, (size_t)n * sizeof(double));
-    memcpy(e->in, in, (size_t)n * sizeof(uint32_t));
+    e->in = (uint32_t *)(mem + ds);
+    e->name = mem + ds + is; e->namelen = namelen;
+    if (partials) memcpy(e->d, partials, ds);
+    memcpy(e->in, in, is);
+    if (namelen) memcpy(e->name, name, namelen);
+    e->name[namelen] = 0;
     e->key = partials ? 0 : ++C->nextkey;
     if (key) *key = e->key;
     C->live++;
@@ -96,8 +103,8 @@ int64_t ta_custom_at(ta_tape *T, const uint32_t *in, uint32_t n, double value,
 /* Resolve ins (no_grad values among them are dropped: constants here),
  * then ta_custom_at.  Up to 8 inputs need no allocation here. */
 static int64_t ta_custom_ids(ta_tape *T, const int64_t *ins, uint32_t n, double value,
-                             const double *partials, uint32_t name, int64_t *key, int64_t seg,
-                             ta_seg **where)
+                             const double *partials, const char *name, uint32_t namelen,
+                             int64_t *key, int64_t seg, ta_seg **where)
 {
     uint32_t rbuf[8], *refs = rbuf, m = 0, k;
     double pbuf[8], *ps = NULL;
@@ -115,28 +122,47 @@ static int64_t ta_custom_ids(ta_tape *T, const int64_t *ins, uint32_t n, double 
         if (ps) ps[m] = partials[k];
         refs[m++] = TA_REF(s, o);
     }
-    id = ta_custom_at(T, refs, m, value, ps, name, key, seg, where);
+    id = ta_custom_at(T, refs, m, value, ps, name, namelen, key, seg, where);
 out:
     if (refs != rbuf) { free(refs); free(ps); }
     return id;
 }
 
 int64_t ta_custom_rec(const int64_t *ins, uint32_t n, double value, const double *partials,
-                      uint32_t name, int64_t seg)
+                      const char *name, uint32_t namelen, int64_t seg)
 {
     ta_tape *T = ta_self();
     ta_seg *where;
     int64_t key;
     if (!T) return TA_ENOMEM;
     if (n && !ins) return TA_EARG;
-    return ta_custom_ids(T, ins, n, value, partials, name, partials ? NULL : &key, seg, &where);
+    return ta_custom_ids(T, ins, n, value, partials, name, namelen, partials ? NULL : &key, seg,
+                         &where);
+}
+
+/* Room for `more` inputs of e (a node with a Python rule): a new block
+ * with its inputs and name (they share one, ta_custom_at); nothing changes
+ * on failure. */
+static int ta_cnode_grow(ta_cnode *e, uint32_t more)
+{
+    size_t is;
+    char *mem;
+    if (e->n > UINT32_MAX / 8u - more) return TA_ELIMIT;
+    is = (size_t)(e->n + more) * sizeof(uint32_t);
+    if (!(mem = (char *)ta_malloc(is + e->namelen + 1))) return TA_ENOMEM;
+    memcpy(mem, e->in, (size_t)e->n * sizeof(uint32_t));
+    memcpy(mem + is, e->name, e->namelen + 1);
+    free(e->in);
+    e->in = (uint32_t *)mem;
+    e->name = mem + is;
+    return TA_OK;
 }
 
 int64_t ta_custom_rule_set(int64_t id, const int64_t *ids, uint32_t n, int8_t *ok)
 {
     ta_tape *T = ta_self();
     ta_seg *s, *rs;
-    uint32_t o, ro, k, j, ref, *in;
+    uint32_t o, ro, k, j, ref;
     ta_cnode *e;
     int st, ng;
     if (!T) return TA_ENOMEM;
@@ -145,9 +171,7 @@ int64_t ta_custom_rule_set(int64_t id, const int64_t *ids, uint32_t n, int8_t *o
     if ((e = ta_cnode_of(T, s, o))->d) return 0;
     if (!n) return e->key;
     if (!ids || !ok) return TA_EARG;
-    if (e->n > UINT32_MAX / 8u - n) return TA_ELIMIT;
-    if (!(in = (uint32_t *)ta_realloc(e->in, (size_t)(e->n + n) * sizeof *in))) return TA_ENOMEM;
-    e->in = in;
+    if ((st = ta_cnode_grow(e, n)) != TA_OK) return st;
     for (k = 0; k < n; k++) {
         ok[k] = 0;
         if (ta_resolve_any(T, ids[k], &rs, &ro, &ng) != TA_OK || ng) continue;
@@ -182,7 +206,7 @@ void ta_custom_release(ta_tape *T, ta_seg *s, uint32_t i)
     uint32_t k = s->x[i];
     ta_cnode *e = &C->e[k];
     free(e->d ? (void *)e->d : (void *)e->in);
-    e->d = NULL; e->in = NULL; e->n = 0;
+    e->d = NULL; e->in = NULL; e->name = NULL; e->n = 0;
     C->live--;
     if (e->key) {                          /* onto the dead list's tail (ta_custom_dead) */
         e->state = 2; e->next = TA_CNONE;
@@ -224,8 +248,8 @@ int ta_custom_dead(uint32_t done, int64_t *keys, uint32_t cap)
     return (int)got;
 }
 
-int ta_custom_info(int64_t id, uint32_t *n, int64_t *ins, uint32_t cap, uint32_t *name,
-                   int64_t *key)
+int ta_custom_info(int64_t id, uint32_t *n, int64_t *ins, uint32_t cap, char *name,
+                   uint32_t namecap, uint32_t *namelen, int64_t *key)
 {
     ta_tape *T = ta_self();
     ta_seg *s;
@@ -236,18 +260,17 @@ int ta_custom_info(int64_t id, uint32_t *n, int64_t *ins, uint32_t cap, uint32_t
     if ((st = ta_resolve(T, id, &s, &o)) != TA_OK) return st;
     if ((s->op[o] & TA_OPMASK) != TA_CUSTOM) return TA_ENOTCUSTOM;
     e = ta_cnode_of(T, s, o);
-    *n = e->nuser; *name = e->name; *key = e->key;
+    *n = e->nuser; *namelen = e->namelen; *key = e->key;
     for (k = 0; ins && k < e->nuser && k < cap; k++) ins[k] = TA_ID(T, e->in[k]);
+    if (name) memcpy(name, e->name, e->namelen < namecap ? e->namelen : namecap);
     return TA_OK;
 }
 
 int ta_cnode_keep(ta_cnode *e, uint32_t ref)
 {
-    uint32_t *in;
+    int st;
     if (e->d) return TA_ENOTCUSTOM;
-    if (e->n >= UINT32_MAX / 8u) return TA_ELIMIT;
-    if (!(in = (uint32_t *)ta_realloc(e->in, (size_t)(e->n + 1) * sizeof *in))) return TA_ENOMEM;
-    e->in = in;
+    if ((st = ta_cnode_grow(e, 1)) != TA_OK) return st;
     e->in[e->n++] = ref;
     return TA_OK;
 }

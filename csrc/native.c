@@ -56,8 +56,6 @@ static PyTypeObject *va_type = NULL;
  * x) -> a user attribute, kept with the node (x NULL: delete it). */
 static PyObject *va_error_hook = NULL, *va_real_hook = NULL, *va_restore_hook = NULL;
 static PyObject *va_other_hook = NULL, *va_setattr_hook = NULL;
-/* name(op) -> the int id of a custom node's name (tapead/custom.py) */
-static PyObject *va_name_hook = NULL;
 /* rule(node, key) -> 0, or -1 having stored the exception it caught:
  * tapead.custom.ta_custom_rule, called directly rather than through cffi */
 static PyObject *va_rule_fn = NULL;
@@ -349,22 +347,45 @@ static PyObject *va_minimum(PyObject *a, PyObject *b) { return va_minmax(a, b, T
  * temporary list of children is dropped after, and a child that dies with
  * it may run a finalizer that records and lets the tape reclaim) or -1
  * with an exception set. */
+/* A custom node's name (a str, None or NULL: unnamed) as UTF-8, lone
+ * surrogates kept ("surrogatepass"): *p and *n, valid while s lives and
+ * *keep (a bytes object made for it, or NULL) is held. */
+static int va_utf8(PyObject *s, PyObject **keep, const char **p, uint32_t *n)
+{
+    Py_ssize_t len;
+    *keep = NULL;
+    if (!s || s == Py_None) { *p = ""; *n = 0; return 0; }
+    if (!(*p = PyUnicode_AsUTF8AndSize(s, &len))) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) return -1;
+        PyErr_Clear();
+        if (!(*keep = PyUnicode_AsEncodedString(s, "utf-8", "surrogatepass"))) return -1;
+        *p = PyBytes_AS_STRING(*keep);
+        len = PyBytes_GET_SIZE(*keep);
+    }
+    if ((size_t)len >= UINT32_MAX) {
+        Py_CLEAR(*keep);
+        PyErr_SetString(PyExc_ValueError, "a custom node's name must be shorter than 4 GiB");
+        return -1;
+    }
+    *n = (uint32_t)len;
+    return 0;
+}
+
 static int64_t va_custom(ta_tape *T, PyObject *children, PyObject *opname, double x, ta_seg **where)
 {
-    PyObject *fast, *nm;
+    PyObject *fast, *keep;
     Py_ssize_t n, k;
-    uint32_t *in, m = 0, name;
+    uint32_t *in, m = 0, namelen;
+    const char *name;
     int64_t id, key = 0;
-    if (!va_name_hook) { PyErr_SetString(PyExc_RuntimeError, "tapead: custom nodes are not set up"); return -1; }
-    if (!(nm = PyObject_CallOneArg(va_name_hook, opname ? opname : Py_None))) return -1;
-    name = (uint32_t)PyLong_AsUnsignedLong(nm);
-    Py_DECREF(nm);
-    if (PyErr_Occurred()) return -1;
-    if (!(fast = PySequence_Fast(children, "Value(data, _children, _op): _children must be an iterable of Values")))
+    if (va_utf8(opname, &keep, &name, &namelen) < 0) return -1;
+    if (!(fast = PySequence_Fast(children, "Value(data, _children, _op): _children must be an iterable of Values"))) {
+        Py_XDECREF(keep);
         return -1;
+    }
     n = PySequence_Fast_GET_SIZE(fast);
     if (n > (Py_ssize_t)(UINT32_MAX >> 3) || !(in = (uint32_t *)PyMem_Malloc((size_t)(n ? n : 1) * sizeof *in))) {
-        Py_DECREF(fast); PyErr_NoMemory(); return -1;
+        Py_DECREF(fast); Py_XDECREF(keep); PyErr_NoMemory(); return -1;
     }
     for (k = 0; k < n; k++) {
         PyObject *c = PySequence_Fast_GET_ITEM(fast, k);
@@ -379,15 +400,17 @@ static int64_t va_custom(ta_tape *T, PyObject *children, PyObject *opname, doubl
         if (cs->tape != T) continue;               /* a no_grad value: a constant here */
         in[m++] = TA_REF(cs, co);
     }
-    id = ta_custom_at(T, in, m, x, NULL, name, &key, TA_NOKEY, where);
+    id = ta_custom_at(T, in, m, x, NULL, name, namelen, &key, TA_NOKEY, where);
     PyMem_Free(in);
     if (id >= 0) ta_hold(*where);
     Py_DECREF(fast);
+    Py_XDECREF(keep);
     if (id < 0) { va_fail((int)id); return -1; }
     return id;
 fail:
     PyMem_Free(in);
     Py_DECREF(fast);
+    Py_XDECREF(keep);
     return -1;
 }
 
@@ -691,14 +714,13 @@ static PyObject *va_make_type(PyObject *mod, PyObject *docs)
 
 static PyObject *va_set_hooks(PyObject *mod, PyObject *args)
 {
-    PyObject *e, *r, *s, *o, *a, *nm, *rule, *gr;
+    PyObject *e, *r, *s, *o, *a, *rule, *gr;
     (void)mod;
-    if (!PyArg_ParseTuple(args, "OOOOOOOO:set_hooks", &e, &r, &s, &o, &a, &nm, &rule, &gr)) return NULL;
+    if (!PyArg_ParseTuple(args, "OOOOOOO:set_hooks", &e, &r, &s, &o, &a, &rule, &gr)) return NULL;
     if (!PyCallable_Check(rule)) { PyErr_SetString(PyExc_TypeError, "rule hook must be callable"); return NULL; }
-    Py_INCREF(e); Py_INCREF(r); Py_INCREF(s); Py_INCREF(o); Py_INCREF(a); Py_INCREF(nm); Py_INCREF(rule);
+    Py_INCREF(e); Py_INCREF(r); Py_INCREF(s); Py_INCREF(o); Py_INCREF(a); Py_INCREF(rule);
     Py_INCREF(gr);
     Py_XSETREF(va_grads_hook, gr);
-    Py_XSETREF(va_name_hook, nm);
     Py_XSETREF(va_rule_fn, rule);
     ta_rule_hook = va_rule;
     Py_XSETREF(va_error_hook, e);
@@ -752,16 +774,17 @@ done:
 
 /* ---------------------------------------------- custom nodes (custom.c) */
 
-/* custom_info(v): (key, name id, (input ids...)) of v's custom node, or
+/* custom_info(v): (key, name, (input ids...)) of v's custom node, or
  * None if v's node is not one (tapead/custom.py: the cffi front's info()). */
 static PyObject *va_custom_info(PyObject *mod, PyObject *v)
 {
     ta_tape *T = va_tape();
     ta_seg *s;
-    uint32_t o, k, n, name;
+    uint32_t o, k, n, namelen;
     const ta_cnode *e;
     int64_t key, *ids;
-    PyObject *ins, *r = NULL;
+    char *name;
+    PyObject *ins, *nm, *r = NULL;
     (void)mod;
     if (!T) return NULL;
     if (!va_is(v)) { PyErr_SetString(PyExc_TypeError, "custom_info needs a Value"); return NULL; }
@@ -770,9 +793,15 @@ static PyObject *va_custom_info(PyObject *mod, PyObject *v)
     /* the entry is copied out before any Python object is made: making one
      * may run a finalizer that records (the side table then moves) */
     e = ta_cnode_of(T, s, o);
-    n = e->nuser; name = e->name; key = e->key;
-    if (!(ids = (int64_t *)PyMem_Malloc((size_t)(n ? n : 1) * sizeof *ids))) return PyErr_NoMemory();
+    n = e->nuser; namelen = e->namelen; key = e->key;
+    ids = (int64_t *)PyMem_Malloc((size_t)(n ? n : 1) * sizeof *ids);
+    name = (char *)PyMem_Malloc((size_t)namelen + 1);
+    if (!ids || !name) { PyMem_Free(ids); PyMem_Free(name); return PyErr_NoMemory(); }
     for (k = 0; k < n; k++) ids[k] = TA_ID(T, e->in[k]);
+    memcpy(name, e->name, namelen);
+    nm = PyUnicode_DecodeUTF8(name, (Py_ssize_t)namelen, "surrogatepass");
+    PyMem_Free(name);
+    if (!nm) { PyMem_Free(ids); return NULL; }
     if ((ins = PyTuple_New(n)) != NULL) {
         for (k = 0; k < n; k++) {
             PyObject *i = PyLong_FromLongLong((long long)ids[k]);
@@ -781,7 +810,8 @@ static PyObject *va_custom_info(PyObject *mod, PyObject *v)
         }
     }
     PyMem_Free(ids);
-    if (ins) r = Py_BuildValue("(LIN)", (long long)key, (unsigned int)name, ins);
+    if (ins) r = Py_BuildValue("(LNN)", (long long)key, nm, ins);
+    else Py_DECREF(nm);
     return r;
 }
 
@@ -1044,20 +1074,21 @@ out:
 static PyObject *va_precomputed(PyObject *mod, PyObject *args)
 {
     ta_tape *T = va_tape();
-    PyObject *ins, *ps, *r = NULL;
+    PyObject *ins, *ps, *nm, *keep, *r = NULL;
     double x, *d = NULL;
-    unsigned int name;
-    uint32_t *in = NULL, m = 0;
+    const char *name;
+    uint32_t *in = NULL, m = 0, namelen;
     Py_ssize_t n, k;
     ta_seg *where = NULL;
     int64_t id;
     (void)mod;
     if (!T) return NULL;
-    if (!PyArg_ParseTuple(args, "dO!O!I:precomputed", &x, &PyList_Type, &ins, &PyList_Type, &ps, &name))
+    if (!PyArg_ParseTuple(args, "dO!O!U:precomputed", &x, &PyList_Type, &ins, &PyList_Type, &ps, &nm))
         return NULL;
+    if (va_utf8(nm, &keep, &name, &namelen) < 0) return NULL;
     n = PyList_GET_SIZE(ins);
     if (PyList_GET_SIZE(ps) != n || n > (Py_ssize_t)(UINT32_MAX >> 4)) {
-        PyErr_SetString(PyExc_ValueError, "precomputed needs one partial per input"); return NULL;
+        PyErr_SetString(PyExc_ValueError, "precomputed needs one partial per input"); goto out;
     }
     in = (uint32_t *)PyMem_Malloc((size_t)(n ? n : 1) * sizeof *in);
     d = (double *)PyMem_Malloc((size_t)(n ? n : 1) * sizeof *d);
@@ -1075,10 +1106,11 @@ static PyObject *va_precomputed(PyObject *mod, PyObject *args)
         d[m] = PyFloat_AS_DOUBLE(p);
         in[m++] = TA_REF(cs, co);
     }
-    id = ta_custom_at(T, in, m, x, d, (uint32_t)name, NULL, TA_NOKEY, &where);
+    id = ta_custom_at(T, in, m, x, d, name, namelen, NULL, TA_NOKEY, &where);
     r = va_result(T, id, where);
 out:
     PyMem_Free(in); PyMem_Free(d);
+    Py_XDECREF(keep);
     return r;
 }
 
@@ -1309,7 +1341,7 @@ static PyMethodDef va_module_methods[] = {
     {"rule_private", va_rule_private, METH_VARARGS, "rule_private(v, fn, released): (key, rule, stood, ids) or None"},
     {"precomputed", va_precomputed, METH_VARARGS, "precomputed(value, inputs, partials, name)"},
     {"make_type", va_make_type, METH_O, "make_type(docs): the native Value type"},
-    {"set_hooks", va_set_hooks, METH_VARARGS, "set_hooks(error, real, restore, other, setattr, name, rule, grads)"},
+    {"set_hooks", va_set_hooks, METH_VARARGS, "set_hooks(error, real, restore, other, setattr, rule, grads)"},
     {"adopt", va_adopt, METH_VARARGS, "adopt(h, n): Values taking over the holds of a held list"},
     {"dots", va_dots, METH_VARARGS, "dots(dot, linear): the fast tapead.dot and tapead.linear"},
     {NULL, NULL, 0, NULL}

@@ -272,12 +272,14 @@ typedef struct ta_cnode {
     uint32_t n;                  /* inputs                                  */
     uint32_t nuser;              /* of which the node's own (the rest: earlier
                                     nodes its Python rule uses, kept alive) */
-    uint32_t name;               /* Python's name id                        */
+    uint32_t namelen;            /* bytes of its name (UTF-8), at name      */
     uint32_t next;               /* free list / dead list link              */
     uint32_t state;              /* 0 free, 1 live, 2 dead awaiting drain   */
     int64_t  key;                /* its Python rule's key; 0: partials      */
     double  *d;                  /* n partials, or NULL (a Python rule)     */
     uint32_t *in;                /* n input refs                            */
+    char    *name;               /* its op name, NUL-terminated; d (or in), in and
+                                    name share one block, freed with the node */
 } ta_cnode;
 struct ta_cnodes { ta_cnode *e; uint32_t n, cap, freehead, deadhead, deadtail; int64_t nextkey; uint64_t live; };
 static inline ta_cnode *ta_cnode_of(const ta_tape *T, const ta_seg *s, uint32_t i)
@@ -296,8 +298,8 @@ int ta_plain(ta_tape *T, const int64_t *roots, size_t n, int guards);
  * rule: TA_NEEDSEG / TA_NEEDNG and nothing recorded if it would land
  * elsewhere). */
 int64_t ta_custom_at(ta_tape *T, const uint32_t *in, uint32_t n, double value,
-                     const double *partials, uint32_t name, int64_t *key, int64_t seg,
-                     ta_seg **where);
+                     const double *partials, const char *name, uint32_t namelen, int64_t *key,
+                     int64_t seg, ta_seg **where);
 /* .grad of node (s, o) as the sweep sees it (see struct ta_sweep). */
 double ta_adj_get_sw(ta_tape *T, ta_seg *s, uint32_t o);
 void   ta_adj_put_sw(ta_tape *T, ta_seg *s, uint32_t o, double v);

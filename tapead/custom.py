@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 from . import _c
 from ._c import OP, OP_KINDS, OP_NAMES
 from ._c import custom as _cc
+from ._c import holds as _holds
 from ._c.holds import NOTOKEN as _NOTOKEN, collect as _collect
 from ._c.status import error, on_refusal
 from .errors import AnomalyError, TapeadError
@@ -64,25 +65,8 @@ _SHIFT = _c.SHIFT
 _new = object.__new__
 
 # ------------------------------------------------------------------ names
-# A node's name is stored on the tape as a small int; names are few (one
-# per kind of op), so they are interned here for the process.
-_NAMES: List[str] = []
-_NAME_ID: Dict[str, int] = {}
-
-
-def name_id(op: Any) -> int:
-    """The id of an op name ('' or None: unnamed)."""
-    s = "" if op is None else op if isinstance(op, str) else str(op)
-    i = _NAME_ID.get(s)
-    if i is None:
-        i = _NAME_ID.setdefault(s, len(_NAMES))
-        if i == len(_NAMES):
-            _NAMES.append(s)
-    return i
-
-
-def name_of(i: int) -> str:
-    return _NAMES[i] if 0 <= i < len(_NAMES) else "?"
+# A node's name lives in C with the node (csrc/custom.c) and dies with it.
+name_bytes = _cc.name_bytes
 
 
 # -------------------------------------------------------------- records
@@ -161,8 +145,8 @@ def _state() -> _State:
     return S
 
 
-def _raw_info(v: Any) -> Optional[Tuple[int, int, Tuple[int, ...]]]:
-    """(key, name id, input ids) of v's node if it is a custom node, else None
+def _raw_info(v: Any) -> Optional[Tuple[int, str, Tuple[int, ...]]]:
+    """(key, name, input ids) of v's node if it is a custom node, else None
     (the cffi front's; the native front replaces it by _native.custom_info)."""
     return _cc.custom_info(v._i)
 
@@ -197,7 +181,7 @@ def info(v: Any) -> Optional[Tuple[Tuple[int, ...], str, int]]:
     got = _raw_info(v)
     if got is None:
         return None
-    return got[2], name_of(got[1]), got[0]
+    return got[2], got[1], got[0]
 
 
 # ------------------------------------------------------------- recording
@@ -217,10 +201,8 @@ def record(v: Any, data: float, children: Iterable[Any], op: Any, local_grads: A
         v._t = w._t
         return
     kids = children if type(children) is tuple else tuple(children)
-    nm = _NAME_ID.get(op) if type(op) is str else None
-    if nm is None:
-        nm = name_id(op)
-    t = E._tok
+    nm = name_bytes(op)
+    t = _holds._tok
     Value = E.Value
     i = _custom_rec(kids, data, None, nm, Value, _NOT_A_CHILD, t.key)
     if i < 0:   # another segment, the node limit, an error: as every op (engine._slow)
@@ -295,10 +277,10 @@ def _with_partials(x: float, vals: List[Any], ps: Sequence[Any], name: str,
             for c in vals:
                 if not isinstance(c, _engine.Value):
                     raise TypeError(f"{words[2]}, not {type(c).__name__}")
-        return _native_pre(x, vals, list(ps), name_id(name))
+        return _native_pre(x, vals, list(ps), name)
     E = _engine
-    nm = name_id(name)
-    t = E._tok              # as record(): one C call, into the current token's segment
+    nm = name_bytes(name)
+    t = _holds._tok         # as record(): one C call, into the current token's segment
     i = _custom_rec(vals, x, ps, nm, E.Value, words[2], t.key)
     if i < 0:
         return E._slow(i, t, _custom_rec, vals, x, ps, nm, E.Value, words[2])
@@ -669,7 +651,7 @@ def refusal(why: str) -> Exception:
         return e if e is not None else TapeadError("a custom node's _backward raised")
     if why == "anomaly":
         got = _cc.custom_failed()
-        nm = name_of(got[1]) if got is not None else "?"
+        nm = got[1] if got is not None else "?"
         how = ("its rule made a gradient nan" if got is not None and got[0] else
                "its partial times the gradient arriving there became nan")
         return AnomalyError(f"detect_anomaly: in backward(), the custom node {nm!r}: {how}")
@@ -678,7 +660,7 @@ def refusal(why: str) -> Exception:
                            "is running (it would disturb the sweep); call it after backward() "
                            "returns")
     got = _cc.custom_failed()
-    nm = name_of(got[1]) if got is not None else "?"
+    nm = got[1] if got is not None else "?"
     if got is not None and got[0] == 0:
         what = (f"the custom node {nm!r} (made by tapead.precomputed or Value(data, children, "
                 f"local_grads)) carries only its value and partials at the point it was recorded")

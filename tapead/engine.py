@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import sys
-from _thread import get_ident
 
 TYPE_CHECKING = False   # typing is not imported at run time: `import tapead` stays cheap
 if TYPE_CHECKING:
@@ -26,7 +25,6 @@ if TYPE_CHECKING:
 from . import _c, custom as _custom, nodedata as _nd
 from ._c import OP, OP_KINDS, OP_NAMES
 from ._c import holds as _holds
-from ._c.holds import NEEDNG, NEEDSEG, NOTOKEN
 from ._c.status import error
 from .errors import TapeadError
 from ._opsurface import *   # the op codes (ADD, MUL, RELU, ...), generated from csrc/ops.def
@@ -44,98 +42,29 @@ else:
 
 _leaf, _op1, _op2, _opc = _c.leaf, _c.op1, _c.op2, _c.opc
 _val, _adj, _set_val, _set_adj = _c.val, _c.adj, _c.set_val, _c.set_adj
-_tl = _c._tl
 _backward = _c.backward
 _recompute, _cmp2, _cmpc = _c.recompute, _c.cmp2, _c.cmpc
 _ta_check = _c.check_node
 _new = object.__new__
 _peek = _c.peek
 _OFFMASK = (1 << _c.SHIFT) - 1
-_ELIMIT = _c.ELIMIT
-_orphaned = _c.orphaned
 
-# The current token of one thread (the first to record) sits in a module
-# global, read by every recording call; other threads keep theirs in a
-# threading.local and reach it through _slow.  Either way C checks the key.
-_tok: _Token = NOTOKEN
-_fast: Optional[int] = None   # that thread's ident
-
-
-class _FastExit:
-    """Lives in the fast thread's threading.local: when that thread ends,
-    the global lets go of its token so another thread can take the place.
-    (PyPy may run this late, or not at all: _slow also hands the place
-    over once C says the fast thread's tape has no thread.)"""
-    __slots__ = ("me",)
-
-    def __init__(self, me: int) -> None:
-        self.me = me
-
-    def __del__(self) -> None:
-        global _tok, _fast
-        if _fast == self.me:
-            _tok, _fast = NOTOKEN, None
-
-
-def _let_go_of_an_ended_fast_thread() -> None:
-    """If the fast thread has ended without its _FastExit running (PyPy may
-    run it late or never; C knows the thread is gone), free its place and
-    the segment its token holds."""
-    global _tok, _fast
-    if _fast is not None and _fast != get_ident() and _orphaned(_tok.box):
-        _tok, _fast = NOTOKEN, None
-
-
-def _mine() -> _Token:
-    """This thread's current token."""
-    return _tok if _fast == get_ident() else getattr(_tl, "tok", NOTOKEN)
-
-
+# The cffi front's current token (_holds._tok) and what to do when C says a
+# node would land elsewhere: tapead/_c/holds.py.
 def _slow(code: int, used: _Token, fn: Callable[..., int], *args: Any) -> Value:
-    """Slow path of every recording call `fn(*args, key)`: raise for an error
-    status, or (TA_NEEDSEG/NEEDNG) retry with this thread's own current token,
-    holding the segment the node goes to first if that token is not it; or
-    (TA_ELIMIT, once) retry after _holds.reclaim(), as _holds.within_limit."""
-    global _tok, _fast
-    t = used
-    reclaimed = False
-    while True:
-        if code == _ELIMIT and not reclaimed:
-            reclaimed = True
-            _holds.reclaim()
-        elif code != NEEDSEG and code != NEEDNG:
-            raise error(code)
-        else:
-            t = _mine()
-            if t is used:
-                t = _holds.hold_current(code)
-                me = get_ident()
-                _let_go_of_an_ended_fast_thread()
-                if _fast is None:
-                    _fast = me
-                    _tl.fast_exit = _FastExit(me)
-                if _fast == me:
-                    _tok = t
-                    _tl.tok = NOTOKEN   # a token from its slow days must not hold on
-                else:
-                    _tl.tok = t
-        code = fn(*args, t.key)
-        if code >= 0:
-            v = _new(PyValue); v._i = code; v._t = t
-            return v
-        used = t
+    """The slow path of every recording call `fn(*args, key)` (holds.slow):
+    the new node's Value, or the error raised."""
+    i, t = _holds.slow(code, used, fn, *args)
+    v = _new(PyValue); v._i = i; v._t = t
+    return v
 
 
 def handles(h: Any, n: int) -> List[Value]:
     """Values for the first n ids of the held list h (_c.holds.held_list) that
     a bulk call filled, each taking over its id's hold."""
-    global _tok
     out: List[Value] = []
     append = out.append
-    cur = _mine()
-    ids, toks = _holds.adopt(h, n, cur)
-    if toks and toks[-1] is not cur and _fast == get_ident():
-        _tok = toks[-1]   # the segment of the last node, most likely the current one: the next calls share it
+    ids, toks = _holds.adopt_here(h, n)
     for i, t in zip(ids, toks):
         v = _new(PyValue); v._i = i; v._t = t
         append(v)
@@ -251,7 +180,7 @@ class Value:
             if label:
                 self._set_label(label)
             return
-        t = _tok
+        t = _holds._tok
         i = _leaf(data, t.key)
         if i < 0:
             v = _slow(i, t, _leaf, data)
@@ -672,7 +601,7 @@ def _const(c: Any) -> float:
 
 def _rec2(op: int, a: Value, b: Value) -> Value:
     """Record a op b (Values, or instances of a subclass)."""
-    t = _tok
+    t = _holds._tok
     i = _op2(op, a._i, b._i, t.key)
     if i < 0:
         return _slow(i, t, _op2, op, a._i, b._i)
@@ -682,7 +611,7 @@ def _rec2(op: int, a: Value, b: Value) -> Value:
 
 def _recc(op: int, a: Value, c: Any) -> Value:
     """Record a op c for a plain number c (cffi raises TypeError for anything else)."""
-    t = _tok
+    t = _holds._tok
     i = _opc(op, a._i, c, t.key)
     if i < 0:
         return _slow(i, t, _opc, op, a._i, c)
@@ -691,7 +620,7 @@ def _recc(op: int, a: Value, c: Any) -> Value:
 
 
 def _rec1(op: int, a: Value) -> Value:
-    t = _tok
+    t = _holds._tok
     i = _op1(op, a._i, t.key)
     if i < 0:
         return _slow(i, t, _op1, op, a._i)
@@ -790,12 +719,7 @@ def collect() -> int:
     >>> freed >= 0
     True
     """
-    global _tok
-    if _fast == get_ident():  # this thread's current token need not hold its segment now
-        _tok = NOTOKEN
-    else:
-        _tl.tok = NOTOKEN
-        _let_go_of_an_ended_fast_thread()
+    _holds.let_go()    # (this thread's current token need not hold its segment now)
     return _holds.collect() + _custom.settle()
 
 
@@ -836,8 +760,8 @@ def _native_front() -> Any:
         setattr(t, k, PyValue.__dict__[k])
     if t.__text_signature__ is None:   # CPython 3.9: PyType_FromSpec drops the doc's signature line
         t.__signature__ = _InitSignature()
-    _native.set_hooks(error, _real, _restore, _other, _nd.set_attr, _custom.name_id,
-                      _custom.ta_custom_rule, _custom.grads_value)
+    _native.set_hooks(error, _real, _restore, _other, _nd.set_attr, _custom.ta_custom_rule,
+                      _custom.grads_value)
     _custom.bind_native(_native)
     return t
 

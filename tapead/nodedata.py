@@ -19,7 +19,9 @@ did and a native Value stays 32 bytes.
 """
 from __future__ import annotations
 
+from _thread import RLock as _RLock
 from _weakref import ref as _weakref
+from _weakrefset import WeakSet as _WeakSet
 
 from ._c import _local, node_stamp
 
@@ -52,17 +54,21 @@ class _Entry:
 
 
 class _Table:
-    __slots__ = ("entries", "purge_at")
+    __slots__ = ("entries", "purge_at", "__weakref__")
 
     def __init__(self) -> None:
         self.entries: Dict[int, _Entry] = {}
         self.purge_at = 256
 
 
+_tables: Any = _WeakSet()   # every thread's table (what _sweep_names reads)
+
+
 def _table() -> _Table:
     t: Optional[_Table] = getattr(_tl, "table", None)
     if t is None:
         t = _tl.table = _Table()
+        _tables.add(t)
     return t
 
 
@@ -180,9 +186,10 @@ def label_of_id(i: int) -> str:
 class UserAttr:
     """A user attribute of the native Value (`v.name = 'x1'`), kept with the node.
 
-    Installed on the type the first time a Value is given an attribute of
-    that name; reading it from a Value that has none raises AttributeError,
-    as a missing attribute does."""
+    Installed on the type while some node has an attribute of that name
+    (set_attr; _sweep_names takes it off again once none has); reading it
+    from a Value that has none raises AttributeError, as a missing
+    attribute does."""
     __slots__ = ("name",)
 
     def __init__(self, name: str) -> None:
@@ -198,12 +205,13 @@ class UserAttr:
         return e.attrs[self.name]
 
     def __set__(self, v: Any, x: Any) -> None:
-        e = entry(v._i, make=True)
-        assert e is not None
-        know(v)
-        if e.attrs is None:
-            e.attrs = {}
-        e.attrs[self.name] = x
+        with _attr_lock:      # (no sweep takes this UserAttr off meanwhile)
+            e = entry(v._i, make=True)
+            assert e is not None
+            know(v)
+            if e.attrs is None:
+                e.attrs = {}
+            e.attrs[self.name] = x
 
     def __delete__(self, v: Any) -> None:
         e = entry(v._i)
@@ -212,23 +220,61 @@ class UserAttr:
         del e.attrs[self.name]
 
 
+# The UserAttrs on the type, and when to sweep them: every name ever set
+# would otherwise stay on the type for the process (setattr(v,
+# f'feature{k}', ...) grows it each time).  A sweep takes off the names no
+# node of any thread has now; it runs when their number has doubled since
+# the last, so it costs amortised O(1) per name set.  The lock orders a
+# sweep against a set, which installs the name and stores it in one step.
+_attr_lock = _RLock()
+_attrs_on_type = 0
+_sweep_at = 64
+
+
+def _sweep_names() -> None:
+    global _attrs_on_type, _sweep_at
+    _purge(_table())            # (this thread's dead nodes' entries go first)
+    used = set()
+    for t in list(_tables):
+        for e in list(t.entries.values()):
+            a = e.attrs
+            if a:
+                used.update(list(a))
+    kept = 0
+    for name, d in list(_Value.__dict__.items()):
+        if type(d) is UserAttr:
+            if name in used:
+                kept += 1
+            else:
+                delattr(_Value, name)
+    _attrs_on_type = kept
+    _sweep_at = max(64, 2 * kept)
+
+
 def set_attr(v: Value, name: str, x: Any, delete: bool) -> None:
     """The native Value's setattr for a name its type does not have: a user
     attribute, through a UserAttr installed on the type for that name."""
+    global _attrs_on_type
     t = type(v)
     if (name.startswith("__") and name.endswith("__")) or name in ("_i", "_t"):
         raise AttributeError(f"'Value' object attribute {name!r} is read-only")
     base = _Value
-    d = base.__dict__.get(name)
-    if d is None:
-        for k in t.__mro__:
-            if name in k.__dict__:   # a subclass's own class attribute: read-only, as before
-                raise AttributeError(f"'{t.__name__}' object attribute {name!r} is read-only")
-        d = UserAttr(name)
-        setattr(base, name, d)
-    elif not isinstance(d, UserAttr):
-        raise AttributeError(f"'Value' object attribute {name!r} is read-only")
-    if delete:
-        d.__delete__(v)
-    else:
-        d.__set__(v, x)
+    with _attr_lock:
+        d = base.__dict__.get(name)
+        if d is None:
+            for k in t.__mro__:
+                if name in k.__dict__:   # a subclass's own class attribute: read-only, as before
+                    raise AttributeError(f"'{t.__name__}' object attribute {name!r} is read-only")
+            if delete:
+                raise AttributeError(name)
+            if _attrs_on_type >= _sweep_at:
+                _sweep_names()
+            d = UserAttr(name)
+            setattr(base, name, d)
+            _attrs_on_type += 1
+        elif not isinstance(d, UserAttr):
+            raise AttributeError(f"'Value' object attribute {name!r} is read-only")
+        if delete:
+            d.__delete__(v)
+        else:
+            d.__set__(v, x)

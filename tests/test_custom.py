@@ -610,6 +610,53 @@ def test_training_with_custom_nodes_runs_in_bounded_memory():
     assert after <= 2048 and recs_after == 0   # only the current segment is kept
 
 
+def test_op_names_live_and_die_with_their_nodes():
+    """Issue 23, finding 12: a custom node's op name is kept with its node
+    (in C) and freed with it, not interned for the process.  micrograd's
+    own __pow__ names its node f'**{other}', so an exponent annealed per
+    step made a new name every step, all kept.  The names of nodes kept
+    across the churn still read back right (lone surrogates too)."""
+    def custom_pow(x, k):
+        out = Value(x.data ** k, (x,), f"**{k}")
+
+        def _backward():
+            x.grad += k * x.data ** (k - 1) * out.grad
+        out._backward = _backward
+        return out
+
+    def run(first):
+        w = Value(1.5)
+        kept = []
+        for step in range(first, first + 10000):
+            k = 2.0 + step * 1e-6
+            y = custom_pow(w, k)
+            if step % 1000 == 1:
+                w.grad = 0.0
+                y.backward()
+                assert math.isclose(w.grad, k * 1.5 ** (k - 1), rel_tol=1e-12)   # closed form
+                kept.append((y, f"**{k}"))
+        odd = tapead.precomputed(1.0, [w], [2.0], name="h\udc80\u00e9")
+        collect_all()
+        assert [y._op for y, _ in kept] == [nm for _, nm in kept]
+        assert odd._op == "h\udc80\u00e9"
+
+    if platform.python_implementation() != "CPython":
+        on_fresh_tape(lambda: run(0))
+        return
+    import tracemalloc
+    tracemalloc.start()
+    try:
+        on_fresh_tape(lambda: run(0))      # (warms the caches and the tables)
+        collect_all()
+        before = tracemalloc.get_traced_memory()[0]
+        on_fresh_tape(lambda: run(10000))  # (10,000 other names)
+        collect_all()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 256 * 1024              # 10,000 names kept would be ~1.3 MB
+
+
 def test_custom_nodes_in_threads_match_sequential():
     seq = [on_fresh_tape(lambda: train(20)[0]) for _ in range(2)]
     out = [None] * 4

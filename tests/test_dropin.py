@@ -197,6 +197,28 @@ def test_user_attributes_as_on_micrograds_value():
     assert (v.data, v.grad) == (4.0, 1.0)
 
 
+def test_distinct_attribute_names_do_not_grow_the_type():
+    """Issue 23, finding 12: setattr(v, f'feature{k}', ...) over many Values
+    kept one descriptor per name on the native type for the process; a name
+    now leaves the type once no node has it, and the names of live nodes
+    keep working across those sweeps."""
+    keep = []
+    tp = type(Value(0.0))
+    t0 = len(tp.__dict__)
+    for k in range(100000):
+        v = Value(float(k))
+        setattr(v, f"feature{k}", k)
+        if k % 25000 == 1:
+            keep.append(v)
+    del v
+    assert len(tp.__dict__) - t0 < 50000           # (every name kept: 100,000)
+    assert [getattr(v, f"feature{int(v.data)}") for v in keep] == [int(v.data) for v in keep]
+    with pytest.raises(AttributeError, match="feature2"):
+        keep[1].feature2                             # another node's name
+    keep[1].feature2 = "now"
+    assert keep[1].feature2 == "now" and not hasattr(keep[2], "feature2")
+
+
 @pytest.mark.skipif(tapead.FRONT != "native", reason="the native type's size")
 def test_attributes_keep_the_native_value_32_bytes():
     v = Value(1.0)

@@ -449,13 +449,13 @@ def test_an_ended_fast_thread_whose_locals_are_never_finalized_lets_go(monkeypat
     never.  Then the next thread that needs a segment takes the place (C
     says the old token's thread has ended), and collect() lets go of it,
     so the ended thread's tape is freed either way."""
-    from tapead import engine
+    from tapead._c import holds
     if tapead.FRONT == "native":
         pytest.skip("the native front has no fast-path token: each Value holds its segment")
     for take_over in (lambda: [Value(2.0) for _ in range(SEG + 1)], tapead.collect):
-        monkeypatch.setattr(engine, "_tok", engine.NOTOKEN)
-        monkeypatch.setattr(engine, "_fast", None)
-        monkeypatch.setattr(engine._FastExit, "__del__", lambda self: None)
+        monkeypatch.setattr(holds, "_tok", holds.NOTOKEN)
+        monkeypatch.setattr(holds, "_fast", None)
+        monkeypatch.setattr(holds._FastExit, "__del__", lambda self: None)
         tapead.collect()
         release_garbage()
         alive = lib.ta_tapes_alive()
@@ -463,9 +463,9 @@ def test_an_ended_fast_thread_whose_locals_are_never_finalized_lets_go(monkeypat
         t.start(); t.join()
         release_garbage()
         deadline = time.monotonic() + 5   # C learns of the exit just after join() returns
-        while not lib.ta_orphaned(engine._tok.box) and time.monotonic() < deadline:
+        while not lib.ta_orphaned(holds._tok.box) and time.monotonic() < deadline:
             time.sleep(0.001)
-        assert engine._fast == t.ident and lib.ta_orphaned(engine._tok.box)
+        assert holds._fast == t.ident and lib.ta_orphaned(holds._tok.box)
         assert lib.ta_tapes_alive() == alive + 1         # its tape: held by the global's token
         take_over()
         release_garbage()

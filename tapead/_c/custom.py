@@ -8,41 +8,68 @@ from __future__ import annotations
 
 TYPE_CHECKING = False                  # typing is not imported at run time: `import tapead` stays cheap
 if TYPE_CHECKING:
-    from typing import Any, Callable, List, Optional, Tuple
+    from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import _tl, ffi, lib
 from .status import check, error
 
 
-def _bufs() -> Any:
-    """This thread's out-arguments for the custom-node calls (cffi releases the GIL)."""
-    try:
-        return _tl.custom_bufs
-    except AttributeError:
-        b = _tl.custom_bufs = (ffi.new("uint32_t *"), ffi.new("uint32_t *"), ffi.new("int64_t *"),
-                               ffi.new("int64_t[]", 16), ffi.new("int64_t[256]"))
-        return b
+def _take() -> Any:
+    """This thread's out-arguments for the custom-node calls (cffi releases
+    the GIL), taken: a finalizer that runs while they are in use (any
+    allocation may run one, PyPy's between any two bytecodes) and calls
+    here gets new ones, so what a call reads is what its C call wrote.
+    _put gives them back (an exception drops them: new ones next time)."""
+    b = getattr(_tl, "custom_bufs", None)
+    if b is None:
+        return (ffi.new("uint32_t *"), ffi.new("uint32_t *"), ffi.new("int64_t *"),
+                ffi.new("int64_t[]", 16), ffi.new("int64_t[256]"), ffi.new("char[]", 64))
+    _tl.custom_bufs = None
+    return b
 
 
-def custom_info(i: int) -> Optional[Tuple[int, int, Tuple[int, ...]]]:
-    """(key, name id, input ids) of node i if it is a custom node, else None."""
-    n, name, key, ins = _bufs()[:4]
-    st = lib.ta_custom_info(i, n, ins, 16, name, key)
+def _put(b: Any) -> None:
+    _tl.custom_bufs = b
+
+
+def _info(i: int, b: Any, ins: Any, cap: int) -> Tuple[int, int, str, Tuple[int, ...]]:
+    """ta_custom_info of node i into the taken buffers b: (status, key,
+    name, input ids, at most cap of them, into ins); ins NULL: no ids.
+    Asks again with larger buffers where the first were short."""
+    n, namelen, key, _, _, name = b
+    st = lib.ta_custom_info(i, n, ins, cap, name, 64, namelen, key)
+    if st != 0:
+        return st, 0, "", ()
+    m, size = n[0], namelen[0]
+    if size > 64 or (ins != ffi.NULL and m > cap):
+        name = ffi.new("char[]", size)
+        if ins != ffi.NULL:
+            ins = ffi.new("int64_t[]", max(m, 1))
+            cap = m
+        st = lib.ta_custom_info(i, n, ins, cap, name, size, namelen, key)
+        if st != 0:
+            return st, 0, "", ()
+    got = ffi.buffer(name, size)[:].decode("utf-8", "surrogatepass")
+    return st, key[0], got, (tuple(ins[0:m]) if ins != ffi.NULL else ())
+
+
+def custom_info(i: int) -> Optional[Tuple[int, str, Tuple[int, ...]]]:
+    """(key, name, input ids) of node i if it is a custom node, else None."""
+    b = _take()
+    st, key, nm, ids = _info(i, b, b[3], 16)
+    _put(b)
     if st == lib.TA_ENOTCUSTOM or st == lib.TA_ENOGRAD:
         return None
     check(st)
-    if n[0] > 16:
-        ins = ffi.new("int64_t[]", n[0])
-        check(lib.ta_custom_info(i, n, ins, n[0], name, key))
-    return key[0], name[0], tuple(ins[0:n[0]])
+    return key, nm, ids
 
 
-def custom_failed() -> Optional[Tuple[int, int]]:
-    """(key, name id) of the custom node of the last TA_ECUSTOM, None if unknown."""
-    n, name, key = ffi.new("uint32_t *"), ffi.new("uint32_t *"), ffi.new("int64_t *")
-    if lib.ta_custom_info(lib.ta_custom_failed(), n, ffi.NULL, 0, name, key) != 0:
-        return None
-    return key[0], name[0]
+def custom_failed() -> Optional[Tuple[int, str]]:
+    """(key, name) of the custom node of the last TA_ECUSTOM, None if unknown."""
+    b = _take()
+    st, key, nm, _ = _info(lib.ta_custom_failed(), b, ffi.NULL, 0)
+    _put(b)
+    return None if st != 0 else (key, nm)
 
 
 # The record path of a custom node (Value(data, _children, _op), precomputed
@@ -59,13 +86,13 @@ _ta_rule_set3 = lib.ta_custom_rule_set3
 RELEASED_ID = lib.TA_ERELEASED   # an id C refuses with ReleasedError: a rule Value's between runs
 
 
-def custom_rec(xs: Any, value: float, partials: Any, name: int, V: Any, what: str,
+def custom_rec(xs: Any, value: float, partials: Any, name: bytes, V: Any, what: str,
                key: int) -> int:
     """Record into the segment of key a custom node of `value` whose inputs
     are the Values xs (a tuple or list; V their class: TypeError, worded
     `what`, for anything else) and whose partials are the floats `partials`
-    (a tuple or list, one per input), or None: a node with a Python rule.
-    Returns the node's id, or a status for engine._slow (key last: its
+    (a tuple or list, one per input), or None: a node with a Python rule;
+    name: its op name in UTF-8 (name_bytes).  Returns the node's id, or a status for engine._slow (key last: its
     retry passes a new one)."""
     try:
         b = _tl.rec_bufs
@@ -86,7 +113,7 @@ def custom_rec(xs: Any, value: float, partials: Any, name: int, V: Any, what: st
         if n == 2:
             ids[1] = _input_id(xs[1], V, what)
     if partials is None:
-        r = _ta_custom_rec(ids, n, value, _NULL, name, key)
+        r = _ta_custom_rec(ids, n, value, _NULL, name, len(name), key)
     else:       # (never NULL: NULL asks for a Python rule)
         if n > 2:
             for k in range(n):
@@ -95,10 +122,28 @@ def custom_rec(xs: Any, value: float, partials: Any, name: int, V: Any, what: st
             ps[0] = partials[0]
             if n == 2:
                 ps[1] = partials[1]
-        r = _ta_custom_rec(ids, n, value, ps, name, key)
+        r = _ta_custom_rec(ids, n, value, ps, name, len(name), key)
     b[0] = ids
     b[1] = ps
     return r
+
+
+_ENC: Dict[str, bytes] = {}   # recent names, encoded (a cache: cleared when it is full)
+
+
+def name_bytes(op: Any) -> bytes:
+    """A custom node's name as C keeps it (with the node: no table of names
+    outlives the nodes): op (a str; '' for None; str() of anything else) in
+    UTF-8, lone surrogates kept."""
+    b = _ENC.get(op) if type(op) is str else None
+    if b is None:
+        s = "" if op is None else op if isinstance(op, str) else str(op)
+        b = s.encode("utf-8", "surrogatepass")
+        if type(op) is str:
+            if len(_ENC) >= 256:
+                _ENC.clear()
+            _ENC[op] = b
+    return b
 
 
 def _input_id(c: Any, V: Any, what: str) -> int:
@@ -192,11 +237,13 @@ def custom_dead(done: int) -> List[int]:
     [] when none are left), having forgotten the first `done` (the keys
     the caller got last time and has dropped the records of).  A key stays
     until then: got again after a Ctrl-C, it is dropped again, harmlessly."""
-    buf = _bufs()[4]
-    n = lib.ta_custom_dead(done, buf, 256)
+    b = _take()
+    n = lib.ta_custom_dead(done, b[4], 256)
     if n < 0:
         raise error(n)
-    return ffi.unpack(buf, n) if n > 0 else []  # type: ignore[return-value]  # (a list of ints here)
+    keys: List[int] = ffi.unpack(b[4], n) if n > 0 else []  # type: ignore[assignment]  # (a list of ints here)
+    _put(b)
+    return keys
 
 
 def on_custom_rule(fn: Callable[[int, int], int],

@@ -4,22 +4,27 @@ A Value of the cffi front holds a token, shared by every Value whose node
 lives in the same segment; the token owns one hold on that segment
 (csrc/tapead.h: holds), dropped by C when the token dies.  A bulk call
 returns its new nodes in a held list, each id held once, which adopt()
-turns into tokens.  What the holds decide (which segments are garbage) is
+turns into tokens.  Each thread has a current token, for the segment the
+next node goes to: every recording call passes its key, and slow() takes
+a new one when C says the node would land elsewhere.  What the holds decide (which segments are garbage) is
 here too: reclaim() and collect(), the node limit (within_limit,
 set_limit) and the tape's counters (stats).
 """
 from __future__ import annotations
 
 import gc
+from _thread import get_ident
 
 TYPE_CHECKING = False                  # typing is not imported at run time: `import tapead` stays cheap
 if TYPE_CHECKING:
     from typing import Any, Callable, Dict, List, Optional, SupportsInt, Tuple
 
-from . import SHIFT, ffi, int64s, lib
+from . import SHIFT, _tl, ffi, int64s, lib
 from .status import check, error, on_limit
 
 NEEDSEG, NEEDNG = lib.TA_NEEDSEG, lib.TA_NEEDNG
+_ELIMIT = lib.TA_ELIMIT
+_orphaned = lib.ta_orphaned
 
 
 class _Token:
@@ -102,6 +107,105 @@ def adopt(h: Any, n: int, current: Optional[_Token] = None) -> Tuple[List[int], 
         out.append(t)
     lib.ta_held_drop(h)
     return ids, out
+
+
+# ------------------------------------------------------ the current token
+# Every recording call of the cffi front passes the key of its thread's
+# current token: the one holding the segment the next node goes to.  The
+# current token of one thread (the first to record) sits in this module's
+# global _tok, read by every recording call (engine, custom); other threads
+# keep theirs in a threading.local and reach it through slow().  Either way
+# C checks the key.
+_tok: _Token = NOTOKEN
+_fast: Optional[int] = None   # that thread's ident
+
+
+class _FastExit:
+    """Lives in the fast thread's threading.local: when that thread ends,
+    the global lets go of its token so another thread can take the place.
+    (PyPy may run this late, or not at all: slow() also hands the place
+    over once C says the fast thread's tape has no thread.)"""
+    __slots__ = ("me",)
+
+    def __init__(self, me: int) -> None:
+        self.me = me
+
+    def __del__(self) -> None:
+        global _tok, _fast
+        if _fast == self.me:
+            _tok, _fast = NOTOKEN, None
+
+
+def _let_go_of_an_ended_fast_thread() -> None:
+    """If the fast thread has ended without its _FastExit running (PyPy may
+    run it late or never; C knows the thread is gone), free its place and
+    the segment its token holds."""
+    global _tok, _fast
+    if _fast is not None and _fast != get_ident() and _orphaned(_tok.box):
+        _tok, _fast = NOTOKEN, None
+
+
+def mine() -> _Token:
+    """This thread's current token."""
+    return _tok if _fast == get_ident() else getattr(_tl, "tok", NOTOKEN)
+
+
+def slow(code: int, used: _Token, fn: Callable[..., int], *args: Any) -> Tuple[int, _Token]:
+    """Slow path of every recording call `fn(*args, key)`: raise for an error
+    status, or (TA_NEEDSEG/NEEDNG) retry with this thread's own current token,
+    holding the segment the node goes to first if that token is not it; or
+    (TA_ELIMIT, once) retry after reclaim(), as within_limit.  Returns the
+    new node's id and the token that holds it."""
+    global _tok, _fast
+    t = used
+    reclaimed = False
+    while True:
+        if code == _ELIMIT and not reclaimed:
+            reclaimed = True
+            reclaim()
+        elif code != NEEDSEG and code != NEEDNG:
+            raise error(code)
+        else:
+            t = mine()
+            if t is used:
+                t = hold_current(code)
+                me = get_ident()
+                _let_go_of_an_ended_fast_thread()
+                if _fast is None:
+                    _fast = me
+                    _tl.fast_exit = _FastExit(me)
+                if _fast == me:
+                    _tok = t
+                    _tl.tok = NOTOKEN   # a token from its slow days must not hold on
+                else:
+                    _tl.tok = t
+        code = fn(*args, t.key)
+        if code >= 0:
+            return code, t
+        used = t
+
+
+def adopt_here(h: Any, n: int) -> Tuple[List[int], List[_Token]]:
+    """adopt() for this thread, whose current token the ids in its segment
+    share; the segment of the last id, most likely the current one, becomes
+    the fast thread's current token (the next calls share it)."""
+    global _tok
+    cur = mine()
+    ids, toks = adopt(h, n, cur)
+    if toks and toks[-1] is not cur and _fast == get_ident():
+        _tok = toks[-1]
+    return ids, toks
+
+
+def let_go() -> None:
+    """Let this thread's current token go (tapead.collect(): it need not hold
+    its segment now); the next recording call takes a new one."""
+    global _tok
+    if _fast == get_ident():
+        _tok = NOTOKEN
+    else:
+        _tl.tok = NOTOKEN
+        _let_go_of_an_ended_fast_thread()
 
 
 def reclaim() -> None:
