@@ -238,14 +238,19 @@ static void ta_settle(const ta_code *C, ta_ws *W, uint32_t k, int per_sample, co
     if (C->dloc[k] != TA_NONE && C->uni[k] && !per_sample) W->A[C->dloc[k]] += ta_lanesum(tmp, cb);
 }
 
-/* x and y may be the same node (x * x): two loops, each adding one side */
+/* x and y may be the same node (x * x): two loops, each adding one side.
+ * A rule gets the values it reads (RD_NAME, ops.h) and nan for the others:
+ * their rows may hold other nodes' values by now (code.c: ta_value_slots). */
+#define RV_X(N) ((RD_##N & TA_RD_X) ? xv[s] : NAN)
+#define RV_Y(N) ((RD_##N & TA_RD_Y) ? yv[s] : NAN)
+#define RV_R(N) ((RD_##N & TA_RD_R) ? rv[s] : NAN)
 #define RV_LEAF(N)
 #define RV_NARY(N)
-#define RV_UN(N)  if (ax) for (s = 0; s < cb; s++) { double dx, dy; d_##N(xv[s], 0.0, rv[s], &dx, &dy); ax[s] += dx * g[s]; }
-#define RV_CST(N) if (ax) for (s = 0; s < cb; s++) { double dx, dy; d_##N(xv[s], c, rv[s], &dx, &dy); ax[s] += dx * g[s]; }
+#define RV_UN(N)  if (ax) for (s = 0; s < cb; s++) { double dx, dy; d_##N(RV_X(N), 0.0, RV_R(N), &dx, &dy); ax[s] += dx * g[s]; }
+#define RV_CST(N) if (ax) for (s = 0; s < cb; s++) { double dx, dy; d_##N(RV_X(N), c, RV_R(N), &dx, &dy); ax[s] += dx * g[s]; }
 #define RV_BIN(N) \
-    if (ax) for (s = 0; s < cb; s++) { double dx, dy; d_##N(xv[s], yv[s], rv[s], &dx, &dy); ax[s] += dx * g[s]; } \
-    if (ay) for (s = 0; s < cb; s++) { double dx, dy; d_##N(xv[s], yv[s], rv[s], &dx, &dy); ay[s] += dy * g[s]; }
+    if (ax) for (s = 0; s < cb; s++) { double dx, dy; d_##N(RV_X(N), RV_Y(N), RV_R(N), &dx, &dy); ax[s] += dx * g[s]; } \
+    if (ay) for (s = 0; s < cb; s++) { double dx, dy; d_##N(RV_X(N), RV_Y(N), RV_R(N), &dx, &dy); ay[s] += dy * g[s]; }
 
 static void ta_rv_op(const ta_prog *P, ta_ws *W, const ta_ins *I, uint32_t cb, int ps)
 {
@@ -430,6 +435,36 @@ static const double *ta_wrt_row(const ta_prog *P, const ta_ws *W, uint32_t k)
 
 /* -------------------------------------------------------------- a block */
 
+/* The value rows instruction I's reverse step will read, prefetched a few
+ * steps ahead of the sweep (it walks the rows newest first, which the
+ * hardware's prefetchers follow poorly). */
+#define TA_PF 8
+#if defined(__GNUC__) || defined(__clang__)
+#  define TA_PREFETCH(p) __builtin_prefetch(p)
+#else
+#  define TA_PREFETCH(p) ((void)(p))
+#endif
+static void ta_prefetch_row(const double *r, uint32_t ch)
+{
+    uint32_t s;
+    for (s = 0; s < ch; s += 8u) TA_PREFETCH(r + s);
+}
+static void ta_prefetch(const ta_code *C, const ta_ws *W, const ta_ins *I)
+{
+    uint32_t t;
+    if (I->rd & TA_RD_R) ta_prefetch_row(ROW(W->V, C->loc[I->k], W->ch), W->ch);
+    if (I->op == TA_IDOT) {
+        if (I->rd)
+            for (t = I->t0; t < I->t0 + I->nt; t++) {
+                if (!C->uni[C->tp[t]]) ta_prefetch_row(ROW(W->V, C->loc[C->tp[t]], W->ch), W->ch);
+                if (!C->uni[C->tq[t]]) ta_prefetch_row(ROW(W->V, C->loc[C->tq[t]], W->ch), W->ch);
+            }
+        return;
+    }
+    if ((I->rd & TA_RD_X) && !C->uni[I->x]) ta_prefetch_row(ROW(W->V, C->loc[I->x], W->ch), W->ch);
+    if ((I->rd & TA_RD_Y) && !C->uni[I->y]) ta_prefetch_row(ROW(W->V, C->loc[I->y], W->ch), W->ch);
+}
+
 /* On x86-64 Linux with GCC, ta_block and everything it calls (flatten) is
  * also compiled for AVX2, picked at load time by the CPU (an ifunc): the
  * same operations four doubles wide, so the same bits (no FMA: it would
@@ -485,6 +520,7 @@ TA_WIDE int ta_block(const ta_prog *P, ta_ws *W, const ta_run_t *R, uint64_t r0,
         }
         for (i = C->nins; i-- > 0;) {
             const ta_ins *I = &C->ins[i];
+            if (i >= TA_PF) ta_prefetch(C, W, &C->ins[i - TA_PF]);
             if (C->dloc[I->k] == TA_NONE) continue;
             if (I->op == TA_IDOT) ta_rv_dot(P, W, I, cb, ps);
             else ta_rv_op(P, W, I, cb, ps);

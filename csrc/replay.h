@@ -203,6 +203,8 @@ typedef struct {
     uint32_t t0, nt;                /* a dot: its terms, [t0, t0 + nt)         */
     uint8_t  op;                    /* op code, or TA_IDOT                     */
     uint8_t  rel;                   /* after it, k's adjoint row is zeroed, its slot reused */
+    uint8_t  rd;                    /* the value rows its reverse step reads: TA_RD_X (x; a
+                                       dot: its row factors), TA_RD_Y, TA_RD_R (ops.h) */
 } ta_ins;
 
 struct ta_code {
