@@ -538,9 +538,14 @@ TA_WIDE int ta_block(const ta_prog *P, ta_ws *W, const ta_run_t *R, uint64_t r0,
                 }
             }
         } else {
+            /* each wrt input's sum: per C->ch rows (the chunk the order is
+             * defined by) even where this chunk is wider (no uniform
+             * adjoints: parallel.c), in row order */
             for (j = 0; j < P->nwrt; j++) {
-                uint32_t k = P->wrt[j];
-                if (k != TA_NONE && !C->uni[k]) W->Gb[j] += ta_lanesum(ROW(W->D, C->dslot[k], ch), cb);
+                uint32_t k = P->wrt[j], o;
+                if (k == TA_NONE || C->uni[k]) continue;
+                for (o = 0; o < cb; o += C->ch)
+                    W->Gb[j] += ta_lanesum(ROW(W->D, C->dslot[k], ch) + o, cb - o < C->ch ? cb - o : C->ch);
             }
         }
     }

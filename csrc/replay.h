@@ -211,7 +211,9 @@ struct ta_code {
     uint32_t  ch;                   /* rows per chunk: a power of two dividing TA_BLOCK;
                                        a run summing gradients over rows runs
                                        chunks of ch (its sums' order)       */
-    uint32_t  wch;                  /* the same, for runs without such sums (>= ch) */
+    uint32_t  wch;                  /* the same (>= ch), for runs without such sums, and summed
+                                       runs without uniform adjoints (batch.c still sums
+                                       each wrt input per ch rows) */
     uint8_t  *uni, *need;           /* per node: uniform; a wrt leaf is behind it */
     uint32_t *loc;                  /* value: row slot, or index in the scalars U; TA_NONE inside a dot */
     uint32_t *bloc;                 /* uniform operand of a row op: its broadcast row */

@@ -678,3 +678,38 @@ def test_value_rows_reused_where_reverse_reads_none(seed):
         (outs[0] + outs[1]).backward()
         assert np.allclose(G[r], [v.grad for v in xs + [w]], rtol=1e-12, atol=1e-12)
     assert np.allclose(prog.grad(X)[1], G.sum(axis=0), rtol=1e-12, atol=1e-12)
+
+
+def test_summed_gradients_keep_their_order_in_wider_chunks():
+    """Summed gradients of wrt inputs (no parameter adjoints) run the wider
+    chunks per-sample runs do, but each sum stays in the documented order:
+    per block of 1024 rows, chunks of the Program's ch rows, row s of a chunk
+    into lane s % 4, (l0 + l1) + (l2 + l3), chunks then blocks in order.  The
+    per-sample gradients are the same rows' adjoints, so summing them that way
+    in Python must give the same bits, at any thread count."""
+    from tapead.codegen import Code
+    rng = random.Random(4)
+    xs = [Value(0.0) for _ in range(5)]
+    nodes = list(xs)
+    for i in range(500):
+        a, b = nodes[-5], rng.choice(nodes[-9:])
+        nodes.append((a * 0.3).tanh() * b + a.exp() * 0.01 if i % 2 else a - b * 0.5)
+    prog = tapead.compile(nodes[-1] + nodes[-2], xs, wrt=xs)
+    ch = Code.of(prog).ch
+    assert ch < 32                                  # so the summed run's chunks are wider
+    X = np.random.default_rng(4).uniform(-1, 1, (2503, 5))
+    _, G = prog.grad(X, per_sample=True)
+    want = []
+    for j in range(5):
+        total = 0.0
+        for b0 in range(0, len(X), 1024):
+            part = 0.0
+            for c0 in range(b0, min(b0 + 1024, len(X)), ch):
+                lanes = [0.0] * 4
+                for s, v in enumerate(G[c0:min(c0 + ch, b0 + 1024, len(X)), j].tolist()):
+                    lanes[s % 4] += v
+                part += (lanes[0] + lanes[1]) + (lanes[2] + lanes[3])
+            total += part
+        want.append(total)
+    for threads in (1, 3):
+        assert prog.grad(X, threads=threads)[1].tolist() == want
