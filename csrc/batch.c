@@ -48,10 +48,10 @@ static double ta_lanedot(const double *a, const double *b, uint32_t n)
 
 #define ROW(base, slot, ch) ((base) + (size_t)(slot) * (ch))
 
-/* A node's values as a row: its value row, or its broadcast row. */
-static const double *ta_vals(const ta_code *C, const ta_ws *W, uint32_t k)
+/* A value row as ta_ins.vx names it: a row slot, or TA_UNI | a broadcast row. */
+static const double *ta_vrow(const ta_ws *W, uint32_t v)
 {
-    return C->uni[k] ? ROW(W->Bc, C->bloc[k], W->ch) : ROW(W->V, C->loc[k], W->ch);
+    return (v & TA_UNI) ? ROW(W->Bc, v & ~TA_UNI, W->ch) : ROW(W->V, v, W->ch);
 }
 
 /* A node's value at row s of the chunk (uniform: the same for all). */
@@ -102,10 +102,9 @@ int ta_uniform_forward(const ta_prog *P, double *U, const double *params, ta_fai
 
 static int ta_fw_op(const ta_prog *P, ta_ws *W, const ta_ins *I, uint32_t off, uint32_t cb)
 {
-    const ta_code *C = P->code;
-    const double *xv = ta_vals(C, W, I->x) + off;
-    const double *yv = ta_kinds[I->op] == TA_K_BIN ? ta_vals(C, W, I->y) + off : xv;
-    double *rv = ROW(W->V, C->loc[I->k], W->ch) + off, c = P->c[I->k];
+    const double *xv = ta_vrow(W, I->vx) + off;
+    const double *yv = ta_kinds[I->op] == TA_K_BIN ? ta_vrow(W, I->vy) + off : xv;
+    double *rv = ROW(W->V, I->vk, W->ch) + off, c = P->c[I->k];
     uint32_t s;
     int bad = 0;
     UNUSED(yv); UNUSED(c);
@@ -219,23 +218,29 @@ static int ta_first_failure(const ta_prog *P, ta_ws *W, uint32_t cb, uint64_t b0
 
 /* ------------------------------------------------------------ reverse */
 
-/* Where the adjoint of operand k goes: its row, or (a uniform operand
- * summed over rows) a scratch row summed into W->A afterwards; NULL if k
- * needs none. */
-static double *ta_target(const ta_code *C, ta_ws *W, uint32_t k, int per_sample, double *tmp,
-                         uint32_t cb)
+/* Where an operand's adjoint goes, as ta_ins.ax names it: its row, or (a
+ * uniform operand summed over rows) a scratch row summed into W->A
+ * afterwards (ta_settle); NULL if it needs none. */
+static double *ta_dest(const ta_code *C, ta_ws *W, uint32_t a, int per_sample, double *tmp,
+                       uint32_t cb)
 {
-    if (C->dloc[k] == TA_NONE) return NULL;
-    if (!C->uni[k]) return ROW(W->D, C->dslot[k], W->ch);
-    if (per_sample) return ROW(W->D, C->nds + C->dloc[k], W->ch);
+    if (a == TA_NONE) return NULL;
+    if (!(a & TA_UNI)) return ROW(W->D, a, W->ch);
+    if (per_sample) return ROW(W->D, C->nds + (a & ~TA_UNI), W->ch);
     memset(tmp, 0, cb * sizeof *tmp);
     return tmp;
 }
 
-static void ta_settle(const ta_code *C, ta_ws *W, uint32_t k, int per_sample, const double *tmp,
-                      uint32_t cb)
+static void ta_settle(ta_ws *W, uint32_t a, int per_sample, const double *tmp, uint32_t cb)
 {
-    if (C->dloc[k] != TA_NONE && C->uni[k] && !per_sample) W->A[C->dloc[k]] += ta_lanesum(tmp, cb);
+    if (a != TA_NONE && (a & TA_UNI) && !per_sample) W->A[a & ~TA_UNI] += ta_lanesum(tmp, cb);
+}
+
+/* The same for node k */
+static double *ta_target(const ta_code *C, ta_ws *W, uint32_t k, int per_sample, double *tmp,
+                         uint32_t cb)
+{
+    return ta_dest(C, W, TA_ADJ_ROW(C, k), per_sample, tmp, cb);
 }
 
 /* x and y may be the same node (x * x): two loops, each adding one side.
@@ -256,10 +261,10 @@ static void ta_rv_op(const ta_prog *P, ta_ws *W, const ta_ins *I, uint32_t cb, i
 {
     const ta_code *C = P->code;
     int bin = ta_kinds[I->op] == TA_K_BIN;
-    const double *xv = ta_vals(C, W, I->x), *yv = bin ? ta_vals(C, W, I->y) : xv;
-    const double *rv = ROW(W->V, C->loc[I->k], W->ch), *g = ROW(W->D, C->dslot[I->k], W->ch);
-    double *ax = ta_target(C, W, I->x, ps, W->T1, cb);
-    double *ay = bin ? ta_target(C, W, I->y, ps, W->T2, cb) : NULL;
+    const double *xv = ta_vrow(W, I->vx), *yv = bin ? ta_vrow(W, I->vy) : xv;
+    const double *rv = ROW(W->V, I->vk, W->ch), *g = ROW(W->D, I->gk, W->ch);
+    double *ax = ta_dest(C, W, I->ax, ps, W->T1, cb);
+    double *ay = bin ? ta_dest(C, W, I->ay, ps, W->T2, cb) : NULL;
     double c = P->c[I->k];
     uint32_t s;
     UNUSED(yv); UNUSED(c);
@@ -268,8 +273,8 @@ static void ta_rv_op(const ta_prog *P, ta_ws *W, const ta_ins *I, uint32_t cb, i
 #include "ops.def"
 #undef TA_OP
     }
-    if (ax) ta_settle(C, W, I->x, ps, W->T1, cb);
-    if (ay) ta_settle(C, W, I->y, ps, W->T2, cb);
+    if (ax) ta_settle(W, I->ax, ps, W->T1, cb);
+    if (ay) ta_settle(W, I->ay, ps, W->T2, cb);
 }
 
 /* One operand of a product: adds other * g (d_MUL: each side's partial
@@ -388,7 +393,7 @@ static void ta_rv_dot(const ta_prog *P, ta_ws *W, const ta_ins *I, uint32_t cb, 
             uint32_t s;
             if (ax) {
                 for (s = 0; s < cb; s++) { double dx, dy; d_ADD(0.0, 0.0, 0.0, &dx, &dy); ax[s] += dx * g[s]; }
-                ta_settle(C, W, I->x, ps, W->T1, cb);
+                ta_settle(W, TA_ADJ_ROW(C, I->x), ps, W->T1, cb);
             }
         }
         ta_rv_factor(C, W, C->tp[t], C->tq[t], g, cb, ps);
@@ -452,7 +457,7 @@ static void ta_prefetch_row(const double *r, uint32_t ch)
 static void ta_prefetch(const ta_code *C, const ta_ws *W, const ta_ins *I)
 {
     uint32_t t;
-    if (I->rd & TA_RD_R) ta_prefetch_row(ROW(W->V, C->loc[I->k], W->ch), W->ch);
+    if (I->rd & TA_RD_R) ta_prefetch_row(ROW(W->V, I->vk, W->ch), W->ch);
     if (I->op == TA_IDOT) {
         if (I->rd)
             for (t = I->t0; t < I->t0 + I->nt; t++) {
@@ -461,8 +466,8 @@ static void ta_prefetch(const ta_code *C, const ta_ws *W, const ta_ins *I)
             }
         return;
     }
-    if ((I->rd & TA_RD_X) && !C->uni[I->x]) ta_prefetch_row(ROW(W->V, C->loc[I->x], W->ch), W->ch);
-    if ((I->rd & TA_RD_Y) && !C->uni[I->y]) ta_prefetch_row(ROW(W->V, C->loc[I->y], W->ch), W->ch);
+    if ((I->rd & TA_RD_X) && !(I->vx & TA_UNI)) ta_prefetch_row(ROW(W->V, I->vx, W->ch), W->ch);
+    if ((I->rd & TA_RD_Y) && !(I->vy & TA_UNI)) ta_prefetch_row(ROW(W->V, I->vy, W->ch), W->ch);
 }
 
 /* On x86-64 Linux with GCC, ta_block and everything it calls (flatten) is
@@ -516,15 +521,15 @@ TA_WIDE int ta_block(const ta_prog *P, ta_ws *W, const ta_run_t *R, uint64_t r0,
             if (!d) continue;
             if (R->seedmode == 1) { double sd = R->seed[j]; for (s = 0; s < cb; s++) d[s] += sd; }
             else for (s = 0; s < cb; s++) d[s] += R->seed[(b0 + s) * P->nout + j];
-            ta_settle(C, W, o, ps, W->T1, cb);
+            ta_settle(W, TA_ADJ_ROW(C, o), ps, W->T1, cb);
         }
         for (i = C->nins; i-- > 0;) {
             const ta_ins *I = &C->ins[i];
             if (i >= TA_PF) ta_prefetch(C, W, &C->ins[i - TA_PF]);
-            if (C->dloc[I->k] == TA_NONE) continue;
+            if (I->gk == TA_NONE) continue;
             if (I->op == TA_IDOT) ta_rv_dot(P, W, I, cb, ps);
             else ta_rv_op(P, W, I, cb, ps);
-            if (I->rel) { double *d = ROW(W->D, C->dslot[I->k], ch); for (s = 0; s < cb; s++) d[s] = 0.0; }
+            if (I->rel) { double *d = ROW(W->D, I->gk, ch); for (s = 0; s < cb; s++) d[s] = 0.0; }
         }
         if (ps) {
             ta_rv_uniform(P, W, cb, 1);

@@ -146,6 +146,23 @@ static int ta_value_slots(const ta_prog *P, ta_code *C, const uint8_t *pin)
     return TA_OK;
 }
 
+/* Each instruction's rows, looked up once here rather than per chunk
+ * (batch.c reads them: ta_fw_op, ta_rv_op) */
+static void ta_ins_rows(ta_code *C)
+{
+    uint32_t i;
+    for (i = 0; i < C->nins; i++) {
+        ta_ins *I = &C->ins[i];
+        int bin = I->op != TA_IDOT && ta_kinds[I->op] == TA_K_BIN;
+        I->vk = C->loc[I->k];
+        I->gk = C->dloc[I->k] == TA_NONE ? TA_NONE : C->dslot[I->k];
+        I->vx = I->vy = 0; I->ax = I->ay = TA_NONE;
+        if (I->op == TA_IDOT) continue;
+        I->vx = TA_VAL_ROW(C, I->x); I->ax = TA_ADJ_ROW(C, I->x);
+        if (bin) { I->vy = TA_VAL_ROW(C, I->y); I->ay = TA_ADJ_ROW(C, I->y); }
+    }
+}
+
 /* rows per chunk where no sum runs across rows (values, per-sample
  * gradients: the chunk changes no result): at least 32 rows while the
  * chunk's rows stay within TA_WIDE_BYTES, since below that each
@@ -267,6 +284,7 @@ int ta_code_new(ta_prog *P)
      * node, as before the rows were reused: it sets their sums' order) */
     C->ch = ta_chunk_rows((uint64_t)C->nv + C->nb + C->ndr + C->ndu + 3u);
     if ((st = ta_value_slots(P, C, pin)) != TA_OK) goto out;
+    ta_ins_rows(C);
     C->wch = ta_wide_rows((uint64_t)C->nv + C->nb + C->nds + C->ndu + 3u);
 out:
     free(pin); free(uses); free(dotadd); free(gone);
