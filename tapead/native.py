@@ -205,10 +205,19 @@ def _load(path: str, k: str) -> int:
         return _loaded[k][1]
 
 
+# Programs up to this many nodes get two rows' statements side by side
+# (codegen.CTarget(lanes=2)): one row's chain of dependent operations leaves
+# the core waiting on latency, two independent chains overlap.  Measured
+# (docs/native.md): 0.67x -> 0.53x of the interpreter at 26 nodes, 0.80x ->
+# 0.71x at 112; no gain at 199 nodes, a loss at 512 and 984, and twice the
+# build time
+LANES2_NODES = 128
+
+
 def kernel(code: "codegen.Code") -> Tuple[int, int]:
     """(address, scratch doubles) of the CPU kernel for code, built or found
     in the cache and loaded.  CompilerError if it cannot be built."""
-    t = codegen.CTarget()
+    t = codegen.CTarget(lanes=2 if code.n <= LANES2_NODES else 1)
     source = t.source(code)
     for attempt in (0, 1):
         path = build(source)
