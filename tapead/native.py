@@ -234,13 +234,14 @@ def kernel(code: "codegen.Code") -> Tuple[int, int]:
 
 
 # ------------------------------------------------------------ a Program's path
-# native=None runs the interpreter: generated CPU code was measured no
-# faster than it on every workload tried (docs/native.md: the interpreter
-# already computes uniform nodes once, runs fused dots four terms a pass
-# and vectorises every instruction across rows; the work left is libm's
-# and memory's), and building it costs a compiler run.  native=True builds
-# it anyway (for checking, and as the CPU twin of the GPU's kernels).
-NONE_REASON = "native=None: generated CPU code measured no faster here, see docs/native.md"
+# native=None runs the interpreter.  Generated CPU code is faster only for
+# small programs (docs/native.md: 0.53-0.8x of the interpreter under ~200
+# nodes, 1.0-1.3x above), where its compiler run (0.2-1 s) pays off only
+# past tens of millions of rows; native=None is never slower than the
+# interpreter, first call included.  native=True builds it (a small program
+# over many rows; checking; the CPU twin of the GPU's kernels).
+NONE_REASON = ("native=None: the interpreter, never slower; generated code pays only for "
+               "small programs over many rows (native=True), see docs/native.md")
 
 
 class NativeState:

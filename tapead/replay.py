@@ -427,7 +427,8 @@ def compile(outputs: Union[Value, Iterable[Value]], inputs: Union[Value, Iterabl
     native: True runs it with generated C code (tapead.native), built now
     with the C compiler, or found in the kernel cache (CompilerError, a
     RuntimeError, if it cannot be built); False and None (the default) with
-    the interpreter, which was measured as fast or faster (docs/native.md).
+    the interpreter, never slower, first call included (generated code pays
+    only for small programs over many rows: docs/native.md).
     The results are the same bits either way; ``repr(prog)`` says which runs.
 
     >>> import numpy as np; from tapead import Value, compile
