@@ -30,7 +30,10 @@ import sys
 import tempfile
 import time
 
-import numpy as np
+# one thread measured by process CPU time: OpenBLAS's idle threads (numpy starts
+# them) would add their spinning to it
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+import numpy as np  # noqa: E402
 
 import tapead
 import tapead.nn

@@ -354,7 +354,7 @@ class Program:
                 _check_seed(sp.shape, B, nout)
             r["seed"], r["seedmode"] = sp, 1 if sp.ndim == 1 else 2
             if grad == "per_sample":
-                G = np.zeros((B, nwrt))
+                G = np.empty((B, nwrt))     # (C writes every entry: 0.0 where wrt is not reached)
                 r["per_sample"] = 1
             else:
                 G = np.zeros(nwrt)

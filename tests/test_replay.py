@@ -713,3 +713,18 @@ def test_summed_gradients_keep_their_order_in_wider_chunks():
         want.append(total)
     for threads in (1, 3):
         assert prog.grad(X, threads=threads)[1].tolist() == want
+
+
+def test_per_sample_gradients_fill_every_entry():
+    """Per-sample gradients come back in an array C fills entry by entry
+    (it is not zeroed first): a wrt leaf no output reaches gets its 0.0 per
+    row, whatever memory the array was given."""
+    x, w, u = Value(0.5), Value(2.0), Value(3.0)      # u: reached by no output
+    prog = tapead.compile(x * w, [x], wrt=[w, u, x])
+    X = np.random.default_rng(8).uniform(-1, 1, (3001, 1))
+    for threads in (1, 2, 1):
+        junk = np.full((3001, 3), np.nan)             # freed memory full of nan, likely reused
+        del junk
+        _, G = prog.grad(X, per_sample=True, threads=threads)
+        assert G[:, 0].tolist() == X[:, 0].tolist() and G[:, 1].tolist() == [0.0] * 3001
+        assert G[:, 2].tolist() == [2.0] * 3001
