@@ -18,6 +18,9 @@ on an idle one).
    included, empty kernel cache: native=True, and native=None.
 
 Run: python benchmarks/bench_native.py [--quick]
+     python benchmarks/bench_native.py --fa [--quick] [--summed]   # section 3 alone
+       (--summed: the Program sums the gradients over the rows; the reference
+       still computes them per row, the same work)
 """
 import ctypes
 import os
@@ -27,7 +30,10 @@ import sys
 import tempfile
 import time
 
-import numpy as np
+# one thread measured by process CPU time: OpenBLAS's idle threads (numpy starts
+# them) would add their spinning to it
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+import numpy as np  # noqa: E402
 
 import tapead
 import tapead.nn
@@ -37,6 +43,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # run from anyw
 from fastest_autograd import graph  # noqa: E402  (the workload, written once)
 
 QUICK = "--quick" in sys.argv
+FA_ONLY = "--fa" in sys.argv
+SUMMED = "--summed" in sys.argv
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -90,12 +98,38 @@ def fa_ref():
     return f
 
 
+def fastest(reps):
+    """Section 3: the fastest-autograd workload, tapead (native=None) vs fa_ref.c."""
+    n_ops = 2000 if QUICK else 10000
+    out, xs = fastest_autograd(n_ops)
+    prog = tapead.compile(out, xs, wrt=xs)            # native=None: what it picks
+    ref = fa_ref()
+    B = 32
+    R = np.ascontiguousarray(np.random.default_rng(2).uniform(-1, 1, (B, 100)))
+    Yr, Gr = np.empty(B), np.empty((B, 100))
+    run_ref = lambda: ref(n_ops, B, R.ctypes.data, Yr.ctypes.data, Gr.ctypes.data)  # noqa: E731
+    run_ref()
+    Yp, Gp = prog.grad(R, per_sample=True)
+    assert np.allclose(Yp.ravel(), Yr, rtol=1e-9) and np.allclose(Gp, Gr, rtol=1e-6, atol=1e-12)
+    mine = ((lambda: prog.grad(R, threads=1)) if SUMMED                      # noqa: E731
+            else (lambda: prog.grad(R, per_sample=True, threads=1)))
+    tp, tr = paired(mine, run_ref, 1, reps)
+    print(f"\n3. fastest-autograd, {n_ops} ops ({prog.nodes} nodes), per row (forward + reverse, "
+          f"100 gradients{', summed over the rows' if SUMMED else ''}), {prog!r}:\n   tapead {tp / B * 1e6:7.1f} us/row   "
+          f"hand-written C tape (fa_ref.c, -O3) {tr / B * 1e6:7.1f} us/row   ratio {tp / tr:5.2f}x "
+          f"(target <= 1x)")
+    return R
+
+
 def main():
     reps = 5 if QUICK else 11
     print(f"tapead native replay benchmarks ({'quick' if QUICK else 'full'}); medians of {reps} "
           f"interleaved repeats; CPU time, one thread; {os.cpu_count()} cores, shared")
     with tempfile.TemporaryDirectory() as cache:
         os.environ["TAPEAD_CACHE"] = cache
+        if FA_ONLY:
+            fastest(reps)
+            return
 
         outs, ins, wrt = european()
         interp = tapead.compile(outs, ins, wrt=wrt, native=False)
@@ -127,22 +161,7 @@ def main():
               f"interpreter {ti * 1e6:7.1f} us   native {tn * 1e6:7.1f} us   ratio {tn / ti:5.2f}x  "
               f"(target <= 0.6x)")
 
-        n_ops = 2000 if QUICK else 10000
-        out, xs = fastest_autograd(n_ops)
-        prog = tapead.compile(out, xs, wrt=xs)            # native=None: what it picks
-        ref = fa_ref()
-        B = 32
-        R = np.ascontiguousarray(np.random.default_rng(2).uniform(-1, 1, (B, 100)))
-        Yr, Gr = np.empty(B), np.empty((B, 100))
-        run_ref = lambda: ref(n_ops, B, R.ctypes.data, Yr.ctypes.data, Gr.ctypes.data)  # noqa: E731
-        run_ref()
-        Yp, Gp = prog.grad(R, per_sample=True)
-        assert np.allclose(Yp.ravel(), Yr, rtol=1e-9) and np.allclose(Gp, Gr, rtol=1e-6, atol=1e-12)
-        tp, tr = paired(lambda: prog.grad(R, per_sample=True, threads=1), run_ref, 1, reps)
-        print(f"\n3. fastest-autograd, {n_ops} ops ({prog.nodes} nodes), per row (forward + reverse, "
-              f"100 gradients), {prog!r}:\n   tapead {tp / B * 1e6:7.1f} us/row   "
-              f"hand-written C tape (fa_ref.c, -O3) {tr / B * 1e6:7.1f} us/row   ratio {tp / tr:5.2f}x "
-              f"(target <= 1x)")
+        R = fastest(reps)
 
         out, xs = fastest_autograd(190)
         firsts = {True: [], None: []}

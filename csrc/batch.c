@@ -48,10 +48,10 @@ static double ta_lanedot(const double *a, const double *b, uint32_t n)
 
 #define ROW(base, slot, ch) ((base) + (size_t)(slot) * (ch))
 
-/* A node's values as a row: its value row, or its broadcast row. */
-static const double *ta_vals(const ta_code *C, const ta_ws *W, uint32_t k)
+/* A value row as ta_ins.vx names it: a row slot, or TA_UNI | a broadcast row. */
+static const double *ta_vrow(const ta_ws *W, uint32_t v)
 {
-    return C->uni[k] ? ROW(W->Bc, C->bloc[k], W->ch) : ROW(W->V, C->loc[k], W->ch);
+    return (v & TA_UNI) ? ROW(W->Bc, v & ~TA_UNI, W->ch) : ROW(W->V, v, W->ch);
 }
 
 /* A node's value at row s of the chunk (uniform: the same for all). */
@@ -102,10 +102,9 @@ int ta_uniform_forward(const ta_prog *P, double *U, const double *params, ta_fai
 
 static int ta_fw_op(const ta_prog *P, ta_ws *W, const ta_ins *I, uint32_t off, uint32_t cb)
 {
-    const ta_code *C = P->code;
-    const double *xv = ta_vals(C, W, I->x) + off;
-    const double *yv = ta_kinds[I->op] == TA_K_BIN ? ta_vals(C, W, I->y) + off : xv;
-    double *rv = ROW(W->V, C->loc[I->k], W->ch) + off, c = P->c[I->k];
+    const double *xv = ta_vrow(W, I->vx) + off;
+    const double *yv = ta_kinds[I->op] == TA_K_BIN ? ta_vrow(W, I->vy) + off : xv;
+    double *rv = ROW(W->V, I->vk, W->ch) + off, c = P->c[I->k];
     uint32_t s;
     int bad = 0;
     UNUSED(yv); UNUSED(c);
@@ -219,42 +218,53 @@ static int ta_first_failure(const ta_prog *P, ta_ws *W, uint32_t cb, uint64_t b0
 
 /* ------------------------------------------------------------ reverse */
 
-/* Where the adjoint of operand k goes: its row, or (a uniform operand
- * summed over rows) a scratch row summed into W->A afterwards; NULL if k
- * needs none. */
-static double *ta_target(const ta_code *C, ta_ws *W, uint32_t k, int per_sample, double *tmp,
-                         uint32_t cb)
+/* Where an operand's adjoint goes, as ta_ins.ax names it: its row, or (a
+ * uniform operand summed over rows) a scratch row summed into W->A
+ * afterwards (ta_settle); NULL if it needs none. */
+static double *ta_dest(const ta_code *C, ta_ws *W, uint32_t a, int per_sample, double *tmp,
+                       uint32_t cb)
 {
-    if (C->dloc[k] == TA_NONE) return NULL;
-    if (!C->uni[k]) return ROW(W->D, C->dslot[k], W->ch);
-    if (per_sample) return ROW(W->D, C->nds + C->dloc[k], W->ch);
+    if (a == TA_NONE) return NULL;
+    if (!(a & TA_UNI)) return ROW(W->D, a, W->ch);
+    if (per_sample) return ROW(W->D, C->nds + (a & ~TA_UNI), W->ch);
     memset(tmp, 0, cb * sizeof *tmp);
     return tmp;
 }
 
-static void ta_settle(const ta_code *C, ta_ws *W, uint32_t k, int per_sample, const double *tmp,
-                      uint32_t cb)
+static void ta_settle(ta_ws *W, uint32_t a, int per_sample, const double *tmp, uint32_t cb)
 {
-    if (C->dloc[k] != TA_NONE && C->uni[k] && !per_sample) W->A[C->dloc[k]] += ta_lanesum(tmp, cb);
+    if (a != TA_NONE && (a & TA_UNI) && !per_sample) W->A[a & ~TA_UNI] += ta_lanesum(tmp, cb);
 }
 
-/* x and y may be the same node (x * x): two loops, each adding one side */
+/* The same for node k */
+static double *ta_target(const ta_code *C, ta_ws *W, uint32_t k, int per_sample, double *tmp,
+                         uint32_t cb)
+{
+    return ta_dest(C, W, TA_ADJ_ROW(C, k), per_sample, tmp, cb);
+}
+
+/* x and y may be the same node (x * x): two loops, each adding one side.
+ * A rule gets the values it reads (RD_NAME, ops.h) and nan for the others:
+ * their rows may hold other nodes' values by now (code.c: ta_value_slots). */
+#define RV_X(N) ((RD_##N & TA_RD_X) ? xv[s] : NAN)
+#define RV_Y(N) ((RD_##N & TA_RD_Y) ? yv[s] : NAN)
+#define RV_R(N) ((RD_##N & TA_RD_R) ? rv[s] : NAN)
 #define RV_LEAF(N)
 #define RV_NARY(N)
-#define RV_UN(N)  if (ax) for (s = 0; s < cb; s++) { double dx, dy; d_##N(xv[s], 0.0, rv[s], &dx, &dy); ax[s] += dx * g[s]; }
-#define RV_CST(N) if (ax) for (s = 0; s < cb; s++) { double dx, dy; d_##N(xv[s], c, rv[s], &dx, &dy); ax[s] += dx * g[s]; }
+#define RV_UN(N)  if (ax) for (s = 0; s < cb; s++) { double dx, dy; d_##N(RV_X(N), 0.0, RV_R(N), &dx, &dy); ax[s] += dx * g[s]; }
+#define RV_CST(N) if (ax) for (s = 0; s < cb; s++) { double dx, dy; d_##N(RV_X(N), c, RV_R(N), &dx, &dy); ax[s] += dx * g[s]; }
 #define RV_BIN(N) \
-    if (ax) for (s = 0; s < cb; s++) { double dx, dy; d_##N(xv[s], yv[s], rv[s], &dx, &dy); ax[s] += dx * g[s]; } \
-    if (ay) for (s = 0; s < cb; s++) { double dx, dy; d_##N(xv[s], yv[s], rv[s], &dx, &dy); ay[s] += dy * g[s]; }
+    if (ax) for (s = 0; s < cb; s++) { double dx, dy; d_##N(RV_X(N), RV_Y(N), RV_R(N), &dx, &dy); ax[s] += dx * g[s]; } \
+    if (ay) for (s = 0; s < cb; s++) { double dx, dy; d_##N(RV_X(N), RV_Y(N), RV_R(N), &dx, &dy); ay[s] += dy * g[s]; }
 
 static void ta_rv_op(const ta_prog *P, ta_ws *W, const ta_ins *I, uint32_t cb, int ps)
 {
     const ta_code *C = P->code;
     int bin = ta_kinds[I->op] == TA_K_BIN;
-    const double *xv = ta_vals(C, W, I->x), *yv = bin ? ta_vals(C, W, I->y) : xv;
-    const double *rv = ROW(W->V, C->loc[I->k], W->ch), *g = ROW(W->D, C->dslot[I->k], W->ch);
-    double *ax = ta_target(C, W, I->x, ps, W->T1, cb);
-    double *ay = bin ? ta_target(C, W, I->y, ps, W->T2, cb) : NULL;
+    const double *xv = ta_vrow(W, I->vx), *yv = bin ? ta_vrow(W, I->vy) : xv;
+    const double *rv = ROW(W->V, I->vk, W->ch), *g = ROW(W->D, I->gk, W->ch);
+    double *ax = ta_dest(C, W, I->ax, ps, W->T1, cb);
+    double *ay = bin ? ta_dest(C, W, I->ay, ps, W->T2, cb) : NULL;
     double c = P->c[I->k];
     uint32_t s;
     UNUSED(yv); UNUSED(c);
@@ -263,8 +273,8 @@ static void ta_rv_op(const ta_prog *P, ta_ws *W, const ta_ins *I, uint32_t cb, i
 #include "ops.def"
 #undef TA_OP
     }
-    if (ax) ta_settle(C, W, I->x, ps, W->T1, cb);
-    if (ay) ta_settle(C, W, I->y, ps, W->T2, cb);
+    if (ax) ta_settle(W, I->ax, ps, W->T1, cb);
+    if (ay) ta_settle(W, I->ay, ps, W->T2, cb);
 }
 
 /* One operand of a product: adds other * g (d_MUL: each side's partial
@@ -383,7 +393,7 @@ static void ta_rv_dot(const ta_prog *P, ta_ws *W, const ta_ins *I, uint32_t cb, 
             uint32_t s;
             if (ax) {
                 for (s = 0; s < cb; s++) { double dx, dy; d_ADD(0.0, 0.0, 0.0, &dx, &dy); ax[s] += dx * g[s]; }
-                ta_settle(C, W, I->x, ps, W->T1, cb);
+                ta_settle(W, TA_ADJ_ROW(C, I->x), ps, W->T1, cb);
             }
         }
         ta_rv_factor(C, W, C->tp[t], C->tq[t], g, cb, ps);
@@ -429,6 +439,36 @@ static const double *ta_wrt_row(const ta_prog *P, const ta_ws *W, uint32_t k)
 }
 
 /* -------------------------------------------------------------- a block */
+
+/* The value rows instruction I's reverse step will read, prefetched a few
+ * steps ahead of the sweep (it walks the rows newest first, which the
+ * hardware's prefetchers follow poorly). */
+#define TA_PF 8
+#if defined(__GNUC__) || defined(__clang__)
+#  define TA_PREFETCH(p) __builtin_prefetch(p)
+#else
+#  define TA_PREFETCH(p) ((void)(p))
+#endif
+static void ta_prefetch_row(const double *r, uint32_t ch)
+{
+    uint32_t s;
+    for (s = 0; s < ch; s += 8u) TA_PREFETCH(r + s);
+}
+static void ta_prefetch(const ta_code *C, const ta_ws *W, const ta_ins *I)
+{
+    uint32_t t;
+    if (I->rd & TA_RD_R) ta_prefetch_row(ROW(W->V, I->vk, W->ch), W->ch);
+    if (I->op == TA_IDOT) {
+        if (I->rd)
+            for (t = I->t0; t < I->t0 + I->nt; t++) {
+                if (!C->uni[C->tp[t]]) ta_prefetch_row(ROW(W->V, C->loc[C->tp[t]], W->ch), W->ch);
+                if (!C->uni[C->tq[t]]) ta_prefetch_row(ROW(W->V, C->loc[C->tq[t]], W->ch), W->ch);
+            }
+        return;
+    }
+    if ((I->rd & TA_RD_X) && !(I->vx & TA_UNI)) ta_prefetch_row(ROW(W->V, I->vx, W->ch), W->ch);
+    if ((I->rd & TA_RD_Y) && !(I->vy & TA_UNI)) ta_prefetch_row(ROW(W->V, I->vy, W->ch), W->ch);
+}
 
 /* On x86-64 Linux with GCC, ta_block and everything it calls (flatten) is
  * also compiled for AVX2, picked at load time by the CPU (an ifunc): the
@@ -481,14 +521,15 @@ TA_WIDE int ta_block(const ta_prog *P, ta_ws *W, const ta_run_t *R, uint64_t r0,
             if (!d) continue;
             if (R->seedmode == 1) { double sd = R->seed[j]; for (s = 0; s < cb; s++) d[s] += sd; }
             else for (s = 0; s < cb; s++) d[s] += R->seed[(b0 + s) * P->nout + j];
-            ta_settle(C, W, o, ps, W->T1, cb);
+            ta_settle(W, TA_ADJ_ROW(C, o), ps, W->T1, cb);
         }
         for (i = C->nins; i-- > 0;) {
             const ta_ins *I = &C->ins[i];
-            if (C->dloc[I->k] == TA_NONE) continue;
+            if (i >= TA_PF) ta_prefetch(C, W, &C->ins[i - TA_PF]);
+            if (I->gk == TA_NONE) continue;
             if (I->op == TA_IDOT) ta_rv_dot(P, W, I, cb, ps);
             else ta_rv_op(P, W, I, cb, ps);
-            if (I->rel) { double *d = ROW(W->D, C->dslot[I->k], ch); for (s = 0; s < cb; s++) d[s] = 0.0; }
+            if (I->rel) { double *d = ROW(W->D, I->gk, ch); for (s = 0; s < cb; s++) d[s] = 0.0; }
         }
         if (ps) {
             ta_rv_uniform(P, W, cb, 1);
@@ -502,9 +543,14 @@ TA_WIDE int ta_block(const ta_prog *P, ta_ws *W, const ta_run_t *R, uint64_t r0,
                 }
             }
         } else {
+            /* each wrt input's sum: per C->ch rows (the chunk the order is
+             * defined by) even where this chunk is wider (no uniform
+             * adjoints: parallel.c), in row order */
             for (j = 0; j < P->nwrt; j++) {
-                uint32_t k = P->wrt[j];
-                if (k != TA_NONE && !C->uni[k]) W->Gb[j] += ta_lanesum(ROW(W->D, C->dslot[k], ch), cb);
+                uint32_t k = P->wrt[j], o;
+                if (k == TA_NONE || C->uni[k]) continue;
+                for (o = 0; o < cb; o += C->ch)
+                    W->Gb[j] += ta_lanesum(ROW(W->D, C->dslot[k], ch) + o, cb - o < C->ch ? cb - o : C->ch);
             }
         }
     }

@@ -74,6 +74,95 @@ static int ta_adjoint_slots(const ta_prog *P, ta_code *C)
     return TA_OK;
 }
 
+/* what each op's d_ rule reads (ops.h: RD_NAME), by op code */
+static const uint8_t ta_reads[] = {
+#define TA_OP(NAME, ...) RD_##NAME,
+#include "ops.def"
+#undef TA_OP
+};
+
+/* Value row slots for the row nodes, reused where the reverse sweep never
+ * reads the value.  A value is kept (its own row, for the whole chunk)
+ * when it is an input column, an output or a guard's operand (read after
+ * the forward sweep), or when a reverse step that runs reads it: an op's
+ * rule reads its operands and result as RD_NAME says (ADD, SUB, the
+ * constant shifts and scalings read none), a dot's term reads the other
+ * factor.  Any other value is read only by the forward sweep: its slot is
+ * freed after its last reader and goes to the next such node (newest
+ * freed first, so the rows in flight stay in L1).  A result never shares
+ * a slot with its own operands.  The operations and their order are
+ * unchanged: the same bits, with fewer rows of values stored and streamed
+ * back.  TA_OK or TA_ENOMEM. */
+static int ta_value_slots(const ta_prog *P, ta_code *C, const uint8_t *pin)
+{
+    size_t n = (size_t)P->n + 1;
+    uint32_t *last = (uint32_t *)ta_malloc(n * 4), *stack = (uint32_t *)ta_malloc(n * 4);
+    uint32_t nfree = 0, i, k, t;
+    uint8_t *keep = (uint8_t *)ta_malloc(n);
+    if (!last || !stack || !keep) { free(last); free(stack); free(keep); return TA_ENOMEM; }
+    for (k = 0; k < P->n; k++) { keep[k] = pin[k] || P->op[k] == TA_LEAF; last[k] = TA_NONE; }
+    for (i = 0; i < C->nins; i++) {
+        ta_ins *I = &C->ins[i];
+        int bin = I->op != TA_IDOT && ta_kinds[I->op] == TA_K_BIN;
+        last[I->x] = i;
+        if (bin) last[I->y] = i;
+        if (I->op == TA_IDOT)
+            for (t = I->t0; t < I->t0 + I->nt; t++) { last[C->tp[t]] = last[C->tq[t]] = i; }
+        I->rd = 0;
+        if (C->dloc[I->k] == TA_NONE) continue;              /* no reverse step */
+        if (I->op == TA_IDOT) {
+            for (t = I->t0; t < I->t0 + I->nt; t++) {
+                if (C->dloc[C->tp[t]] != TA_NONE) keep[C->tq[t]] = 1;
+                if (C->dloc[C->tq[t]] != TA_NONE) keep[C->tp[t]] = 1;
+            }
+            I->rd = TA_RD_X;
+            continue;
+        }
+        I->rd = ta_reads[I->op] & (bin ? 7u : TA_RD_X | TA_RD_R);
+        if (I->rd & TA_RD_X) keep[I->x] = 1;
+        if (I->rd & TA_RD_Y) keep[I->y] = 1;
+        if (I->rd & TA_RD_R) keep[I->k] = 1;
+    }
+    C->nv = 0;
+    for (k = 0; k < P->n; k++)                               /* the input columns */
+        if (C->loc[k] != TA_NONE && !C->uni[k] && P->op[k] == TA_LEAF) C->loc[k] = C->nv++;
+#define TA_FREE(o) do {                                                          \
+        uint32_t o_ = (o);                                                       \
+        if (!C->uni[o_] && !keep[o_] && last[o_] == i) {                         \
+            stack[nfree++] = C->loc[o_]; last[o_] = TA_NONE;  /* once */          \
+        }                                                                        \
+    } while (0)
+    for (i = 0; i < C->nins; i++) {
+        const ta_ins *I = &C->ins[i];
+        C->loc[I->k] = keep[I->k] || !nfree ? C->nv++ : stack[--nfree];
+        TA_FREE(I->x);
+        if (I->op == TA_IDOT)
+            for (t = I->t0; t < I->t0 + I->nt; t++) { TA_FREE(C->tp[t]); TA_FREE(C->tq[t]); }
+        else if (ta_kinds[I->op] == TA_K_BIN) TA_FREE(I->y);
+        if (!keep[I->k] && last[I->k] == TA_NONE) stack[nfree++] = C->loc[I->k];   /* unread */
+    }
+#undef TA_FREE
+    free(last); free(stack); free(keep);
+    return TA_OK;
+}
+
+/* Each instruction's rows, looked up once here rather than per chunk
+ * (batch.c reads them: ta_fw_op, ta_rv_op) */
+static void ta_ins_rows(ta_code *C)
+{
+    uint32_t i;
+    for (i = 0; i < C->nins; i++) {
+        ta_ins *I = &C->ins[i];
+        int bin = I->op != TA_IDOT && ta_kinds[I->op] == TA_K_BIN;
+        I->vk = C->loc[I->k];
+        I->gk = C->dloc[I->k] == TA_NONE ? TA_NONE : C->dslot[I->k];
+        I->vx = I->vy = 0; I->ax = I->ay = TA_NONE;
+        if (I->op == TA_IDOT) continue;
+        I->vx = TA_VAL_ROW(C, I->x); I->ax = TA_ADJ_ROW(C, I->x);
+        if (bin) { I->vy = TA_VAL_ROW(C, I->y); I->ay = TA_ADJ_ROW(C, I->y); }
+    }
+}
+
 /* rows per chunk where no sum runs across rows (values, per-sample
  * gradients: the chunk changes no result): at least 32 rows while the
  * chunk's rows stay within TA_WIDE_BYTES, since below that each
@@ -191,7 +280,11 @@ int ta_code_new(ta_prog *P)
         if (need && (rows == 0 || rows == 4)) C->tf[k] |= TA_RV4;
     }
     if ((st = ta_adjoint_slots(P, C)) != TA_OK) goto out;
+    /* (the chunk summed gradients run is counted with a value row per row
+     * node, as before the rows were reused: it sets their sums' order) */
     C->ch = ta_chunk_rows((uint64_t)C->nv + C->nb + C->ndr + C->ndu + 3u);
+    if ((st = ta_value_slots(P, C, pin)) != TA_OK) goto out;
+    ta_ins_rows(C);
     C->wch = ta_wide_rows((uint64_t)C->nv + C->nb + C->nds + C->ndu + 3u);
 out:
     free(pin); free(uses); free(dotadd); free(gone);

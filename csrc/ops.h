@@ -99,6 +99,12 @@ static inline double ta_tmul(double partial, double tangent)
  *
  * fwd_NAME, d_NAME: above.
  *
+ * RD_NAME: which of its arguments d_NAME reads, TA_RD_X | TA_RD_Y |
+ * TA_RD_R (x; y, a BIN op's other operand; r, its own result; a CST op's
+ * constant is always at hand).  A Program keeps a value row for the reverse
+ * sweep only where some rule reads it (code.c) and hands the others' rules
+ * a nan (batch.c), so a bit missing here makes gradients nan in the tests.
+ *
  * e_NAME(E, a): its derivative written as ops, for create_graph
  * (reverse-over-reverse), in the term algebra of terms.h.  It reads the
  * op's adjoint term a->g, its inputs a->x, a->y (node refs; a->c is the
@@ -119,6 +125,9 @@ static inline double ta_tmul(double partial, double tangent)
  * (hvp, hessian): d2r/dx2, d2r/dxdy, d2r/dy2 (y = c for CST ops: only xx).
  * They agree with e_NAME, fallbacks included: where e_NAME falls back to a
  * constant partial, the second partial is 0. */
+#define TA_RD_X 1u
+#define TA_RD_Y 2u
+#define TA_RD_R 4u
 #define E_(NAME) static inline void e_##NAME(hi_em *E, hi_arg *a)
 #define D2_(NAME) static inline void d2_##NAME(double x, double y, double r, double *xx, double *xy, double *yy)
 #define D2_NONE(NAME) D2_(NAME) { UNUSED(x); UNUSED(y); UNUSED(r); *xx = *xy = *yy = 0.0; }
@@ -126,28 +135,33 @@ static inline double ta_tmul(double partial, double tangent)
 static inline int fwd_LEAF(double x, double y, double *r) { UNUSED(y); *r = x; return TA_OK; }
 static inline void d_LEAF(double x, double y, double r, double *dx, double *dy)
 { UNUSED(x); UNUSED(y); UNUSED(r); *dx = 0; *dy = 0; }
+#define RD_LEAF 0
 E_(LEAF) { UNUSED(E); UNUSED(a); }
 D2_NONE(LEAF)
 #define fwd_DEAD fwd_LEAF
 #define d_DEAD d_LEAF
+#define RD_DEAD RD_LEAF
 E_(DEAD) { UNUSED(E); UNUSED(a); }
 D2_NONE(DEAD)
 
 static inline int fwd_ADD(double x, double y, double *r) { *r = x + y; return TA_OK; }
 static inline void d_ADD(double x, double y, double r, double *dx, double *dy)
 { UNUSED(x); UNUSED(y); UNUSED(r); *dx = 1.0; *dy = 1.0; }
+#define RD_ADD 0
 E_(ADD)  { UNUSED(E); a->dx = a->g; a->dy = a->g; }
 D2_NONE(ADD)
 
 static inline int fwd_SUB(double x, double y, double *r) { *r = x - y; return TA_OK; }
 static inline void d_SUB(double x, double y, double r, double *dx, double *dy)
 { UNUSED(x); UNUSED(y); UNUSED(r); *dx = 1.0; *dy = -1.0; }
+#define RD_SUB 0
 E_(SUB)  { a->dx = a->g; a->dy = hi_mulc(E, a->g, -1.0); }
 D2_NONE(SUB)
 
 static inline int fwd_MUL(double x, double y, double *r) { *r = x * y; return TA_OK; }
 static inline void d_MUL(double x, double y, double r, double *dx, double *dy)
 { UNUSED(r); *dx = y; *dy = x; }
+#define RD_MUL (TA_RD_X | TA_RD_Y)
 E_(MUL)  { a->dx = hi_scale(E, a->g, a->y); a->dy = hi_scale(E, a->g, a->x); }
 D2_(MUL)  { UNUSED(x); UNUSED(y); UNUSED(r); *xx = 0.0; *xy = 1.0; *yy = 0.0; }
 
@@ -155,6 +169,7 @@ static inline int fwd_DIV(double x, double y, double *r)
 { if (y == 0.0) return TA_EZERODIV; *r = x / y; return TA_OK; }
 static inline void d_DIV(double x, double y, double r, double *dx, double *dy)
 { UNUSED(x); *dx = 1.0 / y; *dy = -r / y; }
+#define RD_DIV (TA_RD_Y | TA_RD_R)
 /* x/y: dx = g/y, dy = -(g/y) r */
 E_(DIV)  { a->dx = hi_div(E, a->g, a->y); a->dy = hi_mulc(E, hi_scale(E, a->dx, a->r), -1.0); }
 /* x/y: xy = -1/y^2, yy = 2r/y^2 */
@@ -163,6 +178,7 @@ D2_(DIV)  { UNUSED(x); *xx = 0.0; *xy = -1.0 / (y * y); *yy = 2.0 * r / (y * y);
 static inline int fwd_POW(double x, double y, double *r) { return py_pow(x, y, r); }
 static inline void d_POW(double x, double y, double r, double *dx, double *dy)
 { *dx = dpow_dx(x, y); *dy = dpow_dy(x, y, r); }
+#define RD_POW (TA_RD_X | TA_RD_Y | TA_RD_R)
 /* x**y: dx = g y x**(y-1); dy = g r ln x (x > 0; else the numeric constant).
  * At x < 0 and y = 0, x**(y-1) is recorded as x**-1: as a POW node its
  * partial in y is nan, and the adjoint y = 0 would carry 0 * nan into
@@ -196,18 +212,21 @@ D2_(POW)
 static inline int fwd_ADDC(double x, double c, double *r) { *r = x + c; return TA_OK; }
 static inline void d_ADDC(double x, double c, double r, double *dx, double *dy)
 { UNUSED(x); UNUSED(c); UNUSED(r); *dx = 1.0; *dy = 0; }
+#define RD_ADDC 0
 E_(ADDC)  { UNUSED(E); a->dx = a->g; }
 D2_NONE(ADDC)
 
 static inline int fwd_RSUBC(double x, double c, double *r) { *r = c - x; return TA_OK; }
 static inline void d_RSUBC(double x, double c, double r, double *dx, double *dy)
 { UNUSED(x); UNUSED(c); UNUSED(r); *dx = -1.0; *dy = 0; }
+#define RD_RSUBC 0
 E_(RSUBC) { a->dx = hi_mulc(E, a->g, -1.0); }
 D2_NONE(RSUBC)
 
 static inline int fwd_MULC(double x, double c, double *r) { *r = x * c; return TA_OK; }
 static inline void d_MULC(double x, double c, double r, double *dx, double *dy)
 { UNUSED(x); UNUSED(r); *dx = c; *dy = 0; }
+#define RD_MULC 0
 E_(MULC)  { a->dx = hi_mulc(E, a->g, a->c); }
 D2_NONE(MULC)
 
@@ -217,6 +236,7 @@ static inline int fwd_DIVC(double x, double c, double *r)
 { if (c == 0.0) return TA_EZERODIV; *r = x / c; return TA_OK; }
 static inline void d_DIVC(double x, double c, double r, double *dx, double *dy)
 { UNUSED(x); UNUSED(r); *dx = 1.0 / c; *dy = 0; }
+#define RD_DIVC 0
 E_(DIVC)  { a->dx = hi_mulc(E, a->g, 1.0 / a->c); }
 D2_NONE(DIVC)
 
@@ -224,6 +244,7 @@ static inline int fwd_RDIVC(double x, double c, double *r)
 { if (x == 0.0) return TA_EZERODIV; *r = c / x; return TA_OK; }
 static inline void d_RDIVC(double x, double c, double r, double *dx, double *dy)
 { UNUSED(c); *dx = -r / x; *dy = 0; }
+#define RD_RDIVC (TA_RD_X | TA_RD_R)
 /* c/x: dx = -(g r)/x */
 E_(RDIVC) { a->dx = hi_mulc(E, hi_div(E, hi_scale(E, a->g, a->r), a->x), -1.0); }
 D2_(RDIVC) { UNUSED(y); *xx = 2.0 * r / (x * x); *xy = *yy = 0.0; }
@@ -231,6 +252,7 @@ D2_(RDIVC) { UNUSED(y); *xx = 2.0 * r / (x * x); *xy = *yy = 0.0; }
 static inline int fwd_POWC(double x, double c, double *r) { return py_pow(x, c, r); }
 static inline void d_POWC(double x, double c, double r, double *dx, double *dy)
 { UNUSED(r); *dx = dpow_dx(x, c); *dy = 0; }
+#define RD_POWC (TA_RD_X)
 /* x**c: dx = g (c x**(c-1)); c = 0 and c = 1 need no node */
 E_(POWC)
 {
@@ -249,6 +271,7 @@ D2_(POWC)
 static inline int fwd_RPOWC(double x, double c, double *r) { return py_pow(c, x, r); }
 static inline void d_RPOWC(double x, double c, double r, double *dx, double *dy)
 { *dx = dpow_dy(c, x, r); *dy = 0; }
+#define RD_RPOWC (TA_RD_X | TA_RD_R)
 /* c**x: dx = g r ln c (c > 0; else the numeric constant) */
 E_(RPOWC)
 {
@@ -262,6 +285,7 @@ static inline int fwd_RELU(double x, double y, double *r)
 { UNUSED(y); *r = x < 0.0 ? 0.0 : x; return TA_OK; }
 static inline void d_RELU(double x, double y, double r, double *dx, double *dy)
 { UNUSED(x); UNUSED(y); *dx = r > 0.0 ? 1.0 : 0.0; *dy = 0; }
+#define RD_RELU (TA_RD_R)
 E_(RELU)  { UNUSED(E); a->dx = a->rv > 0.0 ? a->g : hi_zero; }
 D2_NONE(RELU)
 
@@ -269,6 +293,7 @@ static inline int fwd_TANH(double x, double y, double *r)
 { UNUSED(y); *r = tanh(x); return TA_OK; }
 static inline void d_TANH(double x, double y, double r, double *dx, double *dy)
 { UNUSED(x); UNUSED(y); *dx = 1.0 - r * r; *dy = 0; }
+#define RD_TANH (TA_RD_R)
 /* dx = g (1 - r r) */
 E_(TANH)  { a->dx = hi_scale(E, a->g, NC(RSUBC, N2(MUL, a->r, a->r), 1.0)); }
 D2_(TANH)  { UNUSED(x); UNUSED(y); *xx = -2.0 * r * (1.0 - r * r); *xy = *yy = 0.0; }
@@ -277,6 +302,7 @@ static inline int fwd_EXP(double x, double y, double *r)
 { UNUSED(y); *r = exp(x); return (FIN(x) && isinf(*r)) ? TA_ERANGE : TA_OK; }
 static inline void d_EXP(double x, double y, double r, double *dx, double *dy)
 { UNUSED(x); UNUSED(y); *dx = r; *dy = 0; }
+#define RD_EXP (TA_RD_R)
 E_(EXP)   { a->dx = hi_scale(E, a->g, a->r); }
 D2_(EXP)   { UNUSED(x); UNUSED(y); *xx = r; *xy = *yy = 0.0; }
 
@@ -284,6 +310,7 @@ static inline int fwd_LOG(double x, double y, double *r)
 { UNUSED(y); if (x <= 0.0) return TA_EDOMAIN; *r = log(x); return TA_OK; }
 static inline void d_LOG(double x, double y, double r, double *dx, double *dy)
 { UNUSED(y); UNUSED(r); *dx = 1.0 / x; *dy = 0; }
+#define RD_LOG (TA_RD_X)
 E_(LOG)   { a->dx = hi_div(E, a->g, a->x); }
 D2_(LOG)   { UNUSED(y); UNUSED(r); *xx = -1.0 / (x * x); *xy = *yy = 0.0; }
 
@@ -291,6 +318,7 @@ static inline int fwd_LOG1P(double x, double y, double *r)
 { UNUSED(y); if (x <= -1.0) return TA_EDOMAIN; *r = log1p(x); return TA_OK; }
 static inline void d_LOG1P(double x, double y, double r, double *dx, double *dy)
 { UNUSED(y); UNUSED(r); *dx = 1.0 / (1.0 + x); *dy = 0; }
+#define RD_LOG1P (TA_RD_X)
 E_(LOG1P) { a->dx = hi_div(E, a->g, NC(ADDC, a->x, 1.0)); }
 D2_(LOG1P) { UNUSED(y); UNUSED(r); *xx = -1.0 / ((1.0 + x) * (1.0 + x)); *xy = *yy = 0.0; }
 
@@ -304,6 +332,7 @@ static inline int fwd_SIGMOID(double x, double y, double *r)
 }
 static inline void d_SIGMOID(double x, double y, double r, double *dx, double *dy)
 { UNUSED(x); UNUSED(y); *dx = r * (1.0 - r); *dy = 0; }
+#define RD_SIGMOID (TA_RD_R)
 /* dx = g r (1 - r) */
 E_(SIGMOID) { a->dx = hi_scale(E, a->g, N2(MUL, a->r, NC(RSUBC, a->r, 1.0))); }
 D2_(SIGMOID) { UNUSED(x); UNUSED(y); *xx = r * (1.0 - r) * (1.0 - 2.0 * r); *xy = *yy = 0.0; }
@@ -312,6 +341,7 @@ static inline int fwd_SIN(double x, double y, double *r)
 { UNUSED(y); if (isinf(x)) return TA_EDOMAIN; *r = sin(x); return TA_OK; }
 static inline void d_SIN(double x, double y, double r, double *dx, double *dy)
 { UNUSED(y); UNUSED(r); *dx = cos(x); *dy = 0; }
+#define RD_SIN (TA_RD_X)
 E_(SIN)   { a->dx = hi_scale(E, a->g, N1(COS, a->x)); }
 D2_(SIN)   { UNUSED(x); UNUSED(y); *xx = -r; *xy = *yy = 0.0; }
 
@@ -319,6 +349,7 @@ static inline int fwd_COS(double x, double y, double *r)
 { UNUSED(y); if (isinf(x)) return TA_EDOMAIN; *r = cos(x); return TA_OK; }
 static inline void d_COS(double x, double y, double r, double *dx, double *dy)
 { UNUSED(y); UNUSED(r); *dx = -sin(x); *dy = 0; }
+#define RD_COS (TA_RD_X)
 E_(COS)   { a->dx = hi_mulc(E, hi_scale(E, a->g, N1(SIN, a->x)), -1.0); }
 D2_(COS)   { UNUSED(x); UNUSED(y); *xx = -r; *xy = *yy = 0.0; }
 
@@ -326,6 +357,7 @@ static inline int fwd_SQRT(double x, double y, double *r)
 { UNUSED(y); if (x < 0.0) return TA_EDOMAIN; *r = sqrt(x); return TA_OK; }
 static inline void d_SQRT(double x, double y, double r, double *dx, double *dy)
 { UNUSED(x); UNUSED(y); *dx = 0.5 / r; *dy = 0; }
+#define RD_SQRT (TA_RD_R)
 /* dx = (g / r) 0.5 */
 E_(SQRT)  { a->dx = hi_mulc(E, hi_div(E, a->g, a->r), 0.5); }
 /* sqrt: xx = -1/(4 r^3); 0 at r = 0 (e_SQRT's fallback) */
@@ -335,6 +367,7 @@ static inline int fwd_ABS(double x, double y, double *r)
 { UNUSED(y); *r = fabs(x); return TA_OK; }
 static inline void d_ABS(double x, double y, double r, double *dx, double *dy)
 { UNUSED(y); UNUSED(r); *dx = x > 0.0 ? 1.0 : (x < 0.0 ? -1.0 : 0.0); *dy = 0; }
+#define RD_ABS (TA_RD_X)
 E_(ABS)
 {
     UNUSED(E);
@@ -347,6 +380,7 @@ static inline int fwd_MAX(double x, double y, double *r)
 { *r = (y > x) ? y : x; return TA_OK; }
 static inline void d_MAX(double x, double y, double r, double *dx, double *dy)
 { UNUSED(r); if (x == y) { *dx = *dy = 0.5; } else if (y > x) { *dx = 0; *dy = 1.0; } else { *dx = 1.0; *dy = 0; } }
+#define RD_MAX (TA_RD_X | TA_RD_Y)
 E_(MAX)
 {
     if (a->xv == a->yv) { a->dx = a->dy = hi_mulc(E, a->g, 0.5); }
@@ -359,6 +393,7 @@ static inline int fwd_MIN(double x, double y, double *r)
 { *r = (y < x) ? y : x; return TA_OK; }
 static inline void d_MIN(double x, double y, double r, double *dx, double *dy)
 { UNUSED(r); if (x == y) { *dx = *dy = 0.5; } else if (y < x) { *dx = 0; *dy = 1.0; } else { *dx = 1.0; *dy = 0; } }
+#define RD_MIN (TA_RD_X | TA_RD_Y)
 E_(MIN)
 {
     if (a->xv == a->yv) { a->dx = a->dy = hi_mulc(E, a->g, 0.5); }
@@ -371,6 +406,7 @@ D2_NONE(MIN)
  * (ta_plain refuses such graphs first); its partials live in custom.c. */
 static inline int fwd_CUSTOM(double x, double y, double *r) { UNUSED(x); UNUSED(y); UNUSED(r); return TA_ECUSTOM; }
 #define d_CUSTOM d_LEAF
+#define RD_CUSTOM RD_LEAF
 E_(CUSTOM) { UNUSED(E); UNUSED(a); }   /* never reached: ta_plain refuses first */
 D2_NONE(CUSTOM)
 #undef E_

@@ -203,13 +203,30 @@ typedef struct {
     uint32_t t0, nt;                /* a dot: its terms, [t0, t0 + nt)         */
     uint8_t  op;                    /* op code, or TA_IDOT                     */
     uint8_t  rel;                   /* after it, k's adjoint row is zeroed, its slot reused */
+    uint8_t  rd;                    /* the value rows its reverse step reads: TA_RD_X (x; a
+                                       dot: its row factors), TA_RD_Y, TA_RD_R (ops.h) */
+    /* (not a dot) its rows, looked up once (code.c: ta_ins_rows): */
+    uint32_t vk, vx, vy;            /* value rows of k, x, y: a row slot, or TA_UNI | the
+                                       broadcast row of a uniform operand */
+    uint32_t gk, ax, ay;            /* adjoint of k (its row slot, TA_NONE: none); where x's
+                                       and y's go: a row slot, TA_UNI | the uniform
+                                       adjoint's index, or TA_NONE */
 } ta_ins;
+#define TA_UNI 0x80000000u
+
+/* (code.c, batch.c) node k's value row as ta_ins.vx says it, and where its
+ * adjoint goes as ta_ins.ax says it (uni, loc, bloc, dloc, dslot as below) */
+#define TA_VAL_ROW(C, k) ((C)->uni[k] ? TA_UNI | (C)->bloc[k] : (C)->loc[k])
+#define TA_ADJ_ROW(C, k) ((C)->dloc[k] == TA_NONE ? TA_NONE : \
+                          (C)->uni[k] ? TA_UNI | (C)->dloc[k] : (C)->dslot[k])
 
 struct ta_code {
     uint32_t  ch;                   /* rows per chunk: a power of two dividing TA_BLOCK;
                                        a run summing gradients over rows runs
                                        chunks of ch (its sums' order)       */
-    uint32_t  wch;                  /* the same, for runs without such sums (>= ch) */
+    uint32_t  wch;                  /* the same (>= ch), for runs without such sums, and summed
+                                       runs without uniform adjoints (batch.c still sums
+                                       each wrt input per ch rows) */
     uint8_t  *uni, *need;           /* per node: uniform; a wrt leaf is behind it */
     uint32_t *loc;                  /* value: row slot, or index in the scalars U; TA_NONE inside a dot */
     uint32_t *bloc;                 /* uniform operand of a row op: its broadcast row */

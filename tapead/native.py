@@ -205,10 +205,19 @@ def _load(path: str, k: str) -> int:
         return _loaded[k][1]
 
 
+# Programs up to this many nodes get two rows' statements side by side
+# (codegen.CTarget(lanes=2)): one row's chain of dependent operations leaves
+# the core waiting on latency, two independent chains overlap.  Measured
+# (docs/native.md): 0.67x -> 0.53x of the interpreter at 26 nodes, 0.80x ->
+# 0.71x at 112; no gain at 199 nodes, a loss at 512 and 984, and twice the
+# build time
+LANES2_NODES = 128
+
+
 def kernel(code: "codegen.Code") -> Tuple[int, int]:
     """(address, scratch doubles) of the CPU kernel for code, built or found
     in the cache and loaded.  CompilerError if it cannot be built."""
-    t = codegen.CTarget()
+    t = codegen.CTarget(lanes=2 if code.n <= LANES2_NODES else 1)
     source = t.source(code)
     for attempt in (0, 1):
         path = build(source)
@@ -225,13 +234,14 @@ def kernel(code: "codegen.Code") -> Tuple[int, int]:
 
 
 # ------------------------------------------------------------ a Program's path
-# native=None runs the interpreter: generated CPU code was measured no
-# faster than it on every workload tried (docs/native.md: the interpreter
-# already computes uniform nodes once, runs fused dots four terms a pass
-# and vectorises every instruction across rows; the work left is libm's
-# and memory's), and building it costs a compiler run.  native=True builds
-# it anyway (for checking, and as the CPU twin of the GPU's kernels).
-NONE_REASON = "native=None: generated CPU code measured no faster here, see docs/native.md"
+# native=None runs the interpreter.  Generated CPU code is faster only for
+# small programs (docs/native.md: 0.53-0.8x of the interpreter under ~200
+# nodes, 1.0-1.3x above), where its compiler run (0.2-1 s) pays off only
+# past tens of millions of rows; native=None is never slower than the
+# interpreter, first call included.  native=True builds it (a small program
+# over many rows; checking; the CPU twin of the GPU's kernels).
+NONE_REASON = ("native=None: the interpreter, never slower; generated code pays only for "
+               "small programs over many rows (native=True), see docs/native.md")
 
 
 class NativeState:

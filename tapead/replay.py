@@ -354,7 +354,7 @@ class Program:
                 _check_seed(sp.shape, B, nout)
             r["seed"], r["seedmode"] = sp, 1 if sp.ndim == 1 else 2
             if grad == "per_sample":
-                G = np.zeros((B, nwrt))
+                G = np.empty((B, nwrt))     # (C writes every entry: 0.0 where wrt is not reached)
                 r["per_sample"] = 1
             else:
                 G = np.zeros(nwrt)
@@ -427,7 +427,8 @@ def compile(outputs: Union[Value, Iterable[Value]], inputs: Union[Value, Iterabl
     native: True runs it with generated C code (tapead.native), built now
     with the C compiler, or found in the kernel cache (CompilerError, a
     RuntimeError, if it cannot be built); False and None (the default) with
-    the interpreter, which was measured as fast or faster (docs/native.md).
+    the interpreter, never slower, first call included (generated code pays
+    only for small programs over many rows: docs/native.md).
     The results are the same bits either way; ``repr(prog)`` says which runs.
 
     >>> import numpy as np; from tapead import Value, compile

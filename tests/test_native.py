@@ -17,7 +17,7 @@ import pytest
 
 import tapead
 from tapead import GuardError, Value, native
-from tapead.codegen import Body, Code
+from tapead.codegen import Body, Code, CTarget
 from opcases import math_ops
 
 pytestmark = pytest.mark.skipif(native.compiler() is None, reason="no C compiler")
@@ -118,6 +118,20 @@ def test_random_programs_bit_for_bit(seed):
     X = np.random.default_rng(seed).uniform(-2, 2, size=(2503, len(xs)))   # > 2 blocks, odd
     pv = np.random.default_rng(seed + 9).uniform(-1, 1, size=len(slow.params))
     assert same(runs(slow, X, pv), runs(fast, X, pv))
+
+
+def test_two_lane_kernels_bit_for_bit(monkeypatch):
+    """Small programs get two rows' statements side by side (CTarget(lanes=2));
+    forced onto a random graph of every op: the interpreter's bits in every
+    way of running it, odd row counts included (a chunk's last row alone)."""
+    monkeypatch.setattr(native, "LANES2_NODES", 10 ** 6)
+    outs, xs, wrt = random_graph(3)
+    slow, fast = pair(outs, xs, wrt)
+    assert fast.native and "#define TA_W 2" in CTarget(lanes=2).prelude()
+    X = np.random.default_rng(3).uniform(-2, 2, size=(1031, len(xs)))
+    pv = np.random.default_rng(12).uniform(-1, 1, size=len(slow.params))
+    assert same(runs(slow, X, pv), runs(fast, X, pv))
+    assert same(runs(slow, X[:7], pv), runs(fast, X[:7], pv))
 
 
 def test_bodies_follow_the_interpreters_code():

@@ -1,6 +1,7 @@
 """Replay (tapead/replay.py, csrc/replay.c): recompute against fresh recordings,
 guards, batched Programs against per-row replays and backward(), bounded memory."""
 import math
+import random
 
 import numpy as np
 import pytest
@@ -639,3 +640,91 @@ def test_large_program_rows_and_adjoint_slots():
         assert Y[r, 0] == out.data
         assert np.allclose(G[r], [v.grad for v in xs + [w]], rtol=1e-12, atol=1e-12)
     assert np.allclose(Gs, G.sum(axis=0), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("seed", [11, 12, 13])
+def test_value_rows_reused_where_reverse_reads_none(seed):
+    """Random graphs where many values are read only forward (sums,
+    differences, constant shifts and scalings feeding exp, tanh, log1p,
+    products and quotients, which read their operands or results back): the
+    interpreter keeps a value row only where a reverse step reads it and
+    reuses the others, so each row's values and gradients must still be the
+    tape's own (recompute, backward), and summed ones their sum, at any
+    thread count."""
+    rng = random.Random(seed)
+    xs = [Value(0.0) for _ in range(4)]
+    w = Value(0.3)
+    pool = list(xs) + [w]
+    for i in range(400):
+        a, b = rng.choice(pool[-12:]), rng.choice(pool)
+        k = rng.randrange(10)
+        v = (a + b if k == 0 else a - b if k == 1 else a + 0.25 if k == 2 else a * -0.5 if k == 3
+             else (a * 0.1).exp() if k == 4 else a.tanh() if k == 5 else (a * a).log1p() if k == 6
+             else a.tanh() * b * 0.5 if k == 7 else a / (b * b + 1.0) if k == 8 else 1.5 - a.tanh())
+        pool.append(v)
+    outs = [pool[-1], pool[-7] + pool[-40]]
+    prog = tapead.compile(outs, xs, wrt=xs + [w])
+    X = np.random.default_rng(seed).uniform(-1, 1, (21, 4))
+    Y, G = prog.grad(X, per_sample=True)
+    Y3, G3 = prog.grad(X, per_sample=True, threads=3)
+    assert np.array_equal(Y, Y3) and np.array_equal(G, G3) and np.array_equal(prog(X), Y)
+    for r in range(len(X)):
+        for v, x in zip(xs, X[r]):
+            v.data = x
+        for v in xs + [w]:
+            v.grad = 0.0
+        outs[0].recompute(); outs[1].recompute()
+        assert Y[r].tolist() == [outs[0].data, outs[1].data]
+        (outs[0] + outs[1]).backward()
+        assert np.allclose(G[r], [v.grad for v in xs + [w]], rtol=1e-12, atol=1e-12)
+    assert np.allclose(prog.grad(X)[1], G.sum(axis=0), rtol=1e-12, atol=1e-12)
+
+
+def test_summed_gradients_keep_their_order_in_wider_chunks():
+    """Summed gradients of wrt inputs (no parameter adjoints) run the wider
+    chunks per-sample runs do, but each sum stays in the documented order:
+    per block of 1024 rows, chunks of the Program's ch rows, row s of a chunk
+    into lane s % 4, (l0 + l1) + (l2 + l3), chunks then blocks in order.  The
+    per-sample gradients are the same rows' adjoints, so summing them that way
+    in Python must give the same bits, at any thread count."""
+    from tapead.codegen import Code
+    rng = random.Random(4)
+    xs = [Value(0.0) for _ in range(5)]
+    nodes = list(xs)
+    for i in range(500):
+        a, b = nodes[-5], rng.choice(nodes[-9:])
+        nodes.append((a * 0.3).tanh() * b + a.exp() * 0.01 if i % 2 else a - b * 0.5)
+    prog = tapead.compile(nodes[-1] + nodes[-2], xs, wrt=xs)
+    ch = Code.of(prog).ch
+    assert ch < 32                                  # so the summed run's chunks are wider
+    X = np.random.default_rng(4).uniform(-1, 1, (2503, 5))
+    _, G = prog.grad(X, per_sample=True)
+    want = []
+    for j in range(5):
+        total = 0.0
+        for b0 in range(0, len(X), 1024):
+            part = 0.0
+            for c0 in range(b0, min(b0 + 1024, len(X)), ch):
+                lanes = [0.0] * 4
+                for s, v in enumerate(G[c0:min(c0 + ch, b0 + 1024, len(X)), j].tolist()):
+                    lanes[s % 4] += v
+                part += (lanes[0] + lanes[1]) + (lanes[2] + lanes[3])
+            total += part
+        want.append(total)
+    for threads in (1, 3):
+        assert prog.grad(X, threads=threads)[1].tolist() == want
+
+
+def test_per_sample_gradients_fill_every_entry():
+    """Per-sample gradients come back in an array C fills entry by entry
+    (it is not zeroed first): a wrt leaf no output reaches gets its 0.0 per
+    row, whatever memory the array was given."""
+    x, w, u = Value(0.5), Value(2.0), Value(3.0)      # u: reached by no output
+    prog = tapead.compile(x * w, [x], wrt=[w, u, x])
+    X = np.random.default_rng(8).uniform(-1, 1, (3001, 1))
+    for threads in (1, 2, 1):
+        junk = np.full((3001, 3), np.nan)             # freed memory full of nan, likely reused
+        del junk
+        _, G = prog.grad(X, per_sample=True, threads=threads)
+        assert G[:, 0].tolist() == X[:, 0].tolist() and G[:, 1].tolist() == [0.0] * 3001
+        assert G[:, 2].tolist() == [2.0] * 3001
