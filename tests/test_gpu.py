@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import time
+import threading
 import types
 
 import numpy as np
@@ -528,6 +529,9 @@ def emulated(monkeypatch, tmp_path):
     calls = []
     fake = _fake_cupy()
     monkeypatch.setattr(cuda, "_cupy", lambda: fake)
+    # this thread's failure words of the real CuPy (a GPU test before this
+    # one in the process) hold device pointers the stand-in cannot touch
+    monkeypatch.setattr(cuda, "_TLS", threading.local())
     # one multiprocessor, 4 blocks: the generated kernel's threads run several rows each
     monkeypatch.setattr(cuda, "_BLOCKS_PER_SM", 4)
 
