@@ -54,6 +54,7 @@ def random_graph(seed, nin=3, npar=3, n=70):
     ops on inputs and parameters, neurons (dots of 1-6 terms, some with a
     product of two rows or a square inside), uniform-only nodes, and outputs
     that are an input and a parameter themselves."""
+    tapead.clear_guards()      # (an earlier test's guards on this thread would bind it too)
     rng = random.Random(seed)
     xs = [Value(rng.uniform(-1, 1)) for _ in range(nin)]
     ws = [Value(rng.uniform(-1, 1)) for _ in range(npar)]
