@@ -72,7 +72,7 @@ int     ta_local_grads(int64_t id, double *d, uint32_t cap);
  * among them are constants and dropped).  partials: its n local partials
  * (tapead.precomputed: backward adds p_k * g to input k); or NULL: a node
  * with a Python rule (Value(data, _children, _op)), which backward()
- * calls through ta_custom_rule (ta_custom_rule_set gives its key).  name:
+ * calls through ta_custom_rule with its key (ta_custom_key).  name:
  * its op name, namelen bytes of UTF-8, kept with the node (and freed with
  * it: no table of names outlives the nodes).  Recorded only into the segment of key seg, as
  * ta_op1 (TA_NEEDSEG or TA_NEEDNG, nothing recorded, if it would land
@@ -80,28 +80,15 @@ int     ta_local_grads(int64_t id, double *d, uint32_t cap);
  * status. */
 int64_t ta_custom_rec(const int64_t *ins, uint32_t n, double value, const double *partials,
                       const char *name, uint32_t namelen, int64_t seg);
-/* The cffi front's out._backward = fn: the key of custom node id's Python
- * rule (0: a node of partials; TA_ENOTCUSTOM: no custom node), in one call;
- * ok[k] = 1 for each of the n ids (Values the rule holds) that is the
- * node, one of its inputs, or an earlier node now kept alive with it
- * (its inputs grow by it), 0 for the rest (later nodes, no_grad values, ...). */
-int64_t ta_custom_rule_set(int64_t id, const int64_t *ids, uint32_t n, int8_t *ok);
-/* The same for the first n (at most 3) of the ids a, b, c, with no arrays
- * (the record path of micrograd's idiom on PyPy): returns key << 3 | ok
- * bits (bit k for the k-th id), 0, or a negative status. */
-int64_t ta_custom_rule_set3(int64_t id, int64_t a, int64_t b, int64_t c, uint32_t n);
+/* The key of custom node id's Python rule (0: a node of partials), or
+ * TA_ENOTCUSTOM if id is no custom node, or another negative status. */
+int64_t ta_custom_key(int64_t id);
 /* A custom node's inputs (ins[0..min(n, cap)), ids), name and key; *n
  * gets the count of inputs, *namelen the length of its name, of which the
  * first min(namelen, namecap) bytes go to name (copied: a call that needs
  * more asks again).  TA_ENOTCUSTOM if id is not a custom node. */
 int     ta_custom_info(int64_t id, uint32_t *n, int64_t *ins, uint32_t cap, char *name,
                        uint32_t namecap, uint32_t *namelen, int64_t *key);
-/* Dead custom nodes with Python rules, oldest first: forget the first
- * `done` (Python has dropped their records), then copy up to cap of the
- * keys left into keys, forgetting none; returns how many.  (Two steps, so
- * that a Ctrl-C between taking keys and dropping records loses none:
- * the keys come again.) */
-int     ta_custom_dead(uint32_t done, int64_t *keys, uint32_t cap);
 int64_t ta_custom_failed(void);        /* the custom node of the last TA_ECUSTOM */
 int     ta_custom_plain(const int64_t *roots, size_t n);   /* ta_plain, for Python */
 

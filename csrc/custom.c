@@ -5,11 +5,11 @@
  * A custom node has any number of inputs and one of two rules: its local
  * partials (numbers, tapead.precomputed: backward adds p_k * g in C), or a
  * Python _backward (micrograd's Value(data, _children, _op) idiom), which
- * the reverse sweep calls through ta_custom_rule.  The node's x[] holds the
- * index of its entry here; the entry dies with the node (the collector and
- * rollback call ta_custom_release), and the entry of a Python rule waits on
- * a dead list until Python drains its key and drops the callable: C never
- * touches a Python object.  The collector keeps a custom node's inputs
+ * the reverse sweep calls through ta_custom_rule with the node's key.  The
+ * node's x[] holds the index of its entry here; the entry dies with the
+ * node (the collector and rollback call ta_custom_release).  C never
+ * touches a Python object: the rule lives in a Python object that the
+ * Values depending on the node reference (tapead/custom.py), found by key.  The collector keeps a custom node's inputs
  * live exactly as it keeps an ordinary node's (tape.c: ta_gc).
  *
  * Replay, compile, jvp, the Wengert export and every higher-order sweep
@@ -32,7 +32,7 @@ static struct ta_cnodes *ta_cnodes_of(ta_tape *T)
     if (!T->cn) {
         struct ta_cnodes *C = (struct ta_cnodes *)ta_calloc(1, sizeof *C);
         if (!C) return NULL;
-        C->freehead = C->deadhead = C->deadtail = TA_CNONE;
+        C->freehead = TA_CNONE;
         T->cn = C;
     }
     return T->cn;
@@ -84,7 +84,7 @@ int64_t ta_custom_at(ta_tape *T, const uint32_t *in, uint32_t n, double value,
     if (C->freehead != TA_CNONE) { k = C->freehead; C->freehead = C->e[k].next; }
     else k = C->n++;
     e = &C->e[k];
-    e->n = e->nuser = n; e->next = TA_CNONE; e->state = 1;
+    e->n = n; e->next = TA_CNONE; e->state = 1;
     e->d = partials ? (double *)mem : NULL;
     e->in = (uint32_t *)(mem + ds);
     e->name = mem + ds + is; e->namelen = namelen;
@@ -140,66 +140,6 @@ int64_t ta_custom_rec(const int64_t *ins, uint32_t n, double value, const double
                          &where);
 }
 
-/* Room for `more` inputs of e (a node with a Python rule): a new block
- * with its inputs and name (they share one, ta_custom_at); nothing changes
- * on failure. */
-static int ta_cnode_grow(ta_cnode *e, uint32_t more)
-{
-    size_t is;
-    char *mem;
-    if (e->n > UINT32_MAX / 8u - more) return TA_ELIMIT;
-    is = (size_t)(e->n + more) * sizeof(uint32_t);
-    if (!(mem = (char *)ta_malloc(is + e->namelen + 1))) return TA_ENOMEM;
-    memcpy(mem, e->in, (size_t)e->n * sizeof(uint32_t));
-    memcpy(mem + is, e->name, e->namelen + 1);
-    free(e->in);
-    e->in = (uint32_t *)mem;
-    e->name = mem + is;
-    return TA_OK;
-}
-
-int64_t ta_custom_rule_set(int64_t id, const int64_t *ids, uint32_t n, int8_t *ok)
-{
-    ta_tape *T = ta_self();
-    ta_seg *s, *rs;
-    uint32_t o, ro, k, j, ref;
-    ta_cnode *e;
-    int st, ng;
-    if (!T) return TA_ENOMEM;
-    if ((st = ta_resolve(T, id, &s, &o)) != TA_OK) return st;
-    if ((s->op[o] & TA_OPMASK) != TA_CUSTOM) return TA_ENOTCUSTOM;
-    if ((e = ta_cnode_of(T, s, o))->d) return 0;
-    if (!n) return e->key;
-    if (!ids || !ok) return TA_EARG;
-    if ((st = ta_cnode_grow(e, n)) != TA_OK) return st;
-    for (k = 0; k < n; k++) {
-        ok[k] = 0;
-        if (ta_resolve_any(T, ids[k], &rs, &ro, &ng) != TA_OK || ng) continue;
-        if (rs == s && ro == o) { ok[k] = 1; continue; }               /* the node itself */
-        ref = TA_REF(rs, ro);
-        for (j = 0; j < e->n && e->in[j] != ref; j++) {}
-        if (j == e->n) {                                                 /* not an input (yet) */
-            if (rs->pos > s->pos || (rs == s && ro >= o)) continue;     /* not earlier: cannot be kept */
-            e->in[e->n++] = ref;
-        }
-        ok[k] = 1;
-    }
-    return e->key;
-}
-
-int64_t ta_custom_rule_set3(int64_t id, int64_t a, int64_t b, int64_t c, uint32_t n)
-{
-    int64_t ids[3];
-    int8_t ok[3] = {0, 0, 0};
-    int64_t key;
-    ids[0] = a; ids[1] = b; ids[2] = c;
-    if (n > 3) return TA_EARG;
-    key = ta_custom_rule_set(id, n ? ids : NULL, n, n ? ok : NULL);
-    if (key <= 0) return key;
-    if (key > (INT64_MAX >> 3)) return TA_ELIMIT;
-    return key << 3 | (ok[0] != 0) | (ok[1] != 0) << 1 | (ok[2] != 0) << 2;
-}
-
 void ta_custom_release(ta_tape *T, ta_seg *s, uint32_t i)
 {
     struct ta_cnodes *C = T->cn;
@@ -208,12 +148,7 @@ void ta_custom_release(ta_tape *T, ta_seg *s, uint32_t i)
     free(e->d ? (void *)e->d : (void *)e->in);
     e->d = NULL; e->in = NULL; e->name = NULL; e->n = 0;
     C->live--;
-    if (e->key) {                          /* onto the dead list's tail (ta_custom_dead) */
-        e->state = 2; e->next = TA_CNONE;
-        if (C->deadtail == TA_CNONE) C->deadhead = k; else C->e[C->deadtail].next = k;
-        C->deadtail = k;
-    }
-    else        { e->state = 0; e->next = C->freehead; C->freehead = k; }
+    e->state = 0; e->key = 0; e->next = C->freehead; C->freehead = k;
 }
 
 void ta_custom_free_all(ta_tape *T)
@@ -228,26 +163,6 @@ void ta_custom_free_all(ta_tape *T)
     T->cn = NULL;
 }
 
-int ta_custom_dead(uint32_t done, int64_t *keys, uint32_t cap)
-{
-    ta_tape *T = ta_self();
-    struct ta_cnodes *C;
-    uint32_t got = 0, k;
-    if (!T) return TA_ENOMEM;
-    if (!(C = T->cn)) return 0;
-    /* drop the first `done` (their records are gone): keys die only at the
-     * head, and new ones join at the tail, so these are the ones given */
-    while (done-- > 0 && (k = C->deadhead) != TA_CNONE) {
-        ta_cnode *e = &C->e[k];
-        C->deadhead = e->next;
-        if (C->deadhead == TA_CNONE) C->deadtail = TA_CNONE;
-        e->state = 0; e->key = 0;
-        e->next = C->freehead; C->freehead = k;
-    }
-    for (k = C->deadhead; keys && got < cap && k != TA_CNONE; k = C->e[k].next) keys[got++] = C->e[k].key;
-    return (int)got;
-}
-
 int ta_custom_info(int64_t id, uint32_t *n, int64_t *ins, uint32_t cap, char *name,
                    uint32_t namecap, uint32_t *namelen, int64_t *key)
 {
@@ -260,19 +175,22 @@ int ta_custom_info(int64_t id, uint32_t *n, int64_t *ins, uint32_t cap, char *na
     if ((st = ta_resolve(T, id, &s, &o)) != TA_OK) return st;
     if ((s->op[o] & TA_OPMASK) != TA_CUSTOM) return TA_ENOTCUSTOM;
     e = ta_cnode_of(T, s, o);
-    *n = e->nuser; *namelen = e->namelen; *key = e->key;
-    for (k = 0; ins && k < e->nuser && k < cap; k++) ins[k] = TA_ID(T, e->in[k]);
+    *n = e->n; *namelen = e->namelen; *key = e->key;
+    for (k = 0; ins && k < e->n && k < cap; k++) ins[k] = TA_ID(T, e->in[k]);
     if (name) memcpy(name, e->name, e->namelen < namecap ? e->namelen : namecap);
     return TA_OK;
 }
 
-int ta_cnode_keep(ta_cnode *e, uint32_t ref)
+int64_t ta_custom_key(int64_t id)
 {
+    ta_tape *T = ta_self();
+    ta_seg *s;
+    uint32_t o;
     int st;
-    if (e->d) return TA_ENOTCUSTOM;
-    if ((st = ta_cnode_grow(e, 1)) != TA_OK) return st;
-    e->in[e->n++] = ref;
-    return TA_OK;
+    if (!T) return TA_ENOMEM;
+    if ((st = ta_resolve(T, id, &s, &o)) != TA_OK) return st;
+    if ((s->op[o] & TA_OPMASK) != TA_CUSTOM) return TA_ENOTCUSTOM;
+    return ta_cnode_of(T, s, o)->key;
 }
 
 int64_t ta_custom_failed(void)

@@ -39,6 +39,11 @@ typedef struct {
     PyObject_HEAD
     uintptr_t node;              /* (uintptr_t)segment | offset; 0 = none  */
     PyObject *weaklist;
+    PyObject *own;               /* what the Values of the node's graph carry: the
+                                    Python data of the custom nodes (and labelled
+                                    nodes) it depends on, or NULL (tapead/custom.py:
+                                    join); the one reference a Value holds, so the
+                                    Value is tracked by the collector while set */
 } va_obj;
 
 /* A new strong reference to o, as an expression (Py_NewRef is 3.10+) */
@@ -49,6 +54,7 @@ typedef struct {
 #define VA_OFF(n) ((uint32_t)((n) & (uintptr_t)(TA_SEG_ALIGN - 1u)))
 
 static PyTypeObject *va_type = NULL;
+static int va_is(PyObject *o);
 /* Python hooks (set by engine.py through set_hooks): error(code) -> the
  * exception instance; real(x) -> float or TypeError; restore(data, grad)
  * -> a detached Value (pickling); other(a, b, op) -> a op b when one of
@@ -63,6 +69,9 @@ static PyObject *va_rule_fn = NULL;
  * those local partials, or a leaf (tapead/custom.py: grads_value), which
  * Value(data, children, local_grads) takes over */
 static PyObject *va_grads_hook = NULL;
+/* owner(key, up) -> the Python side of a new custom node with a Python
+ * rule (tapead/custom.py: node_owner), up the join of its children's own */
+static PyObject *va_owner_hook = NULL;
 
 /* An exception that escaped the rule hook itself (a Ctrl-C landing
  * outside its try, or no memory for its arguments): kept here until
@@ -153,47 +162,89 @@ static ta_tape *va_tape(void)
 #define VA_FREE_MAX 4096
 static va_obj *va_free[VA_FREE_MAX];
 static int va_nfree = 0;
-#define VA_ALLOC() (va_nfree ? va_free[--va_nfree] : PyObject_Malloc(sizeof(va_obj)))
 #define VA_KEEP(tp, v) ((tp) == va_type && va_nfree < VA_FREE_MAX ? (va_free[va_nfree++] = (v), 1) : 0)
 #else
-#define VA_ALLOC() ((va_obj *)PyObject_Malloc(sizeof(va_obj)))
 #define VA_KEEP(tp, v) 0
 #endif
 
-/* A new Value with no node yet (its dealloc drops nothing): what a call
- * that records many nodes makes before it records, so it cannot fail after. */
+/* A new Value with no node yet (its dealloc drops nothing): what every
+ * call that records makes before it records, so that nothing can run
+ * Python between recording and holding (a collection started by this
+ * allocation may run finalizers that record), and it cannot fail after.
+ * Untracked: a Value joins the collector's lists only once it has an own. */
 static PyObject *va_blank(void)
 {
-    va_obj *v = VA_ALLOC();
-    if (!v) return PyErr_NoMemory();
-    PyObject_Init((PyObject *)v, va_type);   /* increfs the heap type */
+    va_obj *v;
+#ifndef Py_GIL_DISABLED
+    if (va_nfree) {
+        v = va_free[--va_nfree];
+        PyObject_Init((PyObject *)v, va_type);   /* increfs the heap type */
+    } else
+#endif
+    if (!(v = PyObject_GC_New(va_obj, va_type))) return NULL;
     v->node = 0;
     v->weaklist = NULL;
+    v->own = NULL;
     return (PyObject *)v;
 }
 
-/* A new Value for node `off` of segment s, owning a hold on s that the
- * caller has taken (or hands over). */
-static PyObject *va_own(ta_seg *s, uint32_t off)
+/* v->own = own (a reference given over, or NULL), the old one dropped
+ * last (dropping may run any Python).  v is tracked while it has one. */
+static void va_set_own(va_obj *v, PyObject *own)
 {
-    PyObject *v = va_blank();
-    if (v) ((va_obj *)v)->node = (uintptr_t)s | off;
-    return v;
+    PyObject *old = v->own;
+    v->own = own;
+    if (own && !PyObject_GC_IsTracked((PyObject *)v)) PyObject_GC_Track((PyObject *)v);
+    Py_XDECREF(old);
 }
 
-/* A new Value for node `off` of segment s, taking a hold on s. */
-static PyObject *va_wrap(ta_seg *s, uint32_t off)
+/* The join of own sets a and b (either NULL: none), as tapead/custom.py's
+ * join: a new reference in *r (NULL: none); -1 with an exception set. */
+static int va_join(PyObject *a, PyObject *b, PyObject **r)
 {
-    PyObject *v = va_own(s, off);
-    if (v) ta_hold(s);
-    return v;
+    if (!a || a == b) { *r = VA_XNEWREF(b); return 0; }
+    if (!b) { *r = VA_NEWREF(a); return 0; }
+    Py_INCREF(a); Py_INCREF(b);        /* (making the tuple may run Python, which may re-own their Values) */
+    *r = PyTuple_Pack(2, a, b);
+    Py_DECREF(a); Py_DECREF(b);
+    return *r ? 0 : -1;
 }
 
-static PyObject *va_result(ta_tape *T, int64_t id, ta_seg *where)
+/* *acc joined with the own of each Value among the items of seq, a list
+ * or tuple (other objects carry nothing; seq of another type: nothing
+ * done); -1 with an exception set (*acc then dropped).  The items are
+ * read afresh after each join, which may run Python (and change a list). */
+static int va_join_items(PyObject *seq, PyObject **acc)
 {
-    (void)T;
-    if (id < 0) return va_fail((int)id);
-    return va_wrap(where, TA_OFF((uint32_t)id));
+    Py_ssize_t k;
+    if (!PyList_Check(seq) && !PyTuple_Check(seq)) return 0;
+    for (k = 0; k < PySequence_Fast_GET_SIZE(seq); k++) {
+        PyObject *x = PySequence_Fast_GET_ITEM(seq, k), *j;
+        PyObject *o = va_is(x) ? ((va_obj *)x)->own : NULL;
+        if (!o || o == *acc) continue;
+        Py_INCREF(o);                  /* (joining may run Python, which may re-own items[k]) */
+        if (va_join(*acc, o, &j) < 0) { Py_DECREF(o); Py_CLEAR(*acc); return -1; }
+        Py_DECREF(o);
+        Py_XSETREF(*acc, j);
+    }
+    return 0;
+}
+
+/* The blank Value r (va_blank) made the Value of node id, just recorded
+ * into segment where, which it holds from here, and carrying own (a
+ * reference given over, or NULL); or, for a failed record (id < 0),
+ * r and own dropped and the error raised.  Runs no Python before the hold. */
+static PyObject *va_result(PyObject *r, int64_t id, ta_seg *where, PyObject *own)
+{
+    if (id < 0) {
+        Py_DECREF(r);
+        Py_XDECREF(own);
+        return va_fail((int)id);
+    }
+    ta_hold(where);
+    ((va_obj *)r)->node = (uintptr_t)where | TA_OFF((uint32_t)id);
+    if (own) va_set_own((va_obj *)r, own);
+    return r;
 }
 
 /* Is o a Value?  Exact floats and ints, the commonest other operands, are
@@ -237,17 +288,28 @@ static int va_number(PyObject *o, double *c)
     return 0;
 }
 
-/* Record op on Values a (and b for a binary op), or a with constant c. */
+/* Record op on Values a (and b for a binary op), or a with constant c.
+ * The result carries the join of its operands' own (va_join): nothing
+ * made where neither has one.  The join and the result are made first:
+ * making them may run Python (the collector), which may re-initialise a
+ * or b, so their nodes are read only after. */
 static PyObject *va_rec(int op, PyObject *a, PyObject *b, double c)
 {
     ta_tape *T = va_tape();
     ta_seg *sx, *sy = NULL, *where = NULL;
     uint32_t ox, oy = 0;
+    PyObject *own = ((va_obj *)a)->own, *r;
     int64_t id;
-    if (!T || !(sx = va_node(T, (va_obj *)a, &ox))) return NULL;
-    if (b && !(sy = va_node(T, (va_obj *)b, &oy))) return NULL;
+    if (!T) return NULL;
+    if (b && ((va_obj *)b)->own != own) {
+        if (va_join(own, ((va_obj *)b)->own, &own) < 0) return NULL;
+    } else Py_XINCREF(own);
+    if (!(r = va_blank())) { Py_XDECREF(own); return NULL; }
+    if (!(sx = va_node(T, (va_obj *)a, &ox)) || (b && !(sy = va_node(T, (va_obj *)b, &oy)))) {
+        Py_DECREF(r); Py_XDECREF(own); return NULL;
+    }
     id = ta_record_at(T, op, sx, ox, sy, oy, c, TA_NOKEY, &where);
-    return va_result(T, id, where);
+    return va_result(r, id, where, own);
 }
 
 /* a OPV b where one operand is a Value and the other is no number: the
@@ -316,9 +378,9 @@ static PyObject *va_minmax(PyObject *a, PyObject *b, int op)
                                    op == TA_MAX ? "maximum" : "minimum", Py_TYPE(b)->tp_name);
         return NULL;
     }
-    if (!(T = va_tape())) return NULL;
+    if (!(T = va_tape()) || !(leaf = va_blank())) return NULL;
     id = ta_leaf_at(T, c, TA_NOKEY, &where);
-    if (!(leaf = va_result(T, id, where))) return NULL;
+    if (!(leaf = va_result(leaf, id, where, NULL))) return NULL;
     r = va_rec(op, a, leaf, 0.0);
     Py_DECREF(leaf);
     return r;
@@ -371,7 +433,8 @@ static int va_utf8(PyObject *s, PyObject **keep, const char **p, uint32_t *n)
     return 0;
 }
 
-static int64_t va_custom(ta_tape *T, PyObject *children, PyObject *opname, double x, ta_seg **where)
+static int64_t va_custom(ta_tape *T, PyObject *children, PyObject *opname, double x, ta_seg **where,
+                         PyObject **owner)
 {
     PyObject *fast, *keep;
     Py_ssize_t n, k;
@@ -402,10 +465,22 @@ static int64_t va_custom(ta_tape *T, PyObject *children, PyObject *opname, doubl
     }
     id = ta_custom_at(T, in, m, x, NULL, name, namelen, &key, TA_NOKEY, where);
     PyMem_Free(in);
-    if (id >= 0) ta_hold(*where);
-    Py_DECREF(fast);
     Py_XDECREF(keep);
-    if (id < 0) { va_fail((int)id); return -1; }
+    if (id < 0) { Py_DECREF(fast); va_fail((int)id); return -1; }
+    ta_hold(*where);
+    /* held: Python may run now.  Its owner: the join of the children's own
+     * (the list still holds them), given to the Python side with the key */
+    {
+        PyObject *up = NULL;
+        *owner = NULL;
+        if (va_join_items(fast, &up) == 0) {
+            *owner = va_owner_hook ? PyObject_CallFunction(va_owner_hook, "LO", (long long)key, up ? up : Py_None)
+                                   : (PyErr_SetString(PyExc_RuntimeError, "tapead: custom nodes are not set up"), NULL);
+            Py_XDECREF(up);
+        }
+        Py_DECREF(fast);
+        if (!*owner) { ta_unhold_seg(*where); return -1; }
+    }
     return id;
 fail:
     PyMem_Free(in);
@@ -452,6 +527,7 @@ static int va_init_grads(va_obj *v, PyObject *data, PyObject *children, PyObject
     ta_hold(VA_SEG(((va_obj *)w)->node));
     if (v->node) ta_unhold_seg(VA_SEG(v->node));      /* __init__ called again */
     v->node = ((va_obj *)w)->node;
+    va_set_own(v, VA_XNEWREF(((va_obj *)w)->own));
     Py_DECREF(w);
     return va_set_label((PyObject *)v, label);
 }
@@ -460,7 +536,7 @@ static int va_init(PyObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"data", "_children", "_op", "label", "local_grads", NULL};
     va_obj *v = (va_obj *)self;
-    PyObject *data, *children = NULL, *opname = NULL, *label = NULL, *grads = NULL;
+    PyObject *data, *children = NULL, *opname = NULL, *label = NULL, *grads = NULL, *owner = NULL;
     ta_tape *T;
     ta_seg *where = NULL;
     double x;
@@ -486,7 +562,7 @@ static int va_init(PyObject *self, PyObject *args, PyObject *kw)
     }
     if (!(T = va_tape())) return -1;
     if (children) {
-        if ((id = va_custom(T, children, opname, x, &where)) < 0) return -1;   /* (held) */
+        if ((id = va_custom(T, children, opname, x, &where, &owner)) < 0) return -1;   /* (held) */
     } else {
         id = ta_leaf_at(T, x, TA_NOKEY, &where);
         if (id < 0) { va_fail((int)id); return -1; }
@@ -494,6 +570,7 @@ static int va_init(PyObject *self, PyObject *args, PyObject *kw)
     }
     if (v->node) ta_unhold_seg(VA_SEG(v->node));      /* __init__ called again */
     v->node = (uintptr_t)where | TA_OFF((uint32_t)id);
+    va_set_own(v, owner);
     return va_set_label(self, label);
 }
 
@@ -501,7 +578,7 @@ static PyObject *va_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
 {
     va_obj *v = (va_obj *)tp->tp_alloc(tp, 0);
     (void)args; (void)kw;
-    if (v) { v->node = 0; v->weaklist = NULL; }
+    if (v) { v->node = 0; v->weaklist = NULL; v->own = NULL; }
     return (PyObject *)v;
 }
 
@@ -518,10 +595,11 @@ static PyObject *va_vectorcall(PyObject *tp, PyObject *const *args, size_t nargs
         ta_seg *where = NULL;
         double x = PyFloat_CheckExact(args[0]) ? PyFloat_AS_DOUBLE(args[0]) : PyLong_AsDouble(args[0]);
         int64_t id;
+        PyObject *r;
         if (x == -1.0 && PyErr_Occurred()) return NULL;
-        if (!(T = va_tape())) return NULL;
+        if (!(T = va_tape()) || !(r = va_blank())) return NULL;
         id = ta_leaf_at(T, x, TA_NOKEY, &where);
-        return va_result(T, id, where);
+        return va_result(r, id, where, NULL);
     }
     if (!(targs = PyTuple_New(n))) return NULL;
     for (Py_ssize_t k = 0; k < n; k++) { Py_INCREF(args[k]); PyTuple_SET_ITEM(targs, k, args[k]); }
@@ -541,10 +619,47 @@ static void va_dealloc(PyObject *self)
 {
     va_obj *v = (va_obj *)self;
     PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    Py_TRASHCAN_BEGIN(self, va_dealloc)           /* (a long chain of own sets frees without recursing) */
     if (v->weaklist) PyObject_ClearWeakRefs(self);
     if (v->node) ta_unhold_seg(VA_SEG(v->node));
+    Py_CLEAR(v->own);
     if (!VA_KEEP(tp, v)) tp->tp_free(self);   /* (a kept one: PyObject_Init remakes it) */
     Py_DECREF(tp);
+    Py_TRASHCAN_END
+}
+
+/* The collector sees what a Value carries (own): a custom node's rule that
+ * captures Values of its own graph, or a user attribute that holds them,
+ * is then an ordinary cycle, freed as any other (tapead/custom.py). */
+static int va_traverse(PyObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(((va_obj *)self)->own);
+    Py_VISIT(Py_TYPE(self));                      /* (a heap type's instances visit it) */
+    return 0;
+}
+
+static int va_clear(PyObject *self)
+{
+    Py_CLEAR(((va_obj *)self)->own);
+    return 0;
+}
+
+/* v._o: what the Value carries (None: nothing); settable, for the Python
+ * paths that make Values (tapead/custom.py: join, carry). */
+static PyObject *va_get_own(PyObject *self, void *u)
+{
+    PyObject *o = ((va_obj *)self)->own;
+    (void)u;
+    return VA_NEWREF(o ? o : Py_None);
+}
+
+static int va_put_own(PyObject *self, PyObject *x, void *u)
+{
+    (void)u;
+    if (!x) { PyErr_SetString(PyExc_AttributeError, "cannot delete a Value's _o"); return -1; }
+    va_set_own((va_obj *)self, x == Py_None ? NULL : VA_NEWREF(x));
+    return 0;
 }
 
 /* Attributes: the type's own (data, grad, label, ...) as usual; any other
@@ -661,6 +776,7 @@ static PyGetSetDef va_getset[] = {
     {"data", va_get, va_set, NULL, NULL},
     {"grad", va_get, va_set, NULL, (void *)1},
     {"_i", va_get_id, NULL, "the node's id (tape tag << 32 | segment slot << 11 | offset)", NULL},
+    {"_o", va_get_own, va_put_own, "what the Value carries for the collector (tapead/custom.py)", NULL},
     {NULL, NULL, NULL, NULL, NULL}
 };
 
@@ -688,14 +804,14 @@ static PyObject *va_make_type(PyObject *mod, PyObject *docs)
 {
     PyType_Slot slots[] = {
         {Py_tp_dealloc, va_dealloc}, {Py_tp_new, va_new}, {Py_tp_init, va_init},
-        {Py_tp_setattro, va_setattro},
+        {Py_tp_setattro, va_setattro}, {Py_tp_traverse, va_traverse}, {Py_tp_clear, va_clear},
         {Py_tp_methods, va_methods}, {Py_tp_getset, va_getset}, {Py_tp_members, va_members},
         {Py_nb_add, va_add}, {Py_nb_subtract, va_sub}, {Py_nb_multiply, va_mul},
         {Py_nb_true_divide, va_div}, {Py_nb_power, va_pow}, {Py_nb_negative, va_neg},
         {Py_nb_positive, va_pos}, {Py_nb_absolute, va_absolute},
         {Py_tp_doc, NULL}, {0, NULL}};
     PyType_Spec spec = {"tapead.engine.Value", sizeof(va_obj), 0,
-                        Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, slots};
+                        Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC, slots};
     PyMethodDef *m;
     (void)mod;
     if (va_type) { Py_INCREF(va_type); return (PyObject *)va_type; }
@@ -703,9 +819,9 @@ static PyObject *va_make_type(PyObject *mod, PyObject *docs)
     for (m = va_methods; m->ml_name; m++) m->ml_doc = va_doc_of(docs, m->ml_name);
     va_getset[0].doc = va_doc_of(docs, "data");
     va_getset[1].doc = va_doc_of(docs, "grad");
-    slots[15].pfunc = va_doc_of(docs, "Value");
+    slots[17].pfunc = va_doc_of(docs, "Value");
     va_type = (PyTypeObject *)PyType_FromSpec(&spec);
-    PyMem_Free(slots[15].pfunc);                 /* PyType_FromSpec keeps its own copy */
+    PyMem_Free(slots[17].pfunc);                 /* PyType_FromSpec keeps its own copy */
     if (!va_type) return NULL;
     va_type->tp_vectorcall = va_vectorcall;      /* not inherited: subclasses call normally */
     Py_INCREF(va_type);
@@ -714,13 +830,14 @@ static PyObject *va_make_type(PyObject *mod, PyObject *docs)
 
 static PyObject *va_set_hooks(PyObject *mod, PyObject *args)
 {
-    PyObject *e, *r, *s, *o, *a, *rule, *gr;
+    PyObject *e, *r, *s, *o, *a, *rule, *gr, *ow;
     (void)mod;
-    if (!PyArg_ParseTuple(args, "OOOOOOO:set_hooks", &e, &r, &s, &o, &a, &rule, &gr)) return NULL;
+    if (!PyArg_ParseTuple(args, "OOOOOOOO:set_hooks", &e, &r, &s, &o, &a, &rule, &gr, &ow)) return NULL;
     if (!PyCallable_Check(rule)) { PyErr_SetString(PyExc_TypeError, "rule hook must be callable"); return NULL; }
     Py_INCREF(e); Py_INCREF(r); Py_INCREF(s); Py_INCREF(o); Py_INCREF(a); Py_INCREF(rule);
-    Py_INCREF(gr);
+    Py_INCREF(gr); Py_INCREF(ow);
     Py_XSETREF(va_grads_hook, gr);
+    Py_XSETREF(va_owner_hook, ow);
     Py_XSETREF(va_rule_fn, rule);
     ta_rule_hook = va_rule;
     Py_XSETREF(va_error_hook, e);
@@ -731,19 +848,21 @@ static PyObject *va_set_hooks(PyObject *mod, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* adopt(h, n): Values for the first n ids of the held list h (cdef.h: a
- * buffer over it), each taking over its id's hold in this one call.  If
- * it fails midway, the holds not yet taken stay in h, which drops them. */
+/* adopt(h, n, own=None): Values for the first n ids of the held list h
+ * (cdef.h: a buffer over it), each taking over its id's hold in this one
+ * call, and each carrying own (the join of what the call's inputs carry).
+ * If it fails midway, the holds not yet taken stay in h, which drops them. */
 static PyObject *va_adopt(PyObject *mod, PyObject *args)
 {
     ta_tape *T = va_tape();
     Py_buffer view;
     Py_ssize_t n, k;
     int64_t *h, cap;
-    PyObject *out = NULL;
+    PyObject *out = NULL, *own = Py_None;
     (void)mod;
     if (!T) return NULL;
-    if (!PyArg_ParseTuple(args, "w*n:adopt", &view, &n)) return NULL;
+    if (!PyArg_ParseTuple(args, "w*n|O:adopt", &view, &n, &own)) return NULL;
+    if (own == Py_None) own = NULL;
     h = (int64_t *)view.buf;
     cap = view.len >= (Py_ssize_t)sizeof *h ? h[0] : -1;
     if (cap < 0 || n < 0 || n > cap || (view.len - (Py_ssize_t)sizeof *h) / 2 / (Py_ssize_t)sizeof *h < cap) {
@@ -760,9 +879,11 @@ static PyObject *va_adopt(PyObject *mod, PyObject *args)
             PyErr_SetString(PyExc_ValueError, "adopt: an entry of the list does not hold its node");
             goto fail;
         }
-        if (!(v = va_own(s, o))) goto fail;
+        if (!(v = va_blank())) goto fail;
+        ((va_obj *)v)->node = (uintptr_t)s | o;
         *segp = 0;                             /* the list's hold is the Value's now */
         PyList_SET_ITEM(out, k, v);
+        if (own) va_set_own((va_obj *)v, VA_NEWREF(own));
     }
     goto done;
 fail:
@@ -793,7 +914,7 @@ static PyObject *va_custom_info(PyObject *mod, PyObject *v)
     /* the entry is copied out before any Python object is made: making one
      * may run a finalizer that records (the side table then moves) */
     e = ta_cnode_of(T, s, o);
-    n = e->nuser; namelen = e->namelen; key = e->key;
+    n = e->n; namelen = e->namelen; key = e->key;
     ids = (int64_t *)PyMem_Malloc((size_t)(n ? n : 1) * sizeof *ids);
     name = (char *)PyMem_Malloc((size_t)namelen + 1);
     if (!ids || !name) { PyMem_Free(ids); PyMem_Free(name); return PyErr_NoMemory(); }
@@ -815,266 +936,13 @@ static PyObject *va_custom_info(PyObject *mod, PyObject *v)
     return r;
 }
 
-/* Does Value x name the node (s, o) of a rule entry, or one of its
- * inputs?  An earlier node that is neither is kept alive with the entry; a
- * later one, another thread's or a no_grad value is not a holder (0).  1
- * with *id its node's id; -1 on failure (exception set).  Calls no Python:
- * the entry is looked up here, as a finalizer run by an allocation between
- * two calls may have moved the side table. */
-static int va_rule_holds(ta_tape *T, ta_seg *s, uint32_t o, PyObject *x, int64_t *id)
-{
-    va_obj *v = (va_obj *)x;
-    ta_cnode *e = ta_cnode_of(T, s, o);
-    ta_seg *xs;
-    uint32_t xo, ref, k;
-    int st;
-    if (!va_is(x) || !v->node) return 0;
-    xs = VA_SEG(v->node); xo = VA_OFF(v->node);
-    if (xs->tape != T) return 0;
-    ref = TA_REF(xs, xo);
-    *id = TA_ID(T, ref);
-    if (xs == s && xo == o) return 1;
-    for (k = 0; k < e->n; k++) if (e->in[k] == ref) return 1;
-    if (xs->pos > s->pos || (xs == s && xo > o)) return 0;
-    if ((st = ta_cnode_keep(e, ref)) != TA_OK) { va_fail(st); return -1; }
-    return 1;
-}
-
-/* Note node id, for rule_private: in stood as (holder, k, node), and in
- * ids once.  -1 on failure (exception set). */
-static int va_note_released(PyObject *stood, PyObject *ids, PyObject *holder, Py_ssize_t k, int64_t id)
-{
-    PyObject *node = PyLong_FromLongLong(id), *t;
-    int has, rc = -1;
-    if (!node) return -1;
-    has = PySequence_Contains(ids, node);
-    if (has >= 0 && (has || PyList_Append(ids, node) == 0) &&
-        (t = Py_BuildValue("(OnO)", holder, k, node))) {
-        rc = PyList_Append(stood, t);
-        Py_DECREF(t);
-    }
-    Py_DECREF(node);
-    return rc;
-}
-
-/* A new tuple with t's items (PyTuple_GetSlice of a whole tuple is t itself). */
-static PyObject *va_tuple_copy(PyObject *t)
-{
-    Py_ssize_t k, n = PyTuple_GET_SIZE(t);
-    PyObject *c = PyTuple_New(n);
-    for (k = 0; c && k < n; k++) {
-        Py_INCREF(PyTuple_GET_ITEM(t, k));
-        PyTuple_SET_ITEM(c, k, PyTuple_GET_ITEM(t, k));
-    }
-    return c;
-}
-
-/* rule_private(v, fn, released): what out._backward = fn records
- * (tapead/custom.py, set_backward, says why).  None if v's node is not a
- * custom node; (0, None, [], []) for a node with partials; else (key, g,
- * stood, ids).  g is fn, or, if fn is a plain function holding Values of
- * the node, of its inputs or of earlier nodes (kept alive with the node:
- * va_rule_holds) in closure cells or defaults, a copy of fn in which each
- * such cell is a new cell holding `released` and each such default is
- * `released`; its other cells are fn's own.  stood lists (cell or g,
- * default index or -1, node); ids the nodes, once each.
- *
- * Every allocation here may run the cyclic collector and with it any
- * finalizer, which may record (the side table moves), re-initialise v, or
- * rebind fn's cells, defaults or code: so the node's segment is held for
- * the call, the entry is looked up afresh after each (va_rule_holds), and
- * every object read out of fn is a strong reference taken before. */
-static PyObject *va_rule_private(PyObject *mod, PyObject *args)
-{
-    ta_tape *T = va_tape();
-    PyObject *v, *fn, *released, *cl2 = NULL, *d2 = NULL, *stood = NULL, *ids = NULL, *g = NULL, *r = NULL;
-    PyObject *cl = NULL, *d = NULL, *kw = NULL, *code = NULL, *glob = NULL, *qual = NULL, *name = NULL;
-    PyObject *x = NULL;
-    ta_seg *s;
-    uint32_t o;
-    int64_t id;
-    (void)mod;
-    if (!T || !PyArg_ParseTuple(args, "OOO:rule_private", &v, &fn, &released)) return NULL;
-    if (!va_is(v)) { PyErr_SetString(PyExc_TypeError, "rule_private needs a Value"); return NULL; }
-    if (!(s = va_node(T, (va_obj *)v, &o))) return NULL;
-    if (s->tape != T || (s->op[o] & TA_OPMASK) != TA_CUSTOM) Py_RETURN_NONE;
-    if (ta_cnode_of(T, s, o)->d) return Py_BuildValue("(iO[][])", 0, Py_None);
-    if (!PyCallable_Check(fn)) {
-        PyErr_Format(PyExc_TypeError, "_backward must be callable, not %s", Py_TYPE(fn)->tp_name);
-        return NULL;
-    }
-    ta_hold(s);                                   /* (s, o) stays, whatever v becomes */
-    if (!(stood = PyList_New(0)) || !(ids = PyList_New(0))) goto out;
-    if (PyFunction_Check(fn)) {
-        PyFunctionObject *f = (PyFunctionObject *)fn;
-        Py_ssize_t k, n;
-        cl = VA_XNEWREF(PyFunction_GET_CLOSURE(fn));
-        d = VA_XNEWREF(PyFunction_GET_DEFAULTS(fn));
-        kw = VA_XNEWREF(PyFunction_GET_KW_DEFAULTS(fn));
-        code = VA_NEWREF(f->func_code); glob = VA_NEWREF(f->func_globals);
-        qual = VA_NEWREF(f->func_qualname); name = VA_NEWREF(f->func_name);
-        n = cl && PyTuple_Check(cl) ? PyTuple_GET_SIZE(cl) : 0;
-        for (k = 0; k < n; k++) {
-            PyObject *c = PyTuple_GET_ITEM(cl, k), *nc;
-            int h;
-            if (!PyCell_Check(c) || !PyCell_GET(c)) continue;
-            Py_XSETREF(x, VA_NEWREF(PyCell_GET(c)));
-            if ((h = va_rule_holds(T, s, o, x, &id)) < 0) goto out;
-            if (!h) continue;
-            if (!cl2 && !(cl2 = va_tuple_copy(cl))) goto out;
-            if (!(nc = PyCell_New(released))) goto out;
-            if (va_note_released(stood, ids, nc, -1, id) < 0) { Py_DECREF(nc); goto out; }
-            if (PyTuple_SetItem(cl2, k, nc) < 0) goto out;   /* (steals nc) */
-        }
-        n = d && PyTuple_Check(d) ? PyTuple_GET_SIZE(d) : 0;
-        for (k = 0; k < n; k++) {
-            int h = va_rule_holds(T, s, o, PyTuple_GET_ITEM(d, k), &id);
-            if (h < 0) goto out;
-            if (!h) continue;
-            if (!d2 && !(d2 = va_tuple_copy(d))) goto out;
-            Py_INCREF(released);
-            if (PyTuple_SetItem(d2, k, released) < 0) goto out;   /* (steals it) */
-        }
-        if (cl2 || d2) {
-            if (!(g = PyFunction_NewWithQualName(code, glob, qual)) ||
-                PyFunction_SetClosure(g, cl2 ? cl2 : cl ? cl : Py_None) < 0 ||
-                PyFunction_SetDefaults(g, d2 ? d2 : d ? d : Py_None) < 0 ||
-                (kw && PyFunction_SetKwDefaults(g, kw) < 0) ||
-                PyObject_SetAttrString(g, "__name__", name) < 0)
-                goto out;
-            for (k = 0; d2 && k < n; k++)
-                if (PyTuple_GET_ITEM(d2, k) != PyTuple_GET_ITEM(d, k) &&
-                    va_rule_holds(T, s, o, PyTuple_GET_ITEM(d, k), &id) > 0 &&
-                    va_note_released(stood, ids, g, k, id) < 0)
-                    goto out;
-            if (PyErr_Occurred()) goto out;
-        }
-    }
-    r = Py_BuildValue("(LOOO)", (long long)ta_cnode_of(T, s, o)->key, g ? g : fn, stood, ids);
-out:
-    Py_XDECREF(cl2); Py_XDECREF(d2); Py_XDECREF(stood); Py_XDECREF(ids); Py_XDECREF(g);
-    Py_XDECREF(cl); Py_XDECREF(d); Py_XDECREF(kw); Py_XDECREF(code); Py_XDECREF(glob);
-    Py_XDECREF(qual); Py_XDECREF(name); Py_XDECREF(x);
-    ta_unhold_seg(s);
-    return r;
-}
-
-/* held(ids): new Values for existing nodes of this thread, each holding
- * its segment (what a rule's places holding RELEASED get for a run:
- * tapead/custom.py, _run_stood). */
-static PyObject *va_held(PyObject *mod, PyObject *seq)
-{
-    ta_tape *T = va_tape();
-    PyObject *fast, *out;
-    Py_ssize_t n, k;
-    (void)mod;
-    if (!T) return NULL;
-    if (!(fast = PySequence_Fast(seq, "held needs a sequence of node ids"))) return NULL;
-    n = PySequence_Fast_GET_SIZE(fast);
-    if (!(out = PyList_New(n))) { Py_DECREF(fast); return NULL; }
-    for (k = 0; k < n; k++) {
-        int64_t id = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fast, k));
-        ta_seg *s;
-        uint32_t o;
-        int ng, st;
-        PyObject *v;
-        if (id == -1 && PyErr_Occurred()) goto fail;
-        if ((st = ta_resolve_any(T, id, &s, &o, &ng)) != TA_OK) { va_fail(st); goto fail; }
-        if (!(v = va_wrap(s, o))) goto fail;
-        PyList_SET_ITEM(out, k, v);
-    }
-    Py_DECREF(fast);
-    return out;
-fail:
-    Py_DECREF(fast); Py_DECREF(out);
-    return NULL;
-}
-
-/* Put x in place t of a rule's stood list, (cell, -1, node) or (copy,
- * default index, node).  0, or -1 with an exception set. */
-static int va_put_place(PyObject *t, PyObject *x)
-{
-    PyObject *h, *d, *d2;
-    Py_ssize_t k;
-    int rc;
-    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 3) goto bad;
-    h = PyTuple_GET_ITEM(t, 0);
-    k = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 1));
-    if (k == -1 && PyErr_Occurred()) return -1;
-    if (k < 0) {
-        if (!PyCell_Check(h)) goto bad;
-        return PyCell_Set(h, x);
-    }
-    if (!PyFunction_Check(h) || !(d = PyFunction_GET_DEFAULTS(h)) || !PyTuple_Check(d) ||
-        k >= PyTuple_GET_SIZE(d)) goto bad;
-    if (PyTuple_GET_ITEM(d, k) == x) return 0;
-    if (!(d2 = va_tuple_copy(d))) return -1;
-    Py_INCREF(x);
-    Py_SETREF(((PyTupleObject *)d2)->ob_item[k], x);
-    rc = PyFunction_SetDefaults(h, d2);
-    Py_DECREF(d2);
-    return rc;
-bad:
-    PyErr_SetString(PyExc_RuntimeError, "tapead: a rule's place is not one rule_private made");
-    return -1;
-}
-
-/* run_stood(rec, released): run the rule of record rec (tapead/custom.py,
- * _Rec) with a new Value for each of its nodes in the places of rec.stood,
- * and `released` put back in every place after, whatever happened: all in
- * one call, so that no Ctrl-C can land between two of these steps and
- * leave a place holding its Value (and its segment).  rec.runs is 1 while
- * the rule runs.  Returns what the rule returns; raises what it raises. */
-static PyObject *va_run_stood(PyObject *mod, PyObject *args)
-{
-    PyObject *rec, *released, *fn = NULL, *stood = NULL, *ids = NULL, *hv = NULL, *r = NULL;
-    PyObject *et = NULL, *ev = NULL, *etb = NULL;
-    static PyObject *s_fn, *s_stood, *s_ids, *s_runs, *zero, *unit;   /* (made once, kept) */
-    Py_ssize_t n, j, m, q;
-    if (!PyArg_ParseTuple(args, "OO:run_stood", &rec, &released)) return NULL;
-    if (!s_runs && (!(s_fn = PyUnicode_InternFromString("fn")) || !(s_stood = PyUnicode_InternFromString("stood")) ||
-                    !(s_ids = PyUnicode_InternFromString("ids")) || !(zero = PyLong_FromLong(0)) ||
-                    !(unit = PyLong_FromLong(1)) || !(s_runs = PyUnicode_InternFromString("runs"))))
-        return NULL;
-    if (!(fn = PyObject_GetAttr(rec, s_fn)) || !(stood = PyObject_GetAttr(rec, s_stood)) ||
-        !(ids = PyObject_GetAttr(rec, s_ids)) || !PyList_Check(stood) || !PyList_Check(ids)) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "run_stood needs a rule record");
-        goto out;
-    }
-    if (!(hv = va_held(mod, ids))) goto out;
-    if (PyObject_SetAttr(rec, s_runs, unit) < 0) goto out;
-    n = PyList_GET_SIZE(stood);
-    m = PyList_GET_SIZE(ids);
-    for (j = 0; j < n; j++) {                     /* bind */
-        PyObject *t = PyList_GET_ITEM(stood, j);
-        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 3) break;
-        for (q = 0; q < m; q++) {
-            int eq = PyObject_RichCompareBool(PyList_GET_ITEM(ids, q), PyTuple_GET_ITEM(t, 2), Py_EQ);
-            if (eq < 0) break;
-            if (eq) break;
-        }
-        if (PyErr_Occurred()) break;
-        if (q == m) { PyErr_SetString(PyExc_RuntimeError, "tapead: a rule's node is not in its ids"); break; }
-        if (va_put_place(t, PyList_GET_ITEM(hv, q)) < 0) break;
-    }
-    if (!PyErr_Occurred()) r = PyObject_CallNoArgs(fn);
-    PyErr_Fetch(&et, &ev, &etb);                  /* (none, or what binding or the rule raised) */
-    for (j = 0; j < n; j++)                       /* release: every place, whatever happened */
-        if (va_put_place(PyList_GET_ITEM(stood, j), released) < 0) PyErr_Clear();
-    if (PyObject_SetAttr(rec, s_runs, zero) < 0) PyErr_Clear();
-    if (et) { Py_CLEAR(r); PyErr_Restore(et, ev, etb); }
-out:
-    Py_XDECREF(fn); Py_XDECREF(stood); Py_XDECREF(ids); Py_XDECREF(hv);
-    return r;
-}
-
 /* precomputed(value, inputs, partials, name id): tapead.precomputed on the
  * native front, arguments already checked by Python (floats, Values, equal
  * lengths), so only their types are verified here. */
 static PyObject *va_precomputed(PyObject *mod, PyObject *args)
 {
     ta_tape *T = va_tape();
-    PyObject *ins, *ps, *nm, *keep, *r = NULL;
+    PyObject *ins, *ps, *nm, *keep = NULL, *r = NULL, *own = NULL;
     double x, *d = NULL;
     const char *name;
     uint32_t *in = NULL, m = 0, namelen;
@@ -1085,7 +953,11 @@ static PyObject *va_precomputed(PyObject *mod, PyObject *args)
     if (!T) return NULL;
     if (!PyArg_ParseTuple(args, "dO!O!U:precomputed", &x, &PyList_Type, &ins, &PyList_Type, &ps, &nm))
         return NULL;
-    if (va_utf8(nm, &keep, &name, &namelen) < 0) return NULL;
+    /* what may run Python first (the join, the result, the name), then
+     * the inputs are read (a finalizer may have re-initialised them) */
+    if (va_join_items(ins, &own) < 0) return NULL;
+    if (!(r = va_blank())) goto out;
+    if (va_utf8(nm, &keep, &name, &namelen) < 0) goto out;
     n = PyList_GET_SIZE(ins);
     if (PyList_GET_SIZE(ps) != n || n > (Py_ssize_t)(UINT32_MAX >> 4)) {
         PyErr_SetString(PyExc_ValueError, "precomputed needs one partial per input"); goto out;
@@ -1107,11 +979,15 @@ static PyObject *va_precomputed(PyObject *mod, PyObject *args)
         in[m++] = TA_REF(cs, co);
     }
     id = ta_custom_at(T, in, m, x, d, name, namelen, NULL, TA_NOKEY, &where);
-    r = va_result(T, id, where);
+    PyMem_Free(in); PyMem_Free(d);
+    Py_XDECREF(keep);
+    return va_result(r, id, where, own);
 out:
     PyMem_Free(in); PyMem_Free(d);
     Py_XDECREF(keep);
-    return r;
+    Py_XDECREF(r);
+    Py_XDECREF(own);
+    return NULL;
 }
 
 /* ------------------------------------ dot and linear (nn.c, tapead/dots.py)
@@ -1229,7 +1105,7 @@ static PyObject *va_dot(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     double sc[2 * VA_DOT_STACK], *c = sc, c0 = 0.0;
     uint32_t from = 0;
     Py_ssize_t n;
-    PyObject *r = NULL;
+    PyObject *r = NULL, *own = NULL;
     ta_sums S;
     int done = 0;
     (void)mod;
@@ -1239,20 +1115,25 @@ static PyObject *va_dot(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     id = (int64_t *)va_scratch(sid, sizeof sid, 2 * (size_t)n * sizeof *id);
     c = (double *)va_scratch(sc, sizeof sc, 2 * (size_t)n * sizeof *c);
     if (!id || !c) { PyErr_NoMemory(); goto out; }
-    if (!va_operands(T, args[0], n, id, c) || !va_operands(T, args[1], n, id + n, c + n) ||
+    /* what may run Python first (the join, the result), then the operands */
+    if (va_join_items(args[0], &own) < 0 || va_join_items(args[1], &own) < 0 ||
+        !(r = va_blank())) { done = -1; goto out; }
+    if (va_len(args[0]) != n || va_len(args[1]) != n ||
+        !va_operands(T, args[0], n, id, c) || !va_operands(T, args[1], n, id + n, c + n) ||
         !va_row_ok(id, id + n, n)) {
         done = 0;
         goto out;
     }
-    if (!(r = va_blank())) goto out;
     S.nout = 1; S.nin = (uint32_t)n; S.w = id; S.wc = c; S.wrow = 0; S.x = id + n; S.xc = c + n;
     S.b = NULL; S.c0 = &c0; S.from = &from; S.relu = 0;
     done = va_sums(T, &S, &r, &out);
-    if (done < 0) Py_CLEAR(r);
+    if (done > 0 && own) { va_set_own((va_obj *)r, own); own = NULL; }
 out:
     if (id != sid) PyMem_Free(id);
     if (c != sc) PyMem_Free(c);
-    if (done == 0 && !PyErr_Occurred()) { Py_XDECREF(r); return va_slow(va_dot_py, args, nargs); }
+    Py_XDECREF(own);
+    if (done <= 0) Py_CLEAR(r);
+    if (done == 0 && !PyErr_Occurred()) return va_slow(va_dot_py, args, nargs);
     return r;
 }
 
@@ -1263,7 +1144,7 @@ static PyObject *va_linear(PyObject *mod, PyObject *const *args, Py_ssize_t narg
     double *c = NULL, *c0;
     uint32_t *from;
     Py_ssize_t nin, nout, j;
-    PyObject *r = NULL, **rows;
+    PyObject *r = NULL, **rows, *own = NULL;
     ta_sums S;
     int done = 0;
     size_t cells;
@@ -1279,8 +1160,17 @@ static PyObject *va_linear(PyObject *mod, PyObject *const *args, Py_ssize_t narg
     out = id + cells + nin;
     c0 = c + cells + nin;
     from = (uint32_t *)(c0 + nout);
-    /* the results first: PyList_New may collect, and so run Python, which
-     * must not happen between reading the operands and recording */
+    /* the join and the results first: making them may collect, and so run
+     * Python, which must not happen between reading the operands and
+     * recording (a row that is no list or tuple: the slow path decides) */
+    if (va_join_items(args[0], &own) < 0) { done = -1; goto out; }
+    for (j = 0; j < nout && j < va_len(args[1]); j++) {
+        PyObject *row = PySequence_Fast_ITEMS(args[1])[j];
+        Py_INCREF(row);
+        if (va_join_items(row, &own) < 0) { Py_DECREF(row); done = -1; goto out; }
+        Py_DECREF(row);
+    }
+    if (va_len(args[1]) != nout || va_len(args[0]) != nin) goto out;
     if (!(r = PyList_New(nout))) goto out;
     for (j = 0; j < nout; j++) {
         PyObject *v = va_blank();
@@ -1298,8 +1188,11 @@ static PyObject *va_linear(PyObject *mod, PyObject *const *args, Py_ssize_t narg
     S.nout = (uint32_t)nout; S.nin = (uint32_t)nin; S.w = id; S.wc = c; S.wrow = (size_t)nin;
     S.x = id + cells; S.xc = c + cells; S.b = NULL; S.c0 = c0; S.from = from; S.relu = 0;
     done = va_sums(T, &S, PySequence_Fast_ITEMS(r), out);
+    for (j = 0; done > 0 && own && j < nout; j++)
+        va_set_own((va_obj *)PyList_GET_ITEM(r, j), VA_NEWREF(own));
 out:
     PyMem_Free(id); PyMem_Free(c);
+    Py_XDECREF(own);
     if (done <= 0) Py_CLEAR(r);
     if (done == 0 && !PyErr_Occurred()) return va_slow(va_linear_py, args, nargs);
     return r;
@@ -1336,13 +1229,10 @@ done:
 
 static PyMethodDef va_module_methods[] = {
     {"custom_info", va_custom_info, METH_O, "custom_info(v): (key, name, inputs) or None"},
-    {"held", va_held, METH_O, "held(ids): Values for existing nodes, each holding its segment"},
-    {"run_stood", va_run_stood, METH_VARARGS, "run_stood(rec, released): run a rule, its places bound for the run"},
-    {"rule_private", va_rule_private, METH_VARARGS, "rule_private(v, fn, released): (key, rule, stood, ids) or None"},
     {"precomputed", va_precomputed, METH_VARARGS, "precomputed(value, inputs, partials, name)"},
     {"make_type", va_make_type, METH_O, "make_type(docs): the native Value type"},
-    {"set_hooks", va_set_hooks, METH_VARARGS, "set_hooks(error, real, restore, other, setattr, rule, grads)"},
-    {"adopt", va_adopt, METH_VARARGS, "adopt(h, n): Values taking over the holds of a held list"},
+    {"set_hooks", va_set_hooks, METH_VARARGS, "set_hooks(error, real, restore, other, setattr, rule, grads, owner)"},
+    {"adopt", va_adopt, METH_VARARGS, "adopt(h, n, own=None): Values taking over the holds of a held list"},
     {"dots", va_dots, METH_VARARGS, "dots(dot, linear): the fast tapead.dot and tapead.linear"},
     {NULL, NULL, 0, NULL}
 };

@@ -294,8 +294,8 @@ int ta_local_grads(int64_t id, double *d, uint32_t cap)
     if (kind == TA_K_NARY) {
         const ta_cnode *e = ta_cnode_of(T, s, o);
         if (!e->d) return TA_EPYRULE;
-        for (k = 0; d && k < e->nuser && k < cap; k++) d[k] = e->d[k];
-        return (int)e->nuser;
+        for (k = 0; d && k < e->n && k < cap; k++) d[k] = e->d[k];
+        return (int)e->n;
     }
     ta_partials_at(T, s, o, op, &dx, &dy);
     if (d && cap > 0) d[0] = dx;

@@ -264,29 +264,24 @@ int  ta_bulk_begin(ta_tape *T, uint64_t need, ta_bulk *bk);
 void ta_bulk_end(ta_tape *T, const ta_bulk *bk, int failed);
 
 /* custom.c: the side table of custom nodes (op CUSTOM).  Entries die
- * with their nodes (ta_custom_release, from the collector and rollback);
- * an entry with a Python rule waits on a dead list until Python drains its
- * key (ta_custom_dead; a FIFO, so that Python can drop records before C
- * forgets their keys).  ta_custom_inputs gives an entry's inputs (refs). */
+ * with their nodes (ta_custom_release, from the collector and rollback).
+ * A node with a Python rule has a key, never reused on its tape, by which
+ * Python finds the rule (tapead/custom.py); C holds no Python object. */
 typedef struct ta_cnode {
     uint32_t n;                  /* inputs                                  */
-    uint32_t nuser;              /* of which the node's own (the rest: earlier
-                                    nodes its Python rule uses, kept alive) */
     uint32_t namelen;            /* bytes of its name (UTF-8), at name      */
-    uint32_t next;               /* free list / dead list link              */
-    uint32_t state;              /* 0 free, 1 live, 2 dead awaiting drain   */
+    uint32_t next;               /* free list link                          */
+    uint32_t state;              /* 0 free, 1 live                          */
     int64_t  key;                /* its Python rule's key; 0: partials      */
     double  *d;                  /* n partials, or NULL (a Python rule)     */
     uint32_t *in;                /* n input refs                            */
     char    *name;               /* its op name, NUL-terminated; d (or in), in and
                                     name share one block, freed with the node */
 } ta_cnode;
-struct ta_cnodes { ta_cnode *e; uint32_t n, cap, freehead, deadhead, deadtail; int64_t nextkey; uint64_t live; };
+struct ta_cnodes { ta_cnode *e; uint32_t n, cap, freehead; int64_t nextkey; uint64_t live; };
 static inline ta_cnode *ta_cnode_of(const ta_tape *T, const ta_seg *s, uint32_t i)
 { return &T->cn->e[s->x[i]]; }
 void ta_custom_release(ta_tape *T, ta_seg *s, uint32_t i);
-/* Keep node ref (which precedes e's node) alive with e, a Python rule's entry. */
-int  ta_cnode_keep(ta_cnode *e, uint32_t ref);
 void ta_custom_free_all(ta_tape *T);
 /* TA_EBUSY inside a Python rule; TA_ECUSTOM (T->err_node set) if a custom
  * node is behind the roots (and, with guards, behind the guards recorded

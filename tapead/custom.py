@@ -18,32 +18,23 @@ Neither can be replayed, compiled or differentiated twice: those sweeps run
 the tape in C at new points, where a Python rule cannot run and recorded
 partials no longer hold; they refuse such a graph, naming the node.
 
-Lifetime.  A node's Python rule lives in this thread's record table until
-the node dies on the tape (C puts its key on a dead list; drain() drops the
-record).  micrograd's closure captures ``out``, ``self`` and ``other``, and a
-Value holds its tape segment, which holds the node itself: a rule keeping
-them would be a cycle through C that no collector sees.  So the rule kept
-is a private copy of the function (rule_private): each closure cell or
-default argument that holds a Value of the node, of its inputs or of an
-earlier node (which the node then keeps alive as an extra input) is, in the
-copy, a new cell that holds no segment; the other cells are shared.  The
-function the user wrote, and the frame that defined it, keep their own
-cells and Values.  The rule thus holds no Value of its node's graph, on any
-Python: its node lives while the tape needs it and no longer.  (What a rule
-holds otherwise -- a later node's Value, a list of Values -- it holds as
-micrograd's would.)
-
-What the new cells hold differs by front, for speed.  The cffi front: a
-rule Value, one of its own Values for the node that holds no segment and
-whose id is RELEASED_ID (C refuses it, naming the cause) except while the
-rule runs, when it is the node's (_run): no cell is written per run, which
-PyPy's JIT makes costly.  The native front: RELEASED, replaced for each run
-by a new Value of the node, as a native Value always holds its segment
-(native.run_stood binds, runs and releases in one C call: no Ctrl-C can
-leave a place bound).  A run needs no hold: the node and its inputs are
-alive while it runs (the sweep holds the collector off; out._backward()
-holds out).  A rule may run its own step inside itself: only the
-outermost run binds and releases (_Rec.runs).
+Lifetime: the cycle is one the collector sees.  A rule closes over
+Values of its own graph (micrograd's ``out``, ``self``, ``other``), and
+those Values hold their tape segments, so a rule kept by C would be a cycle
+through C that no collector sees.  Instead the rule lives in a small Python
+object, the node's *owner* (_Node), made when the node is recorded, and
+every Value whose node depends on the custom node references it: a Value
+carries ``_o``, the join of what its operands carry (join: nothing for a
+graph without custom nodes, the one object if only one operand has one, a
+pair where two different ones meet).  Rule -> captured Values -> ``_o`` ->
+owner -> rule is then an ordinary reference cycle, which CPython's cycle
+collector and PyPy's GC free once nothing else reaches it, whatever shape
+the rule has (closures, defaults, lists, partials, bound methods, callable
+objects).  The sweep finds a node's owner by its key in this thread's weak
+map (the root's ``_o`` keeps every owner it depends on alive), and runs the
+user's own function with the user's own objects: nested and re-entrant runs
+are plain calls, as in micrograd.  Labels and user attributes are kept the
+same way (tapead/nodedata.py).
 """
 from __future__ import annotations
 
@@ -69,80 +60,109 @@ _new = object.__new__
 name_bytes = _cc.name_bytes
 
 
-# -------------------------------------------------------------- records
-class _Rec:
-    """A Python rule (rule_private's copy) and where its released Values
-    are.  The cffi front: `vals` is (Value, node, Value, node, ...), the
-    rule Values its private cells and defaults hold, each for one node.
-    The native front: `stood` lists (private cell or the copy, default
-    index or -1, node), places holding RELEASED, and `ids` their nodes.
-    `runs`: how many runs are under way (only the outermost binds and
-    releases)."""
-    __slots__ = ("fn", "vals", "stood", "ids", "runs")
+# ----------------------------------------------------------------- owners
+class _Node:
+    """The Python side of a custom node made micrograd's way: its rule (the
+    user's function; None until ``out._backward = rule``) and ``up``, what
+    its inputs' Values carried, so that the Values of this node keep the
+    owners of the custom nodes before it."""
+    __slots__ = ("rule", "up", "__weakref__")
 
-    def __init__(self, fn: Callable[[], Any], vals: Optional[Tuple[Any, ...]],
-                 stood: Sequence[Tuple[Any, int, int]] = (), ids: Sequence[int] = ()) -> None:
-        self.fn = fn
-        self.vals = vals
-        self.stood = stood
-        self.ids = ids
-        self.runs = 0        # runs under way (a rule may run its own step: micrograd allows it)
-
-    def released(self) -> int:
-        """How many nodes' Values the rule holds only while it runs."""
-        return len(self.vals) // 2 if self.vals else len(self.ids)
+    def __init__(self, up: Any) -> None:
+        self.rule: Any = None
+        self.up = up
 
 
-class _Released:
-    """What a rule's private cells (and defaults) hold between runs on the
-    native front, where its closure held a Value of the node's graph (see
-    the top): one object for all of them; each run puts live Values there."""
-    __slots__ = ()
-
-    def __getattr__(self, name: str) -> Any:
-        raise error(RELEASED_ID)      # ReleasedError, with the status table's words
-
-    def __repr__(self) -> str:
-        return "<tapead: a Value captured by a custom node's rule, released between runs>"
+def join(a: Any, b: Any) -> Any:
+    """What a Value made from Values carrying a and b carries (None: nothing;
+    csrc/native.c: va_join does the same for the native front's ops)."""
+    if a is None or a is b:
+        return b
+    if b is None:
+        return a
+    return (a, b)
 
 
-RELEASED = _Released()
-RELEASED_ID = _cc.RELEASED_ID   # the node of a rule Value between runs
-
-
-def _rule_value() -> Any:
-    """A rule Value (the cffi front's; see the top): one of the front's own
-    Values, holding no segment, whose node is RELEASED_ID except while its
-    rule runs."""
-    v = _new(_engine.PyValue)
-    v._i = RELEASED_ID
-    v._t = _NOTOKEN
-    return v
-
-
-class _State:
-    """One thread's records (key -> _Rec)."""
-    __slots__ = ("recs", "made")
-
-    def __init__(self) -> None:
-        self.recs: Dict[int, _Rec] = {}
-        self.made = 0                     # records made since the last drain()
+def join_all(vals: Any) -> Any:
+    """The join of what the Values among vals carry (other items carry nothing)."""
+    o = None
+    V = _engine.Value
+    for v in vals:
+        if isinstance(v, V):
+            p = v._o
+            if p is not None and p is not o:
+                o = p if o is None else (o, p)
+    return o
 
 
 class _PerThread(_c._local):
-    """This thread's _State, None until it first needs one (_state): a class
-    default, not a missing attribute (a caught AttributeError costs more)."""
-    state: Optional[_State] = None
+    """This thread's owners by key (a weak map: an owner lives as long as
+    some Value carries it), None until the first custom node; and when to
+    look at the tape's size next (_pressure)."""
+    nodes: Any = None
+    made = 0
+    limit = 0
 
 
 _pt = _PerThread()
 
 
-def _state() -> _State:
-    S = _pt.state
-    if S is None:
-        S = _pt.state = _State()
-    return S
+def _nodes() -> Any:
+    d = _pt.nodes
+    if d is None:
+        from weakref import WeakValueDictionary
+        d = _pt.nodes = WeakValueDictionary()
+    return d
+
+
+def node_owner(key: int, up: Any) -> _Node:
+    """A new owner for the custom node of this key (this thread's), up what
+    its inputs carried: the native front's hook (va_custom, called with
+    the new node held)."""
+    o = _Node(up)
+    _nodes()[key] = o
+    _made()
+    return o
+
+
+# A graph with custom nodes is cyclic garbage once dropped (as micrograd's
+# own graphs are: out._backward's closure holds out), freed when the cycle
+# collector runs.  CPython runs its oldest generation only when the objects
+# there have grown by a quarter, and it does not count the tape memory such
+# garbage holds: a step's graph that was alive when a collection promoted
+# it may wait there long after, holding its tape segments.  So every 64
+# custom nodes, if this thread's tape has outgrown its limit, the collector
+# runs in full and the tape reclaims; the limit is then twice what stays
+# (at least _FLOOR nodes): amortised, a full collection per doubling.
+_FLOOR = 6 * (1 << _SHIFT)
+
+
+def _made() -> None:
+    P = _pt
+    P.made += 1
+    if P.made & 63:
+        return
+    if _tape_nodes() > max(P.limit, _FLOOR):
+        import gc
+        gc.collect()
+        _c.lib.ta_collect()     # (refused inside a rule's run: the tape waits for the sweep)
+        P.limit = 2 * _tape_nodes()
+
+
+def _tape_nodes() -> int:
+    from ._c.holds import stats
+    return int(stats()["nodes"])
+
+
+def owners() -> bool:
+    """Does this thread have owners alive (custom nodes whose Values live)?"""
+    d = _pt.nodes
+    return d is not None and len(d) > 0
+
+
+def _owner(key: int) -> Optional[_Node]:
+    d = _pt.nodes
+    return None if d is None else d.get(key)
 
 
 def _raw_info(v: Any) -> Optional[Tuple[int, str, Tuple[int, ...]]]:
@@ -153,7 +173,6 @@ def _raw_info(v: Any) -> Optional[Tuple[int, str, Tuple[int, ...]]]:
 
 # the native front's C helpers (None on the cffi front)
 _native_pre: Optional[Callable[..., Any]] = None
-_native: Any = None
 
 
 # The front this module records through and hands Values out of: tapead.engine,
@@ -170,10 +189,8 @@ def attach(front: Any) -> None:
 
 def bind_native(native: Any) -> None:
     """The native front's C versions of the hot helpers (engine._native_front)."""
-    global _raw_info, _native_pre, _rule_private, _native
+    global _raw_info, _native_pre
     _raw_info, _native_pre = native.custom_info, native.precomputed
-    _rule_private, _native = _native_rule_private, native
-
 
 
 def info(v: Any) -> Optional[Tuple[Tuple[int, ...], str, int]]:
@@ -199,17 +216,23 @@ def record(v: Any, data: float, children: Iterable[Any], op: Any, local_grads: A
         w = grads_value(data, children, op, local_grads)
         v._i = w._i
         v._t = w._t
+        v._o = w._o
         return
     kids = children if type(children) is tuple else tuple(children)
     nm = name_bytes(op)
+    up = join_all(kids)           # (what may run Python comes before the record)
+    o = _Node(up)
     t = _holds._tok
     Value = E.Value
     i = _custom_rec(kids, data, None, nm, Value, _NOT_A_CHILD, t.key)
     if i < 0:   # another segment, the node limit, an error: as every op (engine._slow)
         w = E._slow(i, t, _custom_rec, kids, data, None, nm, Value, _NOT_A_CHILD)
         i, t = w._i, w._t
+    _nodes()[_cc.custom_key(i)] = o     # (t holds the node: its key stays its own)
     v._i = i
     v._t = t
+    v._o = o
+    _made()
 
 
 _NOT_A_CHILD = "Value(data, _children, _op): each child must be a Value"
@@ -280,13 +303,16 @@ def _with_partials(x: float, vals: List[Any], ps: Sequence[Any], name: str,
         return _native_pre(x, vals, list(ps), name)
     E = _engine
     nm = name_bytes(name)
+    o = join_all(vals)
     t = _holds._tok         # as record(): one C call, into the current token's segment
     i = _custom_rec(vals, x, ps, nm, E.Value, words[2], t.key)
     if i < 0:
-        return E._slow(i, t, _custom_rec, vals, x, ps, nm, E.Value, words[2])
-    out = _new(E.PyValue)
-    out._i = i
-    out._t = t
+        out = E._slow(i, t, _custom_rec, vals, x, ps, nm, E.Value, words[2])
+    else:
+        out = _new(E.PyValue)
+        out._i = i
+        out._t = t
+    out._o = o
     return out
 
 
@@ -338,142 +364,10 @@ def grads_value(data: float, children: Any, op: Any, local_grads: Any) -> Any:
 
 
 # --------------------------------------------------------- the _backward
-_rule_set, _rule_set3 = _cc.rule_set, _cc.rule_set3
-
-
-def _a_cell(x: Any) -> Any:
-    return (lambda: x).__closure__[0]  # type: ignore[index]
-
-
-_Function: Any = type(_a_cell)   # types.FunctionType and types.CellType, without importing types
-_Cell: Any = type(_a_cell(None))
-
-
-def _rule_private(v: Any, fn: Any) -> Optional[Tuple[int, Optional[_Rec]]]:
-    """None if v's node is not a custom node; (0, None) for a node with
-    partials; else (key, record): the rule to keep, fn or a private copy of
-    it (see the top), and its rule Values.  One C call
-    (ta_custom_rule_set) says which Values the rule may release and keeps
-    the earlier ones alive with the node.  (The native front's is
-    _native_rule_private.)
-
-    The common rule, a closure of up to three cells and no defaults (out,
-    self, other), takes a path with no loop: PyPy's JIT does not inline a
-    function that has one, and the call it makes instead costs more than
-    the work (see _c.custom.custom_rec)."""
-    if type(fn) is _Function and not fn.__defaults__:
-        cl = fn.__closure__
-        n = len(cl) if cl else 0
-        if n <= 3:
-            V = _engine.Value
-            x0: Any = _cell_value(cl[0], V) if n else None
-            x1: Any = _cell_value(cl[1], V) if n > 1 else None
-            x2: Any = _cell_value(cl[2], V) if n > 2 else None
-            got = _rule_set3(v._i, x0, x1, x2)
-            if got is None:
-                return None
-            key, ok = got
-            if key == 0 or not ok:
-                return key, (None if key == 0 else _Rec(fn, None))
-            i0 = x0._i if ok & 1 else -1
-            i1 = x1._i if ok & 2 else -1
-            i2 = x2._i if ok & 4 else -1
-            r0 = _rule_value() if i0 >= 0 else None
-            r1 = None if i1 < 0 else r0 if i1 == i0 else _rule_value()
-            r2 = None if i2 < 0 else r0 if i2 == i0 else r1 if i2 == i1 else _rule_value()
-            c0 = _Cell(r0) if r0 is not None else cl[0] if n else None
-            c1 = _Cell(r1) if r1 is not None else cl[1] if n > 1 else None
-            c2 = _Cell(r2) if r2 is not None else cl[2] if n > 2 else None
-            g = _copy(fn, None, (c0,) if n == 1 else (c0, c1) if n == 2 else (c0, c1, c2))
-            vals: Tuple[Any, ...] = (r0, i0) if r0 is not None else ()
-            if r1 is not None and r1 is not r0:
-                vals += (r1, i1)
-            if r2 is not None and r2 is not r0 and r2 is not r1:
-                vals += (r2, i2)
-            return key, _Rec(g, vals)
-    return _rule_private_any(v, fn)
-
-
-def _copy(fn: Any, defaults: Optional[Tuple[Any, ...]], closure: Optional[Tuple[Any, ...]]) -> Any:
-    """fn with these defaults and closure cells: the private copy."""
-    g = _Function(fn.__code__, fn.__globals__, fn.__name__, defaults, closure)
-    g.__qualname__ = fn.__qualname__
-    if fn.__kwdefaults__:
-        g.__kwdefaults__ = fn.__kwdefaults__
-    return g
-
-
-def _cell_value(c: Any, V: type) -> Any:
-    """The Value cell c holds, or None."""
-    try:
-        x = c.cell_contents
-    except ValueError:   # an empty cell
-        return None
-    return x if isinstance(x, V) else None
-
-
-def _rule_private_any(v: Any, fn: Any) -> Optional[Tuple[int, Optional[_Rec]]]:
-    """_rule_private for any rule."""
-    V = _engine.Value
-    cells: List[int] = []     # closure positions
-    defs: List[int] = []      # default positions
-    ids: List[int] = []
-    cl = d = None
-    if type(fn) is _Function:
-        cl = fn.__closure__
-        if cl:
-            for k, c in enumerate(cl):
-                x = _cell_value(c, V)
-                if x is not None:
-                    cells.append(k)
-                    ids.append(x._i)
-        d = fn.__defaults__
-        if d:
-            for k, x in enumerate(d):
-                if isinstance(x, V):
-                    defs.append(k)
-                    ids.append(x._i)
-    got = _rule_set(v._i, ids)
-    if got is None:
-        return None
-    key, ok = got
-    if key == 0:
-        return 0, None
-    if not callable(fn):
-        raise TypeError(f"_backward must be callable, not {type(fn).__name__}")
-    if not any(ok):          # later nodes, other threads', no_grad values: left as they are
-        return key, _Rec(fn, None)
-    cl2 = list(cl) if cl else []
-    d2 = list(d) if d else []
-    made: Dict[int, Any] = {}   # node -> its rule Value
-    for j, i in enumerate(ids):
-        if ok[j]:
-            r = made.get(i)
-            if r is None:
-                r = made[i] = _rule_value()
-            if j < len(cells):
-                cl2[cells[j]] = _Cell(r)
-            else:
-                d2[defs[j - len(cells)]] = r
-    g = _copy(fn, tuple(d2) if d else None, tuple(cl2) if cl else None)
-    vals: Tuple[Any, ...] = ()
-    for i, r in made.items():
-        vals += (r, i)
-    return key, _Rec(g, vals)
-
-
-def _native_rule_private(v: Any, fn: Any) -> Optional[Tuple[int, Optional[_Rec]]]:
-    """_rule_private on the native front: the copy is made in C."""
-    got = _native.rule_private(v, fn, RELEASED)
-    if got is None:
-        return None
-    key, rule, stood, ids = got
-    return key, (None if key == 0 else _Rec(rule, None, stood, ids))
-
-
 def set_backward(v: Any, fn: Any) -> None:
-    """out._backward = fn: the rule of a custom node (micrograd's idiom)."""
-    got = _rule_private(v, fn)
+    """out._backward = fn: the rule of a custom node (micrograd's idiom),
+    kept as it is in the node's owner."""
+    got = _raw_info(v)
     if got is None:
         op = _engine._node(v)[0]
         if not callable(fn):
@@ -483,16 +377,22 @@ def set_backward(v: Any, fn: Any) -> None:
         raise AttributeError(f"the _backward of a built-in op ({OP_NAMES[op]!r}) is tapead's "
                              f"own (C) rule and cannot be replaced; to define a new op, make its "
                              f"node with Value(data, _children, _op) and set that node's _backward")
-    key, rec = got
-    if rec is None:
-        raise AttributeError("a node made by tapead.precomputed differentiates by its partials; "
-                             "its _backward cannot be replaced")
-    S = _state()
-    S.recs[key] = rec
-    S.made += 1
-    if S.made >= 64:     # now and then, drop the records of nodes the tape has reclaimed
-        S.made = 0
-        drain(S)
+    if got[0] == 0:
+        raise AttributeError("a node made by tapead.precomputed or Value(data, children, "
+                             "local_grads) differentiates by its partials; its _backward cannot "
+                             "be replaced")
+    if not callable(fn):
+        raise TypeError(f"_backward must be callable, not {type(fn).__name__}")
+    _owner_of(got[0], got[1]).rule = fn
+
+
+def _owner_of(key: int, name: str) -> _Node:
+    o = _owner(key)
+    if o is None:
+        raise TapeadError(f"the custom node {name!r} has lost its rule: the Value used was made "
+                          f"by a path that does not carry its graph's custom nodes (a bug in "
+                          f"tapead: please report it)")
+    return o
 
 
 def backward_of(v: Any) -> Callable[[], None]:
@@ -509,7 +409,9 @@ def _run_own(v: Any) -> None:
     TapeError, as a built-in node's step does, never runs another node's)."""
     got = _raw_info(v)
     if got is not None and got[0]:
-        _run(got[0], v._i)
+        fn = _owner_of(got[0], got[1]).rule
+        if fn is not None:
+            fn()
 
 
 def _step(v: Any) -> None:
@@ -517,77 +419,15 @@ def _step(v: Any) -> None:
 
 
 def _run(key: int, node: int) -> None:
-    """Run the rule of custom node `node`, its released Values live for the
-    run: the cffi front's rule Values get their nodes back (then
-    RELEASED_ID again), the native front's cells get new Values."""
-    rec = _state().recs.get(key)
-    if rec is None:
+    """Run the rule of custom node `node` (the sweep's call): the user's function."""
+    o = _owner(key)
+    if o is None:
+        got = _cc.custom_info(node)
+        _owner_of(key, got[1] if got else "?")
         return
-    p = rec.vals
-    if rec.runs or not (p or rec.stood):
-        _run_again(rec)          # (its Values are in place: this is a run inside its own run)
-        return
-    if p:
-        if len(p) == 2:          # (no loop: see _rule_private)
-            v0 = p[0]
-            try:                 # (bound inside: a Ctrl-C right after still unbinds)
-                rec.runs = 1
-                v0._i = p[1]
-                rec.fn()
-            finally:
-                v0._i = RELEASED_ID
-                rec.runs = 0
-            return
-        if len(p) == 4:
-            v0 = p[0]
-            v1 = p[2]
-            try:
-                rec.runs = 1
-                v0._i = p[1]
-                v1._i = p[3]
-                rec.fn()
-            finally:
-                v0._i = RELEASED_ID
-                v1._i = RELEASED_ID
-                rec.runs = 0
-            return
-        _run_vals(rec)
-    else:
-        _run_stood(rec)
-
-
-def _run_again(rec: _Rec) -> None:
-    """Run a rule that is running already (it ran its own node's step, as
-    micrograd allows) or that released nothing: as it is, counted, so that
-    only the outermost run puts its Values back."""
-    n = rec.runs
-    try:
-        rec.runs = n + 1
-        rec.fn()
-    finally:
-        rec.runs = n
-
-
-def _run_vals(rec: _Rec) -> None:
-    """_run for a rule of the cffi front with any number of rule Values."""
-    p = rec.vals
-    assert p is not None
-    try:
-        rec.runs = 1
-        for k in range(0, len(p), 2):
-            p[k]._i = p[k + 1]
-        rec.fn()
-    finally:
-        for k in range(0, len(p), 2):
-            p[k]._i = RELEASED_ID
-        rec.runs = 0
-
-
-def _run_stood(rec: _Rec) -> None:
-    """_run for a rule of the native front: a new Value in each place that
-    holds RELEASED, for the run, in one C call (native.run_stood: no Ctrl-C
-    can land between binding and releasing)."""
-    _native.run_stood(rec, RELEASED)
+    fn = o.rule
+    if fn is not None:
+        fn()
 
 
 def ta_custom_rule(node: int, key: int) -> int:
@@ -607,37 +447,6 @@ def _escaped(tp: Any, e: Any, tb: Any) -> None:
 
 
 _cc.on_custom_rule(ta_custom_rule, _escaped)
-
-
-# ------------------------------------------------------------- lifetime
-def drain(S: Optional[_State] = None) -> int:
-    """Drop the rules of custom nodes the tape has reclaimed; returns how many."""
-    S = S or _state()
-    total = done = 0
-    while True:
-        keys = _cc.custom_dead(done)   # (C forgets keys only once their records are gone)
-        if not keys:
-            return total
-        pop = S.recs.pop
-        for k in keys:   # (one list: no cdata indexing per key)
-            pop(k, None)
-        done = len(keys)
-        total += done
-
-
-def settle() -> int:
-    """What collect() adds for custom nodes: drain, collect and drain until
-    nothing more dies (a rule dropped may let go of what it held); returns
-    the segments freed."""
-    S = _pt.state
-    freed = 0
-    while S is not None and S.recs:
-        drain(S)
-        n = _collect()
-        freed += n
-        if not drain(S) and not n:
-            break
-    return freed
 
 
 # -------------------------------------------------------------- errors

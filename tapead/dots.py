@@ -30,6 +30,7 @@ from operator import mul
 from typing import Any, Callable, List, Sequence, Tuple, Union
 
 from ._c import bulk as _bulk
+from .custom import join_all
 from .engine import FRONT, Operand, Value, handles
 
 __all__ = ["dot", "linear"]
@@ -117,7 +118,7 @@ def _record(fn: str, rows: List[Sequence[Any]], wname: List[str], x: Sequence[An
         wc.extend(cw)
         live.append(j)
     if live:
-        vals = _bulk.dots(w, wc, len(live), nin, xid, xcf, c0, start, handles)
+        vals = _bulk.dots(w, wc, len(live), nin, xid, xcf, c0, start, _carrying(rows, x))
         if vals is None:    # no_grad, detect_anomaly, a no_grad Value: the generator itself
             return [sum(map(mul, r, x)) for r in rows]
         for j, v in zip(live, vals):
@@ -167,13 +168,27 @@ def _linear(x: Sequence[Operand], W: Sequence[Sequence[Operand]]) -> List[Any]:
     return _record("linear", rows, [f"W[{j}]" for j in range(len(rows))], x, "x")
 
 
+def _carrying(rows: Sequence[Sequence[Any]], x: Sequence[Any]) -> Callable[[Any, int], List[Any]]:
+    """handles() whose Values carry what the operands' Values carry
+    (custom.join_all), read once the call has recorded (the callers check
+    first that the operands are sequences: a generator is never consumed here)."""
+    def made(h: Any, n: int) -> List[Any]:
+        own = join_all(x)
+        for r in rows:
+            o = join_all(r)
+            if o is not None and o is not own:
+                own = o if own is None else (own, o)
+        return handles(h, n, own)
+    return made
+
+
 def _dot_cffi(ws: Sequence[Operand], xs: Sequence[Operand]) -> Union[Value, float, int]:
-    out = _bulk.sums_fast((ws,), xs, Value, handles)   # the common case, else everything above
+    out = _bulk.sums_fast((ws,), xs, Value, _carrying((ws,), xs))   # the common case, else everything above
     return out[0] if out is not None else _dot(ws, xs)
 
 
 def _linear_cffi(x: Sequence[Operand], W: Sequence[Sequence[Operand]]) -> List[Any]:
-    out = _bulk.sums_fast(W, x, Value, handles)
+    out = _bulk.sums_fast(W, x, Value, _carrying(W, x))
     return out if out is not None else _linear(x, W)
 
 

@@ -3,9 +3,11 @@
 A Value is a handle: the id of its node on this thread's tape and the
 token that holds the tape segment that node lives in (csrc/tapead.h:
 holds).  Every operator records one node with one C call and returns a new
-handle; backward() is one C sweep.  Values hold no references to other
-Values, so plain reference counting frees them and the cyclic garbage
-collector has nothing to chase.
+handle; backward() is one C sweep.  A Value holds no other Value; it
+carries `_o`, the Python data of the custom nodes (and labelled nodes) its
+node depends on, None in a graph without them (tapead/custom.py: join), so
+that a rule or an attribute holding Values of its own graph is a cycle the
+collector sees.
 
 The recording calls pass the key of the token they hold (pinned in a local
 before the call), and C records only into that very segment: a node is
@@ -55,28 +57,30 @@ def _slow(code: int, used: _Token, fn: Callable[..., int], *args: Any) -> Value:
     """The slow path of every recording call `fn(*args, key)` (holds.slow):
     the new node's Value, or the error raised."""
     i, t = _holds.slow(code, used, fn, *args)
-    v = _new(PyValue); v._i = i; v._t = t
+    v = _new(PyValue); v._i = i; v._t = t; v._o = None
     return v
 
 
-def handles(h: Any, n: int) -> List[Value]:
+def handles(h: Any, n: int, own: Any = None) -> List[Value]:
     """Values for the first n ids of the held list h (_c.holds.held_list) that
-    a bulk call filled, each taking over its id's hold."""
+    a bulk call filled, each taking over its id's hold and carrying own
+    (the join of what the call's input Values carry: custom.join_all)."""
     out: List[Value] = []
     append = out.append
     ids, toks = _holds.adopt_here(h, n)
     for i, t in zip(ids, toks):
-        v = _new(PyValue); v._i = i; v._t = t
+        v = _new(PyValue); v._i = i; v._t = t; v._o = own
         append(v)
     return out
 
 
-def held(ids: Iterable[int]) -> List[Value]:
-    """Values for existing nodes of this thread (held by something else now)."""
+def held(ids: Iterable[int], own: Any = None) -> List[Value]:
+    """Values for existing nodes of this thread (held by something else
+    now), carrying own (what a Value they come from carries)."""
     ids = list(ids)
     h = _holds.held_list(len(ids))
     _holds.hold_ids(ids, h)
-    return handles(h, len(ids))
+    return handles(h, len(ids), own)
 
 
 def node_ids(values: Union[Value, Iterable[Value]], what: str = "values") -> Tuple[List[Value], Any]:
@@ -162,9 +166,10 @@ class Value:
     # __dict__: the user's attributes (v.name = 'x1', as micrograd's Value
     # takes), made only when one is set; the native type keeps them with the
     # node instead (tapead/nodedata.py), to stay 32 bytes.
-    __slots__ = ("_i", "_t", "__weakref__", "__dict__")
+    __slots__ = ("_i", "_t", "_o", "__weakref__", "__dict__")
     _i: int                   # node id
     _t: _Token                # holds the node's tape segment
+    _o: Any                   # what it carries (tapead/custom.py: join)
     __array_ufunc__ = None  # numpy scalars defer to our reflected operators
 
     def __init__(self, data: SupportsFloat, _children: Iterable[Value] = (),
@@ -187,15 +192,14 @@ class Value:
             i, t = v._i, v._t
         self._i = i
         self._t = t
+        self._o = None
         if label:
             self._set_label(label)
 
     def __getattr__(self, name: str) -> Any:  # only when a slot is unset, or a getter raised AttributeError
-        if name in ("_i", "_t"):
+        if name in ("_i", "_t", "_o"):
             raise TypeError("this Value was never initialised (made without calling Value(x)): "
                             "it has no node")
-        if self._i == _custom.RELEASED_ID:   # a rule Value between runs (its ReleasedError is an AttributeError)
-            raise error(self._i)
         raise AttributeError(f"'Value' object has no attribute {name!r}")
 
     # ------------------------------------------------------------ data, grad
@@ -510,7 +514,7 @@ def _inputs(v: Value) -> List[Value]:
             fresh.append(i)
         else:
             by[i] = w
-    for i, w in zip(fresh, held(fresh)):
+    for i, w in zip(fresh, held(fresh, v._o)):   # (carrying what v does: its inputs' own is within it)
         by[i] = _nd.know(w)
     return [by[i] for i in ids]
 
@@ -600,31 +604,44 @@ def _const(c: Any) -> float:
 
 
 def _rec2(op: int, a: Value, b: Value) -> Value:
-    """Record a op b (Values, or instances of a subclass)."""
+    """Record a op b (Values, or instances of a subclass).  The result
+    carries the join of what a and b carry (custom.join, inlined)."""
+    o = a._o
+    p = b._o
+    if p is not None and p is not o:
+        o = p if o is None else (o, p)
     t = _holds._tok
     i = _op2(op, a._i, b._i, t.key)
     if i < 0:
-        return _slow(i, t, _op2, op, a._i, b._i)
-    v = _new(PyValue); v._i = i; v._t = t
+        v = _slow(i, t, _op2, op, a._i, b._i)
+    else:
+        v = _new(PyValue); v._i = i; v._t = t
+    v._o = o
     return v
 
 
 def _recc(op: int, a: Value, c: Any) -> Value:
     """Record a op c for a plain number c (cffi raises TypeError for anything else)."""
+    o = a._o
     t = _holds._tok
     i = _opc(op, a._i, c, t.key)
     if i < 0:
-        return _slow(i, t, _opc, op, a._i, c)
-    v = _new(PyValue); v._i = i; v._t = t
+        v = _slow(i, t, _opc, op, a._i, c)
+    else:
+        v = _new(PyValue); v._i = i; v._t = t
+    v._o = o
     return v
 
 
 def _rec1(op: int, a: Value) -> Value:
+    o = a._o
     t = _holds._tok
     i = _op1(op, a._i, t.key)
     if i < 0:
-        return _slow(i, t, _op1, op, a._i)
-    v = _new(PyValue); v._i = i; v._t = t
+        v = _slow(i, t, _op1, op, a._i)
+    else:
+        v = _new(PyValue); v._i = i; v._t = t
+    v._o = o
     return v
 
 
@@ -720,7 +737,10 @@ def collect() -> int:
     True
     """
     _holds.let_go()    # (this thread's current token need not hold its segment now)
-    return _holds.collect() + _custom.settle()
+    if _custom.owners() or _nd.kept():    # Values in cycles through Python data of nodes: freed first
+        import gc
+        gc.collect()
+    return _holds.collect()
 
 
 # ------------------------------------------------------------ the fronts
@@ -761,7 +781,7 @@ def _native_front() -> Any:
     if t.__text_signature__ is None:   # CPython 3.9: PyType_FromSpec drops the doc's signature line
         t.__signature__ = _InitSignature()
     _native.set_hooks(error, _real, _restore, _other, _nd.set_attr, _custom.ta_custom_rule,
-                      _custom.grads_value)
+                      _custom.grads_value, _custom.node_owner)
     _custom.bind_native(_native)
     return t
 
@@ -776,8 +796,8 @@ if not TYPE_CHECKING:
         FRONT = "native"
         _adopt = sys.modules["tapead._native"].adopt
 
-        def handles(h: Any, n: int) -> List[Value]:  # held() reaches it through this global
-            return _adopt(_holds.held_bytes(h), n)
+        def handles(h: Any, n: int, own: Any = None) -> List[Value]:  # held() reaches it through this global
+            return _adopt(_holds.held_bytes(h), n, own)
 
 # The layers below, which import no front, learn which Value is in use.
 _custom.attach(sys.modules[__name__])

@@ -23,6 +23,7 @@ import random
 
 from ._c import bulk as _bulk, doubles, int64s
 from ._c.holds import held_list
+from .custom import join_all
 from .engine import Operand, Value, handles
 
 fuse_layers = True  # False: every Layer records op by op, exactly micrograd's Python loop
@@ -197,7 +198,7 @@ class _FusedLayer:
                     return None
         if not _bulk.layer(self.w, self.b, self.nout, self.nin, self.xid, xc, self.relu, self.out):
             return None
-        return handles(self.out, self.nout)
+        return handles(self.out, self.nout, join_all(x))
 
 
 _NEURON_CALL = Neuron.__call__

@@ -3,9 +3,15 @@
 The tape (C) holds numbers.  A label, an attribute the user hangs on a
 Value (`v.name = 'x1'`, as on micrograd's Value) and the identity of the
 Value handed out for a node are Python objects: they live here, in a table
-per thread (tapes are per thread) keyed by node id.  An entry lives with its
-node, not with a Value: a Value that `_prev` makes later for the same node
-shows the same label and attributes.
+per thread (tapes are per thread) keyed by node id.  The table holds its
+entries weakly: an entry lives while a Value carries it (its `_o`, as a
+custom node's rule lives: tapead/custom.py), and the Value it is set on
+carries it, and so does every Value recorded from that one afterwards.  So
+an attribute that holds Values of its own graph (`b.inputs = (w, a)`) is a
+cycle the collector sees, and any Value for the node that a walk makes
+while it lives (`_prev`) shows the same label and attributes.  (Data set
+on a node after nodes depending on it were recorded is reached from those
+only while a Value it was set on lives.)
 
 A node id is reused once its tape segment is reclaimed, so each entry
 carries its node's stamp (csrc/access.c: ta_node_stamp, never given to
@@ -15,13 +21,14 @@ in one pass over the table whenever the table has doubled since the last.
 
 Nothing here is on the hot path: an entry is made only when a label or an
 attribute is set or when `_prev` is read, so recording an op costs what it
-did and a native Value stays 32 bytes.
+did.
 """
 from __future__ import annotations
 
 from _thread import RLock as _RLock
 from _weakref import ref as _weakref
 from _weakrefset import WeakSet as _WeakSet
+from weakref import WeakValueDictionary as _WeakValues
 
 from ._c import _local, node_stamp
 
@@ -44,7 +51,7 @@ def attach(value_type: Any) -> None:
 
 
 class _Entry:
-    __slots__ = ("stamp", "ref", "label", "attrs")
+    __slots__ = ("stamp", "ref", "label", "attrs", "__weakref__")
 
     def __init__(self, stamp: int) -> None:
         self.stamp = stamp
@@ -57,7 +64,7 @@ class _Table:
     __slots__ = ("entries", "purge_at", "__weakref__")
 
     def __init__(self) -> None:
-        self.entries: Dict[int, _Entry] = {}
+        self.entries: Any = _WeakValues()     # node id -> _Entry, while a Value carries it
         self.purge_at = 256
 
 
@@ -70,6 +77,21 @@ def _table() -> _Table:
         t = _tl.table = _Table()
         _tables.add(t)
     return t
+
+
+def kept() -> bool:
+    """Does this thread keep data for any node (entries Values carry)?"""
+    t: Optional[_Table] = getattr(_tl, "table", None)
+    return t is not None and len(t.entries) > 0
+
+
+def _carry(v: Any, e: _Entry) -> None:
+    """v carries e: e lives while v, or a Value recorded from v from now
+    on, lives (tapead/custom.py: join)."""
+    o = v._o
+    if o is e or (type(o) is tuple and (o[0] is e or o[1] is e)):
+        return
+    v._o = e if o is None else (o, e)
 
 
 def _alive(i: int, e: _Entry) -> bool:
@@ -92,7 +114,8 @@ def entry(i: int, make: bool = False) -> Optional[_Entry]:
             _mine(i)
         if len(t.entries) >= t.purge_at:
             _purge(t)
-        e = t.entries[i] = _Entry(int(st))
+        e = _Entry(int(st))
+        t.entries[i] = e      # (weakly: the caller has e, and makes a Value carry it)
     return e
 
 
@@ -121,6 +144,7 @@ def know(v: Value) -> Value:
     w = e.ref() if e.ref is not None else None
     if w is not None and w._i == v._i:
         return w
+    _carry(v, e)
     e.ref = _weakref(v)
     if hasattr(v, "__dict__"):   # the cffi front (or a subclass): v's dict is its node's attributes
         d = dict(v.__dict__)     # a plain dict: PyPy's v.__dict__ is a view that keeps v alive
@@ -144,6 +168,7 @@ def set_label(value: Value, label: Optional[str]) -> None:
     e = entry(value._i, make=bool(label))
     if e is not None:
         know(value)
+        _carry(value, e)
         e.label = str(label) if label else ""
 
 
@@ -209,6 +234,7 @@ class UserAttr:
             e = entry(v._i, make=True)
             assert e is not None
             know(v)
+            _carry(v, e)
             if e.attrs is None:
                 e.attrs = {}
             e.attrs[self.name] = x

@@ -14,8 +14,8 @@ from micrograd.engine import Value as MGValue
 import tapead
 from tapead import Value
 from tapead import custom as _custom
+from tapead import custom as C
 from tapead._c import lib
-from tapead.errors import ReleasedError
 
 from conftest import collect_all, on_fresh_tape, release_garbage
 from opcases import FORMS
@@ -200,77 +200,117 @@ def test_the_function_that_sets_a_rule_keeps_its_own_values():
 
 
 def _rule_shapes(x, y):
-    """out = x * y made micrograd's way, its rule written in five shapes
-    (the closure and default layouts the record path tells apart); returns
-    (out, how many places its kept rule should hold RELEASED)."""
-    def one_cell():          # the rule captures only out (x, y by default)
-        out = Value(x.data * y.data, (x, y), 'mul')
+    """out = x * y made micrograd's way, its rule holding the graph's Values
+    in the shapes a user writes: closure cells, defaults, keyword-only
+    defaults, a list, a dict, functools.partial, a bound method, a callable
+    object, a helper closure.  Returns (out, the rule)."""
+    import functools
 
-        def _backward(x=x, y=y):
-            x.grad += y.data * out.grad
-            y.grad += x.data * out.grad
-        out._backward = _backward
-        return out, 3        # out's cell and two defaults
+    def prod():
+        return Value(x.data * y.data, (x, y), 'mul')
 
-    def aliased():           # one node in two cells
-        out = Value(x.data * y.data, (x, y), 'mul')
-        o = out
-
-        def _backward():
-            x.grad += y.data * o.grad
-            y.grad += x.data * out.grad
-        out._backward = _backward
-        return out, 4
-
-    def three():             # self, other, out: micrograd's own shape
-        out = Value(x.data * y.data, (x, y), 'mul')
+    def cells():             # self, other, out: micrograd's own shape
+        out = prod()
 
         def _backward():
             x.grad += y.data * out.grad
             y.grad += x.data * out.grad
-        out._backward = _backward
-        return out, 3
+        return out, _backward
 
-    def four():              # more cells than the no-loop path takes, one not a Value
-        out = Value(x.data * y.data, (x, y), 'mul')
-        scale = [1.0]
+    def defaults():
+        out = prod()
 
-        def _backward():
-            x.grad += scale[0] * y.data * out.grad
-            y.grad += scale[0] * x.data * out.grad
-        out._backward = _backward
-        return out, 3
-
-    def later():             # a later Value, kept as it is (a cycle, as micrograd's)
-        out = Value(x.data * y.data, (x, y), 'mul')
-        box = []
-
-        def _backward():
-            x.grad += y.data * out.grad + 0.0 * box[0].data
+        def _backward(x=x, y=y, out=out):
+            x.grad += y.data * out.grad
             y.grad += x.data * out.grad
-        out._backward = _backward
-        box.append(out * 1.0)
-        return out, 3
-    return one_cell, aliased, three, four, later
+        return out, _backward
+
+    def kwonly():
+        out = prod()
+
+        def _backward(*, xs=(x, y), o=out):
+            xs[0].grad += xs[1].data * o.grad
+            xs[1].grad += xs[0].data * o.grad
+        return out, _backward
+
+    def in_a_list():
+        out = prod()
+        box = [x, y, out]
+
+        def _backward():
+            box[0].grad += box[1].data * box[2].grad
+            box[1].grad += box[0].data * box[2].grad
+        return out, _backward
+
+    def in_a_dict():
+        out = prod()
+        d = {out: (x, y)}                        # a Value as a key: the user's own object
+
+        def _backward():
+            (a, b), = d.values()
+            assert out in d and d[out] == (x, y)
+            a.grad += b.data * out.grad
+            b.grad += a.data * out.grad
+        return out, _backward
+
+    def partial():
+        out = prod()
+
+        def step(a, b, o):
+            a.grad += b.data * o.grad
+            b.grad += a.data * o.grad
+        return out, functools.partial(step, x, y, out)
+
+    class Op:
+        def __init__(self, a, b):
+            self.a, self.b = a, b
+            self.out = Value(a.data * b.data, (a, b), 'mul')
+
+        def backward(self):
+            self.a.grad += self.b.data * self.out.grad
+            self.b.grad += self.a.data * self.out.grad
+
+        __call__ = backward
+
+    def bound():
+        op = Op(x, y)
+        return op.out, op.backward
+
+    def callable_object():
+        op = Op(x, y)
+        return op.out, op
+
+    def helper():
+        out = prod()
+
+        def make():
+            def _backward():
+                x.grad += y.data * out.grad
+                y.grad += x.data * out.grad
+            return _backward
+        return out, make()
+    return cells, defaults, kwonly, in_a_list, in_a_dict, partial, bound, callable_object, helper
 
 
-@pytest.mark.parametrize("shape", range(5))
-def test_every_shape_of_rule_is_kept_without_its_graphs_values(shape):
+@pytest.mark.parametrize("shape", range(9))
+def test_every_shape_of_rule_is_the_users_own_and_its_graph_is_freed(shape):
+    """Issue 23, findings 4 and 11: the rule kept is the user's own object,
+    holding the user's own Values (nothing copied, nothing released), in
+    any shape; its gradients are micrograd's; and once the program drops the
+    graph, the collector frees it all: rule, Values and tape segments."""
+    import weakref
     x, y = Value(1.5), Value(-2.0)
-    out, released = _rule_shapes(x, y)[shape]()
-    key = _custom.info(out)[2]
-    rec = _custom._state().recs[key]
-    assert rec.released() == 3                           # x, y and out: their Values, only for runs
-    kept = [c.cell_contents for c in rec.fn.__closure__ or ()] + list(rec.fn.__defaults__ or ())
-    graph = [k for k in kept if isinstance(k, Value) or k is _custom.RELEASED]
-    assert len(graph) == released                        # every place that held one of them
-    for k in graph:                                      # ... now holds nothing usable
-        with pytest.raises(ReleasedError, match="only there while the rule runs"):
-            k.data
+    out, rule = _rule_shapes(x, y)[shape]()
+    out._backward = rule
+    assert C._owner(_custom.info(out)[2]).rule is rule
     (out * out).backward()                               # d(out^2) = 2 out d(out)
     assert (x.grad, y.grad) == (2 * -3.0 * -2.0, 2 * -3.0 * 1.5)
     out._backward()                                      # run by hand too: out.grad is 2 out
     assert (x.grad, y.grad) == (2 * (2 * -3.0 * -2.0), 2 * (2 * -3.0 * 1.5))
+    gone = weakref.ref(out)
+    del out, rule
+    gc.collect()
+    assert gone() is None and not C.owners()
 
 
 def test_values_a_rule_captures_are_kept_alive_and_released():
@@ -298,7 +338,7 @@ def test_values_a_rule_captures_are_kept_alive_and_released():
             assert x.grad == 20.0
             del x, c, y
         collect_all()
-        return tapead.tape_stats()["nodes"] - base, len(_custom._state().recs)
+        return tapead.tape_stats()["nodes"] - base, len(C._nodes())
     grown, recs = on_fresh_tape(run)
     assert grown <= 2048 and recs == 0
 
@@ -584,8 +624,7 @@ def test_a_sweep_lets_go_of_the_segments_its_rules_used():
         base = tapead.tape_stats()["nodes"]
         x = Value(0.3)
         loss = sum(softplus(x * (k % 7 - 3)) for k in range(3000))   # ~4 segments
-        recs = _custom._state().recs.values()
-        assert recs and all(r.released() for r in recs)   # each rule holds no Value of the graph
+        assert len(C._nodes()) == 3000                      # an owner per custom node, held by loss
         if sweep:
             loss.backward()
             ref = sum((k % 7 - 3) / (1 + math.exp(-x.data * (k % 7 - 3))) for k in range(3000))
@@ -600,13 +639,13 @@ def test_a_sweep_lets_go_of_the_segments_its_rules_used():
 def test_training_with_custom_nodes_runs_in_bounded_memory():
     def run():
         _, sizes = train(300)
-        recs = len(_custom._state().recs)
+        recs = len(C._nodes())
         collect_all()
-        return sizes, recs, tapead.tape_stats()["nodes"], len(_custom._state().recs)
+        return sizes, recs, tapead.tape_stats()["nodes"], len(C._nodes())
     sizes, recs, after, recs_after = on_fresh_tape(run)
     # 73 nodes a step: the tape reclaims as it grows (a sawtooth), it does not grow
     assert max(sizes[200:]) <= max(sizes[100:200]) + 2048 and max(sizes) <= 8 * 2048
-    assert recs < 8 * 3 * 300 // 2   # records die with their nodes
+    assert recs < 8 * 3 * 300 // 2   # owners die with the Values that carry them
     assert after <= 2048 and recs_after == 0   # only the current segment is kept
 
 
@@ -678,9 +717,12 @@ def test_a_custom_value_of_another_thread_is_refused():
 
 
 def test_value_stays_small():
+    """A native Value: node, weakref list and _o (40 bytes), plus the
+    collector's header (16 bytes): it is tracked only while _o is set."""
     import sys
     if tapead.FRONT == "native":
-        assert sys.getsizeof(Value(1.0)) <= 32
+        assert sys.getsizeof(Value(1.0)) <= 56
+        assert not gc.is_tracked(Value(1.0) * 2)
 
 
 def test_nodes_made_under_no_grad_hold_their_own_segment():

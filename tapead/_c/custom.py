@@ -1,8 +1,8 @@
 """Custom nodes (tapead.custom): recording one, setting its rule, running
 a rule's step, and reading the C side table that keeps them (csrc/custom.c).
 
-custom_rec and rule_set sit on a custom node's record path: they reuse
-this thread's C arrays rather than make new ones per call.
+custom_rec sits on a custom node's record path: it reuses this thread's
+C arrays rather than make new ones per call.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def _take() -> Any:
     b = getattr(_tl, "custom_bufs", None)
     if b is None:
         return (ffi.new("uint32_t *"), ffi.new("uint32_t *"), ffi.new("int64_t *"),
-                ffi.new("int64_t[]", 16), ffi.new("int64_t[256]"), ffi.new("char[]", 64))
+                ffi.new("int64_t[]", 16), None, ffi.new("char[]", 64))
     _tl.custom_bufs = None
     return b
 
@@ -81,9 +81,7 @@ def custom_failed() -> Optional[Tuple[int, str]]:
 # of one or two inputs (most ops): PyPy's JIT does not inline a function
 # that has a loop, and the call it makes instead costs ~100 ns, twice a whole
 # op (a comprehension is such a function too).
-_ta_custom_rec, _ta_rule_set, _NULL = lib.ta_custom_rec, lib.ta_custom_rule_set, ffi.NULL
-_ta_rule_set3 = lib.ta_custom_rule_set3
-RELEASED_ID = lib.TA_ERELEASED   # an id C refuses with ReleasedError: a rule Value's between runs
+_ta_custom_rec, _ta_custom_key, _NULL = lib.ta_custom_rec, lib.ta_custom_key, ffi.NULL
 
 
 def custom_rec(xs: Any, value: float, partials: Any, name: bytes, V: Any, what: str,
@@ -152,98 +150,17 @@ def _input_id(c: Any, V: Any, what: str) -> int:
     return c._i  # type: ignore[no-any-return]
 
 
-def rule_set(i: int, ids: List[int]) -> Optional[Tuple[int, List[int]]]:
-    """None if node i is not a custom node; else (its key, 0 for a precomputed
-    node; ok: ok[k] is 1 where the node now keeps node ids[k] alive).
-    (On a custom node's record path: kept cheap, as custom_rec.)"""
-    n = len(ids)
-    if n:
-        try:
-            buf = _tl.rule_ok
-        except AttributeError:
-            buf = None
-        if buf is None or n > 64:
-            buf = ffi.new("int8_t[]", n if n > 64 else 64)
-        else:
-            _tl.rule_ok = None      # taken (see above), put back below
-        key = _ta_rule_set(i, ids, n, buf)
-        ok: List[int] = ffi.unpack(buf, n)  # type: ignore[assignment]  # (a list of ints here)
-        _tl.rule_ok = buf
-    else:
-        key = _ta_rule_set(i, _NULL, 0, _NULL)   # (an empty list would cost a cffi array)
-        ok = []
-    if key > 0:
-        return key, ok
-    if key == lib.TA_ENOTCUSTOM or key == lib.TA_ENOGRAD:
-        return None
-    if key < 0:
-        raise error(key)
-    return 0, ok
-
-
-def rule_set3(i: int, x0: Any, x1: Any, x2: Any) -> Optional[Tuple[int, int]]:
-    """rule_set for up to three Values, each or None, in one C call with
-    no arrays and no loop (the record path of micrograd's idiom: see
-    custom_rec): None if node i is not a custom node; else (its key, 0 for
-    a precomputed node; ok: bit k set where the node now keeps the node of
-    xk alive)."""
-    n = 0
-    a = b = c = 0
-    if x0 is not None:
-        a = x0._i
-        n = 1
-    if x1 is not None:
-        if n:
-            b = x1._i
-        else:
-            a = x1._i
-        n += 1
-    if x2 is not None:
-        if n == 2:
-            c = x2._i
-        elif n:
-            b = x2._i
-        else:
-            a = x2._i
-        n += 1
-    r = _ta_rule_set3(i, a, b, c, n)
-    if r > 0:
-        got = r & 7             # bit j: the j-th id passed; now bit k: xk
-        bits = 0
-        j = 0
-        if x0 is not None:
-            bits = got & 1
-            j = 1
-        if x1 is not None:
-            bits |= ((got >> j) & 1) << 1
-            j += 1
-        if x2 is not None:
-            bits |= ((got >> j) & 1) << 2
-        return r >> 3, bits
-    if r == lib.TA_ENOTCUSTOM or r == lib.TA_ENOGRAD:
-        return None
-    if r < 0:
-        raise error(r)
-    return 0, 0
+def custom_key(i: int) -> int:
+    """The key of custom node i's Python rule (0: a node of partials)."""
+    k: int = _ta_custom_key(i)
+    if k < 0:
+        raise error(k)
+    return k
 
 
 def step(i: int) -> None:
     """Node i's own local chain-rule step (a built-in or precomputed rule)."""
     check(lib.ta_step(i))
-
-
-def custom_dead(done: int) -> List[int]:
-    """Keys of custom nodes the tape has reclaimed, oldest first (up to 256;
-    [] when none are left), having forgotten the first `done` (the keys
-    the caller got last time and has dropped the records of).  A key stays
-    until then: got again after a Ctrl-C, it is dropped again, harmlessly."""
-    b = _take()
-    n = lib.ta_custom_dead(done, b[4], 256)
-    if n < 0:
-        raise error(n)
-    keys: List[int] = ffi.unpack(b[4], n) if n > 0 else []  # type: ignore[assignment]  # (a list of ints here)
-    _put(b)
-    return keys
 
 
 def on_custom_rule(fn: Callable[[int, int], int],
