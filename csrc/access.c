@@ -28,7 +28,7 @@ static int ta_resolve_in(ta_tape *T, int64_t id, ta_seg **ps, uint32_t *po)
 int ta_resolve(ta_tape *T, int64_t id, ta_seg **ps, uint32_t *po)
 {
     uint64_t tag;
-    if (id < 0) return id == TA_ERELEASED ? TA_ERELEASED : TA_EBADID;
+    if (id < 0) return TA_EBADID;
     tag = (uint64_t)id >> 32;
     if (tag == T->tag) return ta_resolve_in(T, id, ps, po);
     return (T->ng && tag == T->ng->tag) ? TA_ENOGRAD : TA_ETHREAD;

@@ -470,9 +470,10 @@ static int64_t va_custom(ta_tape *T, PyObject *children, PyObject *opname, doubl
     ta_hold(*where);
     /* held: Python may run now.  Its owner: the join of the children's own
      * (the list still holds them), given to the Python side with the key */
+    *owner = NULL;
+    if (!key) { Py_DECREF(fast); return id; }     /* under no_grad: a plain value, no owner */
     {
         PyObject *up = NULL;
-        *owner = NULL;
         if (va_join_items(fast, &up) == 0) {
             *owner = va_owner_hook ? PyObject_CallFunction(va_owner_hook, "LO", (long long)key, up ? up : Py_None)
                                    : (PyErr_SetString(PyExc_RuntimeError, "tapead: custom nodes are not set up"), NULL);

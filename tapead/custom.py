@@ -46,8 +46,8 @@ from . import _c
 from ._c import OP, OP_KINDS, OP_NAMES
 from ._c import custom as _cc
 from ._c import holds as _holds
-from ._c.holds import NOTOKEN as _NOTOKEN, collect as _collect
 from ._c.status import error, on_refusal
+from _weakref import ref as _weakref
 from .errors import AnomalyError, TapeadError
 
 CUSTOM = OP["CUSTOM"]
@@ -96,10 +96,13 @@ def join_all(vals: Any) -> Any:
 
 
 class _PerThread(_c._local):
-    """This thread's owners by key (a weak map: an owner lives as long as
-    some Value carries it), None until the first custom node; and when to
-    look at the tape's size next (_pressure)."""
-    nodes: Any = None
+    """This thread's owners: key -> weak reference (an owner lives as long
+    as some Value carries it), None until the first custom node; dead
+    references are dropped whenever the map has doubled since the last
+    purge (no callbacks: nothing runs when an owner dies, so no Ctrl-C
+    can land in one); and when to look at the tape's size next (_made)."""
+    nodes: Optional[Dict[int, Any]] = None
+    purge_at = 256
     made = 0
     limit = 0
 
@@ -107,11 +110,10 @@ class _PerThread(_c._local):
 _pt = _PerThread()
 
 
-def _nodes() -> Any:
+def _nodes() -> Dict[int, Any]:
     d = _pt.nodes
     if d is None:
-        from weakref import WeakValueDictionary
-        d = _pt.nodes = WeakValueDictionary()
+        d = _pt.nodes = {}
     return d
 
 
@@ -120,9 +122,27 @@ def node_owner(key: int, up: Any) -> _Node:
     its inputs carried: the native front's hook (va_custom, called with
     the new node held)."""
     o = _Node(up)
-    _nodes()[key] = o
-    _made()
+    _keep(key, o)
     return o
+
+
+def _keep(key: int, o: _Node) -> None:
+    """Register owner o under key (keys are never reused on a tape)."""
+    P = _pt
+    d = _nodes()
+    d[key] = _weakref(o)
+    if len(d) >= P.purge_at:
+        for k, r in list(d.items()):
+            if r() is None:
+                del d[k]
+        P.purge_at = max(256, 2 * len(d))
+    _made()
+
+
+def live_owners() -> int:
+    """How many owners of this thread are alive."""
+    d = _pt.nodes
+    return 0 if d is None else sum(1 for r in list(d.values()) if r() is not None)
 
 
 # A graph with custom nodes is cyclic garbage once dropped (as micrograd's
@@ -145,7 +165,7 @@ def _made() -> None:
     if _tape_nodes() > max(P.limit, _FLOOR):
         import gc
         gc.collect()
-        _c.lib.ta_collect()     # (refused inside a rule's run: the tape waits for the sweep)
+        _holds.collect()        # (nothing inside a rule's run: the tape waits for the sweep)
         P.limit = 2 * _tape_nodes()
 
 
@@ -155,14 +175,15 @@ def _tape_nodes() -> int:
 
 
 def owners() -> bool:
-    """Does this thread have owners alive (custom nodes whose Values live)?"""
+    """Has this thread made owners (custom nodes whose Values may live)?"""
     d = _pt.nodes
     return d is not None and len(d) > 0
 
 
 def _owner(key: int) -> Optional[_Node]:
     d = _pt.nodes
-    return None if d is None else d.get(key)
+    r = None if d is None else d.get(key)
+    return None if r is None else r()
 
 
 def _raw_info(v: Any) -> Optional[Tuple[int, str, Tuple[int, ...]]]:
@@ -228,11 +249,12 @@ def record(v: Any, data: float, children: Iterable[Any], op: Any, local_grads: A
     if i < 0:   # another segment, the node limit, an error: as every op (engine._slow)
         w = E._slow(i, t, _custom_rec, kids, data, None, nm, Value, _NOT_A_CHILD)
         i, t = w._i, w._t
-    _nodes()[_cc.custom_key(i)] = o     # (t holds the node: its key stays its own)
+    key = _cc.custom_key(i)      # (t holds the node: its key stays its own)
+    if key:                      # (0: under no_grad, a plain value)
+        _keep(key, o)
     v._i = i
     v._t = t
-    v._o = o
-    _made()
+    v._o = o if key else None
 
 
 _NOT_A_CHILD = "Value(data, _children, _op): each child must be a Value"

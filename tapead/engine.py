@@ -197,7 +197,9 @@ class Value:
             self._set_label(label)
 
     def __getattr__(self, name: str) -> Any:  # only when a slot is unset, or a getter raised AttributeError
-        if name in ("_i", "_t", "_o"):
+        if name == "_o":   # (a handle made without __init__ carries nothing; its node decides)
+            return None
+        if name in ("_i", "_t"):
             raise TypeError("this Value was never initialised (made without calling Value(x)): "
                             "it has no node")
         raise AttributeError(f"'Value' object has no attribute {name!r}")

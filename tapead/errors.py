@@ -6,7 +6,7 @@ tapead._c.status (error()).
 """
 from __future__ import annotations
 
-__all__ = ["TapeadError", "TapeError", "GuardError", "AnomalyError", "ReleasedError"]
+__all__ = ["TapeadError", "TapeError", "GuardError", "AnomalyError"]
 
 
 class TapeadError(Exception):
@@ -62,7 +62,3 @@ class AnomalyError(TapeadError, FloatingPointError):
       ...
     tapead.errors.AnomalyError: detect_anomaly: op '*' with inputs (1e+200, 1e+200) produced a non-finite value
     """
-
-
-class ReleasedError(TapeadError, AttributeError):
-    """A custom node's rule used a Value it captured outside a run."""

@@ -28,7 +28,6 @@ from __future__ import annotations
 from _thread import RLock as _RLock
 from _weakref import ref as _weakref
 from _weakrefset import WeakSet as _WeakSet
-from weakref import WeakValueDictionary as _WeakValues
 
 from ._c import _local, node_stamp
 
@@ -64,7 +63,10 @@ class _Table:
     __slots__ = ("entries", "purge_at", "__weakref__")
 
     def __init__(self) -> None:
-        self.entries: Any = _WeakValues()     # node id -> _Entry, while a Value carries it
+        # node id -> weak reference to its _Entry (alive while a Value carries
+        # it); dead references go at lookup and in _purge (no callbacks: nothing
+        # runs when an entry dies, so no Ctrl-C can land in one)
+        self.entries: Dict[int, Callable[[], Optional[_Entry]]] = {}
         self.purge_at = 256
 
 
@@ -82,7 +84,7 @@ def _table() -> _Table:
 def kept() -> bool:
     """Does this thread keep data for any node (entries Values carry)?"""
     t: Optional[_Table] = getattr(_tl, "table", None)
-    return t is not None and len(t.entries) > 0
+    return t is not None and any(r() is not None for r in list(t.entries.values()))
 
 
 def _carry(v: Any, e: _Entry) -> None:
@@ -104,8 +106,9 @@ def _alive(i: int, e: _Entry) -> bool:
 def entry(i: int, make: bool = False) -> Optional[_Entry]:
     """The entry of node id i of this thread (made if `make`), or None."""
     t = _table()
-    e = t.entries.get(i)
-    if e is not None and not _alive(i, e):
+    r = t.entries.get(i)
+    e = r() if r is not None else None
+    if r is not None and (e is None or not _alive(i, e)):
         del t.entries[i]
         e = None
     if e is None and make:
@@ -115,15 +118,16 @@ def entry(i: int, make: bool = False) -> Optional[_Entry]:
         if len(t.entries) >= t.purge_at:
             _purge(t)
         e = _Entry(int(st))
-        t.entries[i] = e      # (weakly: the caller has e, and makes a Value carry it)
+        t.entries[i] = _weakref(e)      # (the caller has e, and makes a Value carry it)
     return e
 
 
 def _purge(t: _Table) -> None:
     """Drop the entries of dead nodes and those that keep nothing."""
-    for i, e in list(t.entries.items()):
-        if not _alive(i, e) or (not e.label and not e.attrs
-                                and (e.ref is None or e.ref() is None)):
+    for i, r in list(t.entries.items()):
+        e = r()
+        if e is None or not _alive(i, e) or (not e.label and not e.attrs
+                                             and (e.ref is None or e.ref() is None)):
             del t.entries[i]
     t.purge_at = max(256, 2 * len(t.entries))
 
@@ -262,8 +266,9 @@ def _sweep_names() -> None:
     _purge(_table())            # (this thread's dead nodes' entries go first)
     used = set()
     for t in list(_tables):
-        for e in list(t.entries.values()):
-            a = e.attrs
+        for r in list(t.entries.values()):
+            e = r()
+            a = e.attrs if e is not None else None
             if a:
                 used.update(list(a))
     kept = 0

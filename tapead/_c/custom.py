@@ -151,8 +151,11 @@ def _input_id(c: Any, V: Any, what: str) -> int:
 
 
 def custom_key(i: int) -> int:
-    """The key of custom node i's Python rule (0: a node of partials)."""
+    """The key of custom node i's Python rule (0: a node of partials, or
+    none: a no_grad value)."""
     k: int = _ta_custom_key(i)
+    if k == lib.TA_ENOTCUSTOM or k == lib.TA_ENOGRAD:
+        return 0
     if k < 0:
         raise error(k)
     return k

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from typing import Any, Callable, Dict, Tuple
 
 from . import OP_KINDS, OP_NAMES, ffi, lib
-from ..errors import AnomalyError, GuardError, ReleasedError, TapeadError, TapeError
+from ..errors import AnomalyError, GuardError, TapeadError, TapeError
 from .._opsurface import FORMS, POW_LIKE
 
 
@@ -64,7 +64,7 @@ def _status_table() -> Dict[int, Tuple[Any, str]]:
     """status -> (exception class, message), from C's status table
     (csrc/status.def); an empty message is formatted by error()."""
     classes = {"TapeadError": TapeadError, "TapeError": TapeError, "AnomalyError": AnomalyError,
-               "GuardError": GuardError, "ReleasedError": ReleasedError, "MemoryError": MemoryError,
+               "GuardError": GuardError, "MemoryError": MemoryError,
                "ValueError": ValueError,
                "ZeroDivisionError": ZeroDivisionError, "OverflowError": OverflowError, "None": None}
     code, name, exc, msg = (ffi.new("int *"), ffi.new("const char **"), ffi.new("const char **"),
