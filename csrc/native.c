@@ -896,6 +896,21 @@ done:
 
 /* ---------------------------------------------- custom nodes (custom.c) */
 
+/* custom_key(v): the key of v's custom node (0: one of partials), or None
+ * if v's node is not one (tapead/custom.py: set_backward's fast path). */
+static PyObject *va_custom_key(PyObject *mod, PyObject *v)
+{
+    ta_tape *T = va_tape();
+    ta_seg *s;
+    uint32_t o;
+    (void)mod;
+    if (!T) return NULL;
+    if (!va_is(v)) { PyErr_SetString(PyExc_TypeError, "custom_key needs a Value"); return NULL; }
+    if (!(s = va_node(T, (va_obj *)v, &o))) return NULL;
+    if (s->tape != T || (s->op[o] & TA_OPMASK) != TA_CUSTOM) Py_RETURN_NONE;
+    return PyLong_FromLongLong((long long)ta_cnode_of(T, s, o)->key);
+}
+
 /* custom_info(v): (key, name, (input ids...)) of v's custom node, or
  * None if v's node is not one (tapead/custom.py: the cffi front's info()). */
 static PyObject *va_custom_info(PyObject *mod, PyObject *v)
@@ -1230,6 +1245,7 @@ done:
 
 static PyMethodDef va_module_methods[] = {
     {"custom_info", va_custom_info, METH_O, "custom_info(v): (key, name, inputs) or None"},
+    {"custom_key", va_custom_key, METH_O, "custom_key(v): the key of v's custom node, or None"},
     {"precomputed", va_precomputed, METH_VARARGS, "precomputed(value, inputs, partials, name)"},
     {"make_type", va_make_type, METH_O, "make_type(docs): the native Value type"},
     {"set_hooks", va_set_hooks, METH_VARARGS, "set_hooks(error, real, restore, other, setattr, rule, grads, owner)"},

@@ -65,12 +65,13 @@ class _Node:
     """The Python side of a custom node made micrograd's way: its rule (the
     user's function; None until ``out._backward = rule``) and ``up``, what
     its inputs' Values carried, so that the Values of this node keep the
-    owners of the custom nodes before it."""
-    __slots__ = ("rule", "up", "__weakref__")
+    owners of the custom nodes before it; and its key (0 until recorded)."""
+    __slots__ = ("rule", "up", "key", "__weakref__")
 
-    def __init__(self, up: Any) -> None:
+    def __init__(self, up: Any, key: int = 0) -> None:
         self.rule: Any = None
         self.up = up
+        self.key = key
 
 
 def join(a: Any, b: Any) -> Any:
@@ -103,7 +104,6 @@ class _PerThread(_c._local):
     can land in one); and when to look at the tape's size next (_made)."""
     nodes: Optional[Dict[int, Any]] = None
     purge_at = 256
-    made = 0
     limit = 0
 
 
@@ -121,22 +121,30 @@ def node_owner(key: int, up: Any) -> _Node:
     """A new owner for the custom node of this key (this thread's), up what
     its inputs carried: the native front's hook (va_custom, called with
     the new node held)."""
-    o = _Node(up)
+    o = _Node(up, key)
     _keep(key, o)
     return o
 
 
 def _keep(key: int, o: _Node) -> None:
-    """Register owner o under key (keys are never reused on a tape)."""
-    P = _pt
-    d = _nodes()
+    """Register owner o under key (keys are never reused on a tape); now
+    and then (every 64 entries made) purge and look at the tape (_every)."""
+    d = _pt.nodes
+    if d is None:
+        d = _nodes()
     d[key] = _weakref(o)
+    if not len(d) & 63:
+        _every(d)
+
+
+def _every(d: Dict[int, Any]) -> None:
+    P = _pt
     if len(d) >= P.purge_at:
         for k, r in list(d.items()):
             if r() is None:
                 del d[k]
         P.purge_at = max(256, 2 * len(d))
-    _made()
+    _pressure()
 
 
 def live_owners() -> int:
@@ -151,22 +159,25 @@ def live_owners() -> int:
 # there have grown by a quarter, and it does not count the tape memory such
 # garbage holds: a step's graph that was alive when a collection promoted
 # it may wait there long after, holding its tape segments.  So every 64
-# custom nodes, if this thread's tape has outgrown its limit, the collector
-# runs in full and the tape reclaims; the limit is then twice what stays
-# (at least _FLOOR nodes): amortised, a full collection per doubling.
+# custom nodes, if this thread's tape has outgrown its limit, the tape
+# reclaims what it can, and if that is not enough the collector runs in
+# full and the tape reclaims again; the limit is then twice what stays (at
+# least _FLOOR nodes): amortised, a full collection per doubling.
 _FLOOR = 6 * (1 << _SHIFT)
 
 
-def _made() -> None:
+def _pressure() -> None:
     P = _pt
-    P.made += 1
-    if P.made & 63:
-        return
-    if _tape_nodes() > max(P.limit, _FLOOR):
-        import gc
-        gc.collect()
+    n = _tape_nodes()
+    if n > max(P.limit, _FLOOR):
         _holds.collect()        # (nothing inside a rule's run: the tape waits for the sweep)
-        P.limit = 2 * _tape_nodes()
+        n = _tape_nodes()
+        if n > max(P.limit, _FLOOR):
+            import gc
+            gc.collect()
+            _holds.collect()
+            n = _tape_nodes()
+        P.limit = 2 * n
 
 
 def _tape_nodes() -> int:
@@ -192,6 +203,13 @@ def _raw_info(v: Any) -> Optional[Tuple[int, str, Tuple[int, ...]]]:
     return _cc.custom_info(v._i)
 
 
+def _key(v: Any) -> Optional[int]:
+    """The key of v's node if it is a custom node (0: one of partials), else
+    None (the cffi front's; the native front's is _native.custom_key)."""
+    k: Optional[int] = _cc.custom_key(v._i, None)
+    return k
+
+
 # the native front's C helpers (None on the cffi front)
 _native_pre: Optional[Callable[..., Any]] = None
 
@@ -210,8 +228,8 @@ def attach(front: Any) -> None:
 
 def bind_native(native: Any) -> None:
     """The native front's C versions of the hot helpers (engine._native_front)."""
-    global _raw_info, _native_pre
-    _raw_info, _native_pre = native.custom_info, native.precomputed
+    global _raw_info, _key, _native_pre
+    _raw_info, _key, _native_pre = native.custom_info, native.custom_key, native.precomputed
 
 
 def info(v: Any) -> Optional[Tuple[Tuple[int, ...], str, int]]:
@@ -251,6 +269,7 @@ def record(v: Any, data: float, children: Iterable[Any], op: Any, local_grads: A
         i, t = w._i, w._t
     key = _cc.custom_key(i)      # (t holds the node: its key stays its own)
     if key:                      # (0: under no_grad, a plain value)
+        o.key = key
         _keep(key, o)
     v._i = i
     v._t = t
@@ -388,7 +407,13 @@ def grads_value(data: float, children: Any, op: Any, local_grads: Any) -> Any:
 # --------------------------------------------------------- the _backward
 def set_backward(v: Any, fn: Any) -> None:
     """out._backward = fn: the rule of a custom node (micrograd's idiom),
-    kept as it is in the node's owner."""
+    kept as it is in the node's owner (the one out carries, when it is
+    that node's: the common case, without a lookup)."""
+    key = _key(v)
+    o = v._o
+    if key and type(o) is _Node and o.key == key and callable(fn):
+        o.rule = fn
+        return
     got = _raw_info(v)
     if got is None:
         op = _engine._node(v)[0]

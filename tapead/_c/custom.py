@@ -150,12 +150,12 @@ def _input_id(c: Any, V: Any, what: str) -> int:
     return c._i  # type: ignore[no-any-return]
 
 
-def custom_key(i: int) -> int:
-    """The key of custom node i's Python rule (0: a node of partials, or
-    none: a no_grad value)."""
+def custom_key(i: int, other: Any = 0) -> Any:
+    """The key of custom node i's Python rule (0: a node of partials), or
+    `other` where i is no custom node (a no_grad value among them)."""
     k: int = _ta_custom_key(i)
     if k == lib.TA_ENOTCUSTOM or k == lib.TA_ENOGRAD:
-        return 0
+        return other
     if k < 0:
         raise error(k)
     return k
