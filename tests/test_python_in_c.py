@@ -84,6 +84,50 @@ def test_setting_a_rule_while_finalizers_record_or_rebind():
     assert rc == 0 and out.strip() == "ok", (rc, err[-2000:])
 
 
+_JOIN = r"""
+import gc, tapead
+from tapead import Value
+keep = []
+if not hasattr(gc, "set_threshold"):     # (PyPy: its collector runs when it will)
+    gc.set_threshold = lambda *a: None
+def c(pre, bulk):
+    x = Value(1.5)
+    out = Value(2.0, (x,), 'op')           # carries its owner
+    lab = Value(3.0, label='l')            # carries its node's data: the two meet in a pair
+    class Mover:
+        def __del__(self):                 # moves both operands, dropping what they carried
+            out.__init__(7.0)
+            lab.__init__(-1.0)
+            keep.extend(Value(1.0, (x,), 'f') * 2.0 for _ in range(50))
+    def _b():
+        x.grad += out.grad
+    out._backward = _b
+    gc.collect()
+    m = Mover(); m.me = m; del m
+    gc.set_threshold(pre)
+    try:
+        y = tapead.dot([out], [lab]) if bulk else out * lab
+    finally:
+        gc.set_threshold(700)
+    assert y.data in (6.0, -7.0), y.data   # the nodes as they were, or as moved: read after
+    y.backward()
+for pre in range(1, 40):
+    for bulk in (False, True):
+        keep.clear()
+        c(pre, bulk)
+print("ok")
+"""
+
+
+def test_an_op_whose_allocations_run_a_finalizer_that_moves_its_operands():
+    """An op between Values carrying different things makes a pair and a
+    Value before it records; a collection either starts (a finalizer then
+    re-initialises both operands, dropping what they carried): the op reads
+    its operands' nodes only after, and nothing freed is touched."""
+    rc, out, err = _child(_JOIN)
+    assert rc == 0 and out.strip() == "ok", (rc, err[-2000:])
+
+
 _GENERATOR = r"""
 import weakref, tapead
 from tapead import Value
