@@ -497,10 +497,7 @@ static int ta_kernel_{mode}(const ta_run_t *R, const double *U, uint64_t r0, uin
                  for text, name in parts.items()]
         decls = "".join(f"TA_PART int {name}(const ta_frame *F);\n" for name in parts.values())
         n = max(1, min(n, len(funcs)))
-        size, units, per = sum(len(f) for f in funcs), [[] for _ in range(n)], 0
-        for f in funcs:                         # contiguous, about equal in size
-            units[min(n - 1, per * n // max(size, 1))].append(f)
-            per += len(f)
+        units = [funcs[i::n] for i in range(n)]          # dealt out: each unit gets parts of each kind
         return [pre + decls + "".join(kernels) + _DISPATCH + "".join(units[0])] + [
             pre + "".join(u) for u in units[1:] if u]
 
