@@ -82,7 +82,7 @@ def _link_flags() -> List[str]:
 def jobs() -> int:
     """How many compilers a build runs at once: the CPUs this process may use, at most 8."""
     try:
-        n = len(os.sched_getaffinity(0))           # type: ignore[attr-defined]
+        n = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         n = os.cpu_count() or 1
     return max(1, min(n, 8))
