@@ -257,18 +257,21 @@ def _load(path: str, k: str) -> int:
 # Programs up to this many nodes get two rows' statements side by side
 # (codegen.CTarget(lanes=2)): one row's chain of dependent operations leaves
 # the core waiting on latency, two independent chains overlap.  Measured
-# (docs/native.md): 0.67x -> 0.53x of the interpreter at 26 nodes, 0.80x ->
-# 0.71x at 112; no gain at 199 nodes, a loss at 512 and 984, and twice the
-# build time
-LANES2_NODES = 128
+# (docs/native.md): 0.67x -> 0.53x of the interpreter at 26 nodes; at 112
+# nodes mixed (per sample a loss, summed a gain, in the same runs), and the
+# build twice as long (1.1-1.3 s at 112 nodes against 0.5 s; 0.7 s at 52)
+LANES2_NODES = 64
 
 
 # Programs past this many nodes get the split shape (codegen.CTarget(split=
 # SPLIT)): functions of SPLIT statements over values in memory, the forward
 # sweep shared by the three modes, compiled at SPLIT_OPT by several compilers
 # at once.  One long function per mode costs the compiler time that grows
-# faster than the program (register allocation): docs/native.md
-SPLIT_NODES = 256
+# faster than the program (register allocation): docs/native.md.  The split
+# kernel runs 1.2-1.4x the interpreter's time, the straight one 0.8-1.1x up
+# to ~250 nodes, but its build passes ~0.8 s there (0.6-0.8 s at 214 nodes,
+# 0.8-1.1 s at 254, 4-7 s at 899; split: 0.3-0.6 s)
+SPLIT_NODES = 192
 SPLIT = 50
 SPLIT_OPT = "-Og"
 
