@@ -255,8 +255,10 @@ class Body:
     def _reverse(self) -> None:
         C, out = self.code, self.rows
         ps = self.mode == "ps"
+        if self.mem:                 # every adjoint row at once (one statement, not one a node)
+            out.append(f"memset(D, 0, {C.n} * TA_W * sizeof *D);")
         for k in range(C.n):
-            if C.dloc[k] != NONE and C.loc[k] != NONE and (not C.uni[k] or ps):
+            if not self.mem and C.dloc[k] != NONE and C.loc[k] != NONE and (not C.uni[k] or ps):
                 name = "du" if C.uni[k] else "d"
                 out.append(f"{self.decl(name, k)}TA_LANES({self.row(name, k)} = 0.0);")
         for j, o in enumerate(C.out):                      # seeds
