@@ -302,7 +302,7 @@ def kernel(code: "codegen.Code") -> Tuple[int, int]:
 # ------------------------------------------------------------ a Program's path
 # native=None runs the interpreter.  Generated CPU code is faster only for
 # small programs (docs/native.md: 0.53-0.8x of the interpreter under ~200
-# nodes, 1.0-1.3x above), where its compiler run (0.2-1 s) pays off only
+# nodes, 1.0-1.4x above), where its compiler run (0.2-1 s) pays off only
 # past tens of millions of rows; native=None is never slower than the
 # interpreter, first call included.  native=True builds it (a small program
 # over many rows; checking; the CPU twin of the GPU's kernels).
