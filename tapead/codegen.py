@@ -158,10 +158,10 @@ class Code:
 class Body:
     """The per-row statements of a Program's code for one mode (see the module's docstring)."""
 
-    def __init__(self, code: Code, mode: str) -> None:
+    def __init__(self, code: Code, mode: str, mem: bool = False) -> None:
         if mode not in ("fwd", "sum", "ps"):
             raise ValueError(f"mode must be 'fwd', 'sum' or 'ps', not {mode!r}")
-        self.code, self.mode = code, mode
+        self.code, self.mode, self.mem = code, mode, mem
         self.uniform: List[str] = []
         self.rows: List[str] = []
         self.fold: List[Tuple[int, str, Optional[str]]] = []
@@ -172,10 +172,25 @@ class Body:
             self._reverse()
 
     # ---------------------------------------------------------- values
+    def row(self, name: str, k: int) -> str:
+        """Node k's row value (name "v"), adjoint ("d") or per-sample uniform
+        adjoint ("du") at lane l: a local array, or (mem) its place in V or D."""
+        if self.mem:
+            return f"{'V' if name == 'v' else 'D'}[{k} * TA_W + l]"
+        return f"{name}{k}[l]"
+
+    def decl(self, name: str, k: int) -> str:
+        """The declaration of node k's row array name (nothing with mem: V and D hold it)."""
+        return "" if self.mem else f"double {name}{k}[TA_W]; "
+
+    def partial(self, k: int, which: str) -> str:
+        """Uniform node k's partial "pdx" or "pdy": a local, or (mem) its place in Q."""
+        return f"Q[{2 * k + (which == 'pdy')}]" if self.mem else f"{which}{k}"
+
     def val(self, k: int) -> str:
         """Node k's value at lane l."""
         C = self.code
-        return f"U[{C.loc[k]}]" if C.uni[k] else f"v{k}[l]"
+        return f"U[{C.loc[k]}]" if C.uni[k] else self.row("v", k)
 
     def _second(self, k: int, y: int) -> str:
         """The second argument of node k's rules: its y (BIN), its constant (CST), else 0.0."""
@@ -190,16 +205,16 @@ class Body:
         C, out = self.code, self.rows
         for j, k in enumerate(C.inp):
             if k != NONE:
-                out.append(f"double v{k}[TA_W]; TA_LANES(v{k}[l] = TA_IN({j}));")
+                out.append(f"{self.decl('v', k)}TA_LANES({self.row('v', k)} = TA_IN({j}));")
         for k, x, y, op, t0, nt in C.ins:
             if op == IDOT:
                 terms = "".join(f" fwd_MUL({self.val(C.tp[t])}, {self.val(C.tq[t])}, &m_);"
                                 f" fwd_ADD(r_, m_, &r_);" for t in range(t0, t0 + nt))
-                out.append(f"double v{k}[TA_W]; TA_LANES(double r_ = {self.val(x)}, m_;{terms}"
-                           f" v{k}[l] = r_);")
+                out.append(f"{self.decl('v', k)}TA_LANES(double r_ = {self.val(x)}, m_;{terms}"
+                           f" {self.row('v', k)} = r_);")
             else:
-                out.append(f"double v{k}[TA_W]; TA_LANES(bad |= fwd_{_NAMES[op]}"
-                           f"({self.val(x)}, {self._second(k, y)}, &v{k}[l]));")
+                out.append(f"{self.decl('v', k)}TA_LANES(bad |= fwd_{_NAMES[op]}"
+                           f"({self.val(x)}, {self._second(k, y)}, &{self.row('v', k)}));")
         for a, b, c, kind, cst, outcome in C.guards:
             if C.uni[a] and (cst or C.uni[b]):
                 continue                                  # checked once per call (batch.c)
@@ -218,8 +233,9 @@ class Body:
                 continue
             op = C.op[k]
             y = f"U[{C.loc[C.b[k]]}]" if _kind(op) == "BIN" else literal(C.c[k])
-            self.uniform.append(f"double pdx{k}, pdy{k}; d_{_NAMES[op]}(U[{C.loc[C.a[k]]}], {y}, "
-                                f"U[{C.loc[k]}], &pdx{k}, &pdy{k});")
+            px, py = self.partial(k, "pdx"), self.partial(k, "pdy")
+            self.uniform.append(("" if self.mem else f"double {px}, {py}; ")
+                                + f"d_{_NAMES[op]}(U[{C.loc[C.a[k]]}], {y}, U[{C.loc[k]}], &{px}, &{py});")
 
     def _add(self, k: int, expr: str, factor: Optional[str] = None) -> Optional[str]:
         """The statement adding expr (lane l's) to node k's adjoint (batch.c:
@@ -229,9 +245,9 @@ class Body:
         if C.dloc[k] == NONE:
             return None
         if not C.uni[k]:
-            return f"d{k}[l] += {expr};"
+            return f"{self.row('d', k)} += {expr};"
         if self.mode == "ps":
-            return f"du{k}[l] += {expr};"
+            return f"{self.row('du', k)} += {expr};"
         i = len(self.fold)
         self.fold.append((i, f"A[{C.dloc[k]}]", factor))
         return f"TA_ACC({i}, {expr});"
@@ -239,10 +255,12 @@ class Body:
     def _reverse(self) -> None:
         C, out = self.code, self.rows
         ps = self.mode == "ps"
+        if self.mem:                 # every adjoint row at once (one statement, not one a node)
+            out.append(f"memset(D, 0, {C.n} * TA_W * sizeof *D);")
         for k in range(C.n):
-            if C.dloc[k] != NONE and C.loc[k] != NONE and (not C.uni[k] or ps):
-                out.append(f"double d{'u' if C.uni[k] else ''}{k}[TA_W]; "
-                           f"TA_LANES(d{'u' if C.uni[k] else ''}{k}[l] = 0.0);")
+            if not self.mem and C.dloc[k] != NONE and C.loc[k] != NONE and (not C.uni[k] or ps):
+                name = "du" if C.uni[k] else "d"
+                out.append(f"{self.decl(name, k)}TA_LANES({self.row(name, k)} = 0.0);")
         for j, o in enumerate(C.out):                      # seeds
             s = self._add(o, f"TA_SEED({j})")
             if s:
@@ -250,7 +268,7 @@ class Body:
         for k, x, y, op, t0, nt in reversed(C.ins):
             if C.dloc[k] == NONE:
                 continue
-            g = f"d{k}[l]"
+            g = self.row("d", k)
             if op != IDOT:
                 parts = [self._add(x, f"dx_ * {g}")]
                 if _kind(op) == "BIN":
@@ -258,7 +276,7 @@ class Body:
                 adds = " ".join(p for p in parts if p)
                 if adds:
                     out.append(f"TA_LANES(double dx_, dy_; d_{_NAMES[op]}({self.val(x)}, "
-                               f"{self._second(k, y)}, v{k}[l], &dx_, &dy_); {adds});")
+                               f"{self._second(k, y)}, {self.row('v', k)}, &dx_, &dy_); {adds});")
                 continue
             for t in range(t0 + nt - 1, t0 - 1, -1):       # batch.c: ta_rv_dot
                 if t == t0:
@@ -277,24 +295,26 @@ class Body:
                     if d == "pdy" and _kind(C.op[k]) != "BIN":
                         continue
                     if C.dloc[x] != NONE:
-                        out.append(f"TA_LANES(du{x}[l] += {d}{k} * du{k}[l]);")
+                        out.append(f"TA_LANES({self.row('du', x)} += {self.partial(k, d)} * "
+                                   f"{self.row('du', k)});")
             for j, k in enumerate(C.wrt):
-                v = "0.0" if k == NONE else f"d{'u' if C.uni[k] else ''}{k}[l]"
+                v = "0.0" if k == NONE else self.row("du" if C.uni[k] else "d", k)
                 out.append(f"TA_LANES(TA_GRAD({j}, {v}));")
             return
         for j, k in enumerate(C.wrt):                      # sums of the wrt columns that are inputs
             if k != NONE and not C.uni[k]:
                 i = len(self.fold)
                 self.fold.append((i, f"Gb[{j}]", None))
-                out.append(f"TA_LANES(TA_ACC({i}, d{k}[l]));")
+                out.append(f"TA_LANES(TA_ACC({i}, {self.row('d', k)}));")
         end = self.block_end
         for k in reversed(C.uops):                         # batch.c: ta_rv_uniform, summed
             if C.dloc[k] == NONE:
                 continue
             end.append(f"{{ double gk_ = A[{C.dloc[k]}];")
-            end.append(f"  A[{C.dloc[C.a[k]]}] += pdx{k} * gk_;" if C.dloc[C.a[k]] != NONE else "")
+            end.append(f"  A[{C.dloc[C.a[k]]}] += {self.partial(k, 'pdx')} * gk_;"
+                       if C.dloc[C.a[k]] != NONE else "")
             if _kind(C.op[k]) == "BIN" and C.dloc[C.b[k]] != NONE:
-                end.append(f"  A[{C.dloc[C.b[k]]}] += pdy{k} * gk_;")
+                end.append(f"  A[{C.dloc[C.b[k]]}] += {self.partial(k, 'pdy')} * gk_;")
             end.append("}")
         for j, k in enumerate(C.wrt):
             v = "0.0" if k == NONE else f"A[{C.dloc[k]}]" if C.uni[k] else f"Gb[{j}]"
@@ -330,10 +350,13 @@ class CTarget(Target):
     one loop per statement for the vectoriser measured no faster and took
     GCC up to 100x longer to build: docs/native.md.)"""
 
-    def __init__(self, lanes: int = 1) -> None:
+    def __init__(self, lanes: int = 1, split: int = 0) -> None:
         if lanes not in (1, 2, 4):
             raise ValueError(f"lanes must be 1, 2 or 4, not {lanes!r}")
-        self.lanes = lanes
+        if split < 0:
+            raise ValueError(f"split must be >= 0, not {split!r}")
+        self.lanes, self.split = lanes, split
+        self.nscratch = 0
 
     def prelude(self) -> str:
         if self.lanes == 1:
@@ -367,6 +390,7 @@ static inline double TA_BITS(uint64_t u) { double d; memcpy(&d, &u, sizeof d); r
     def _kernel(self, code: Code, mode: str) -> str:
         b = Body(code, mode)
         nacc = len(b.fold)
+        self.nscratch = max(self.nscratch, code.ndu + code.nwrt + 1)
         lines = [f"""
 static int ta_kernel_{mode}(const ta_run_t *R, const double *U, uint64_t r0, uint64_t r1,
                            double *parts, double *scratch)
@@ -401,9 +425,129 @@ static int ta_kernel_{mode}(const ta_run_t *R, const double *U, uint64_t r0, uin
 
     def source(self, code: Code) -> str:
         """The kernel's C source; self.nscratch is then the scratch it needs (doubles)."""
-        self.nscratch = code.ndu + code.nwrt + 1
-        return (self.prelude() + self._kernel(code, "fwd") + self._kernel(code, "sum")
-                + self._kernel(code, "ps") + """
+        return "".join(self.units(code, 1))
+
+    def units(self, code: Code, n: int = 1) -> List[str]:
+        """The kernel's C source as up to n translation units that are
+        compiled apart and linked into one library (several compilers at
+        once; only the split shape has more than one); self.nscratch is then
+        the scratch it needs (doubles)."""
+        self.nscratch = 0
+        if self.split:
+            return self._split_units(code, n)
+        return [self.prelude() + self._kernel(code, "fwd") + self._kernel(code, "sum")
+                + self._kernel(code, "ps") + _DISPATCH]
+
+    # ------------------------------------------------------------- split shape
+    def _split_units(self, code: Code, n: int) -> List[str]:
+        """Large programs: each mode's statements cut into functions of
+        self.split statements over values and adjoints in memory (V, D, Q in
+        the scratch), which a compiler builds in time about linear in the
+        program (one long function's register allocation is not: docs/native.md);
+        a part the modes share (the forward sweep) is written once."""
+        W, nodes = self.lanes, code.n
+        parts: Dict[str, str] = {}            # a part's statements -> its function's name
+        kernels, nacc = [], 0
+
+        def call(stmts: List[str]) -> List[str]:
+            out = []
+            for i in range(0, len(stmts), self.split):
+                text = "\n".join("    " + t for t in stmts[i:i + self.split])
+                if text not in parts:
+                    parts[text] = f"ta_p{len(parts)}"
+                out.append(f"bad |= {parts[text]}(&F);")
+            return out
+
+        for mode in ("fwd", "sum", "ps"):
+            b = Body(code, mode, mem=True)
+            nacc = max(nacc, len(b.fold))
+            cut = b.rows.index("if (bad) TA_FAILED;")
+            folds = [f"{dest} += {factor + ' * ' if factor else ''}((acc[{4 * i}] + acc[{4 * i + 1}])"
+                     f" + (acc[{4 * i + 2}] + acc[{4 * i + 3}]));" for i, dest, factor in b.fold]
+            ind = "\n            "
+            kernels.append(f"""
+static int ta_kernel_{mode}(const ta_run_t *R, const double *U, uint64_t r0, uint64_t r1,
+                           double *parts, double *scratch)
+{{
+    ta_frame F;
+    uint64_t c0, c1, s;
+    int bad = 0;
+    F.R = R; F.U = U; F.parts = parts; F.A = scratch; F.Gb = F.A + {code.ndu};
+    F.V = F.Gb + {code.nwrt}; F.D = F.V + {nodes * W}; F.Q = F.D + {nodes * W}; F.acc = F.Q + {2 * nodes};
+    F.s = F.c0 = F.c1 = r0;
+    {ind.join(call(b.uniform))}
+    {f"memset(F.A, 0, {max(code.ndu + code.nwrt, 1)} * sizeof *F.A);" if mode == "sum" else ""}
+    for (c0 = r0; c0 < r1; c0 = c1) {{
+        c1 = c0 + {code.ch} < r1 ? c0 + {code.ch} : r1;
+        F.c0 = c0; F.c1 = c1;
+        {f"memset(F.acc, 0, {len(b.fold) * 4} * sizeof *F.acc);" if b.fold else ""}
+        for (s = c0; s < c1; s += {W}) {{
+            F.s = s;
+            {ind.join(call(b.rows[:cut]))}
+            if (bad) TA_FAILED;
+            {ind.join(call(b.rows[cut + 1:]))}
+        }}
+        {ind.join(call(folds))}
+    }}
+    {ind.join(call(_statements(b.block_end)))}
+    return bad;
+}}
+""")
+        self.nscratch = code.ndu + code.nwrt + 2 * nodes * W + 2 * nodes + 4 * nacc + 1
+        pre = self.prelude() + _FRAME
+        funcs = [f"TA_PART int {name}(const ta_frame *F)\n{{\n    TA_FRAME\n{text}\n    return bad;\n}}\n"
+                 for text, name in parts.items()]
+        decls = "".join(f"TA_PART int {name}(const ta_frame *F);\n" for name in parts.values())
+        n = max(1, min(n, len(funcs)))
+        units = [funcs[i::n] for i in range(n)]          # dealt out: each unit gets parts of each kind
+        return [pre + decls + "".join(kernels) + _DISPATCH + "".join(units[0])] + [
+            pre + "".join(u) for u in units[1:] if u]
+
+
+def _statements(lines: List[str]) -> List[str]:
+    """block_end's lines as whole statements ("{ ...", "  ...", "}" joined)."""
+    out: List[str] = []
+    depth = 0
+    for t in lines:
+        if not t:
+            continue
+        if depth:
+            out[-1] += " " + t.strip()
+        else:
+            out.append(t)
+        depth += t.count("{") - t.count("}")
+    return out
+
+
+# the split shape's frame: what each part function reads, from one struct
+_FRAME = """\
+#if defined(__GNUC__)
+#define TA_PART __attribute__((visibility("hidden")))
+#else
+#define TA_PART
+#endif
+typedef struct {
+    const ta_run_t *R; const double *U;
+    double *V, *D, *Q, *acc, *A, *Gb, *parts;
+    uint64_t s, c0, c1;
+} ta_frame;
+#define TA_FRAME \\
+    const ta_run_t *const R = F->R; const double *const U = F->U; \\
+    double *const restrict V = F->V, *const restrict D = F->D, *const restrict Q = F->Q; \\
+    double *const restrict acc = F->acc, *const A = F->A, *const Gb = F->Gb; \\
+    double *const parts = F->parts; \\
+    const uint64_t s = F->s, c0 = F->c0, c1 = F->c1; \\
+    const uint64_t nin = R->nin, nout = R->nout, nwrt = R->nwrt; \\
+    const double *const X = R->X, *const seed = R->seed; \\
+    double *const Y = R->Y, *const G = R->G; \\
+    const int seedmode = R->seedmode; \\
+    int bad = 0; \\
+    (void)U; (void)V; (void)D; (void)Q; (void)acc; (void)A; (void)Gb; (void)parts; (void)s; \\
+    (void)c0; (void)c1; (void)nin; (void)nout; (void)nwrt; (void)X; (void)seed; (void)Y; (void)G; \\
+    (void)seedmode;
+"""
+
+_DISPATCH = """
 int ta_kernel(const ta_run_t *R, const double *U, uint64_t r0, uint64_t r1, double *parts,
               double *scratch)
 {
@@ -411,4 +555,4 @@ int ta_kernel(const ta_run_t *R, const double *U, uint64_t r0, uint64_t r1, doub
     if (R->per_sample) return ta_kernel_ps(R, U, r0, r1, parts, scratch);
     return ta_kernel_sum(R, U, r0, r1, parts, scratch);
 }
-""")
+"""

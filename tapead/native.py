@@ -34,7 +34,7 @@ import sysconfig
 import tempfile
 import threading
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 from . import codegen
 
@@ -67,12 +67,25 @@ def _cc_name() -> str:
     return os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
 
 
-def flags() -> List[str]:
-    """The flags kernels are built with (besides -I, -o and the file)."""
-    f = ["-O1", "-std=c99", "-fPIC", "-shared", "-ffp-contract=off", "-fno-strict-aliasing"]
+def flags(opt: str = "-O1") -> List[str]:
+    """The flags kernels are compiled with (besides -I, -c, -o and the file), at optimisation level opt."""
+    return [opt, "-std=c99", "-fPIC", "-ffp-contract=off", "-fno-strict-aliasing"]
+
+
+def _link_flags() -> List[str]:
+    f = ["-shared"]
     if sys.platform == "darwin":
         f += ["-undefined", "dynamic_lookup"]
     return f
+
+
+def jobs() -> int:
+    """How many compilers a build runs at once: the CPUs this process may use, at most 8."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 1
+    return max(1, min(n, 8))
 
 
 def cache_dir() -> str:
@@ -114,10 +127,13 @@ def _headers() -> bytes:
     return b"\0".join(out)
 
 
-def key(source: str, argv: List[str]) -> str:
-    """The cache name of the kernel built from source by argv: a hash of all that makes it."""
+def key(source: Union[str, List[str]], argv: List[str], opt: str = "-O1") -> str:
+    """The cache name of the kernel built from source (one translation unit,
+    or several) by argv at opt: a hash of all that makes it."""
+    units = [source] if isinstance(source, str) else list(source)
     h = hashlib.sha256()
-    for part in (str(_ABI), source, "\0".join(argv), _version(argv), "\0".join(flags())):
+    for part in (str(_ABI), str(len(units)), *units, "\0".join(argv), _version(argv),
+                 "\0".join(flags(opt) + _link_flags())):
         h.update(part.encode() + b"\0")
     h.update(_headers())
     return h.hexdigest()[:32]
@@ -153,14 +169,60 @@ def _evict(d: str, keep: str) -> None:
             pass
 
 
-def build(source: str) -> str:
-    """The path of the shared library built from source: from the cache, or
-    compiled into it.  CompilerError if there is no compiler or it fails."""
+def _check(r: "subprocess.CompletedProcess[str]", argv: List[str]) -> None:
+    if r.returncode != 0:
+        msg = (r.stderr or r.stdout).strip()
+        if len(msg) > 2000:
+            msg = msg[:2000] + " ..."
+        raise CompilerError(f"the C compiler {argv[0]!r} failed (exit {r.returncode}):\n{msg}")
+
+
+def _compile(argv: List[str], opt: str, tmp: str, units: List[str]) -> str:
+    """Compile units (each a file in tmp, all at once) and link them: the library's path in tmp."""
+    out = os.path.join(tmp, "kernel" + _suffix())
+    srcs = []
+    for i, text in enumerate(units):
+        srcs.append(os.path.join(tmp, f"unit{i}.c"))
+        with open(srcs[-1], "w") as fh:
+            fh.write(text)
+    inc = ["-I", codegen.include_dir()]
+    try:
+        if len(units) == 1:
+            r = subprocess.run(argv + flags(opt) + _link_flags() + inc + ["-o", out, srcs[0], "-lm"],
+                               capture_output=True, text=True, timeout=600)
+            _check(r, argv)
+            return out
+        objs = [src[:-2] + ".o" for src in srcs]
+        procs = [subprocess.Popen(argv + flags(opt) + inc + ["-c", "-o", o, src], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for src, o in zip(srcs, objs)]
+        try:
+            for p in procs:
+                so, se = p.communicate(timeout=600)
+                _check(subprocess.CompletedProcess(p.args, p.returncode, so, se), argv)
+        finally:
+            for p in procs:             # one failed: the others are not waited for
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        r = subprocess.run(argv + _link_flags() + ["-o", out] + objs + ["-lm"],
+                           capture_output=True, text=True, timeout=600)
+        _check(r, argv)
+        return out
+    except (OSError, subprocess.SubprocessError) as e:
+        raise CompilerError(f"the C compiler {argv[0]!r} could not run: {e}") from e
+
+
+def build(source: Union[str, List[str]], opt: str = "-O1") -> str:
+    """The path of the shared library built from source (one translation
+    unit, or several compiled at once and linked) at optimisation level opt:
+    from the cache, or compiled into it.  CompilerError if there is no
+    compiler or it fails."""
     argv = compiler()
     if argv is None:
         raise CompilerError(f"no C compiler found (CC={_cc_name()!r}): native replay needs one; "
                             "set CC, or pass native=False")
-    k = key(source, argv)
+    units = [source] if isinstance(source, str) else list(source)
+    k = key(units, argv, opt)
     d = cache_dir()
     path = os.path.join(d, f"k-{k}{_suffix()}")
     if os.path.exists(path):
@@ -175,20 +237,7 @@ def build(source: str) -> str:
     except OSError as e:
         raise CompilerError(f"cannot write the kernel cache {d!r} ({e}); set TAPEAD_CACHE") from e
     try:
-        src = os.path.join(tmp, "kernel.c")
-        out = os.path.join(tmp, "kernel" + _suffix())
-        with open(src, "w") as fh:
-            fh.write(source)
-        cmd = argv + flags() + ["-I", codegen.include_dir(), "-o", out, src, "-lm"]
-        try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-        except (OSError, subprocess.SubprocessError) as e:
-            raise CompilerError(f"the C compiler {argv[0]!r} could not run: {e}") from e
-        if r.returncode != 0:
-            msg = (r.stderr or r.stdout).strip()
-            if len(msg) > 2000:
-                msg = msg[:2000] + " ..."
-            raise CompilerError(f"the C compiler {argv[0]!r} failed (exit {r.returncode}):\n{msg}")
+        out = _compile(argv, opt, tmp, units)
         os.replace(out, path)               # atomic: another process sees all of it or none
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -208,19 +257,36 @@ def _load(path: str, k: str) -> int:
 # Programs up to this many nodes get two rows' statements side by side
 # (codegen.CTarget(lanes=2)): one row's chain of dependent operations leaves
 # the core waiting on latency, two independent chains overlap.  Measured
-# (docs/native.md): 0.67x -> 0.53x of the interpreter at 26 nodes, 0.80x ->
-# 0.71x at 112; no gain at 199 nodes, a loss at 512 and 984, and twice the
-# build time
-LANES2_NODES = 128
+# (docs/native.md): 0.67x -> 0.53x of the interpreter at 26 nodes; at 112
+# nodes mixed (per sample a loss, summed a gain, in the same runs), and the
+# build twice as long (1.1-1.3 s at 112 nodes against 0.5 s; 0.7 s at 52)
+LANES2_NODES = 64
+
+
+# Programs past this many nodes get the split shape (codegen.CTarget(split=
+# SPLIT)): functions of SPLIT statements over values in memory, the forward
+# sweep shared by the three modes, compiled at SPLIT_OPT by several compilers
+# at once.  One long function per mode costs the compiler time that grows
+# faster than the program (register allocation): docs/native.md.  The split
+# kernel runs 1.2-1.4x the interpreter's time, the straight one 0.8-1.1x up
+# to ~250 nodes, but its build passes ~0.8 s there (0.6-0.8 s at 214 nodes,
+# 0.8-1.1 s at 254, 4-7 s at 899; split: 0.3-0.6 s)
+SPLIT_NODES = 192
+SPLIT = 50
+SPLIT_OPT = "-Og"
 
 
 def kernel(code: "codegen.Code") -> Tuple[int, int]:
     """(address, scratch doubles) of the CPU kernel for code, built or found
     in the cache and loaded.  CompilerError if it cannot be built."""
-    t = codegen.CTarget(lanes=2 if code.n <= LANES2_NODES else 1)
-    source = t.source(code)
+    if code.n > SPLIT_NODES:
+        t = codegen.CTarget(split=SPLIT)
+        source, opt = t.units(code, jobs()), SPLIT_OPT
+    else:
+        t = codegen.CTarget(lanes=2 if code.n <= LANES2_NODES else 1)
+        source, opt = t.units(code), "-O1"
     for attempt in (0, 1):
-        path = build(source)
+        path = build(source, opt)
         try:
             return _load(path, os.path.basename(path)), t.nscratch
         except OSError as e:            # deleted by another process's eviction, or unloadable
@@ -236,7 +302,7 @@ def kernel(code: "codegen.Code") -> Tuple[int, int]:
 # ------------------------------------------------------------ a Program's path
 # native=None runs the interpreter.  Generated CPU code is faster only for
 # small programs (docs/native.md: 0.53-0.8x of the interpreter under ~200
-# nodes, 1.0-1.3x above), where its compiler run (0.2-1 s) pays off only
+# nodes, 1.0-1.4x above), where its compiler run (0.2-1 s) pays off only
 # past tens of millions of rows; native=None is never slower than the
 # interpreter, first call included.  native=True builds it (a small program
 # over many rows; checking; the CPU twin of the GPU's kernels).

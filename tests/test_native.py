@@ -6,6 +6,7 @@ behave as documented.  The interpreter is the independent reference here: it
 is itself checked against micrograd, closed forms and finite differences by
 the rest of the suite.  Each test builds at most a few kernels (a C compiler
 run each, ~0.1-1 s), into a cache folder of its own."""
+import ctypes
 import os
 import pickle
 import random
@@ -133,6 +134,62 @@ def test_two_lane_kernels_bit_for_bit(monkeypatch):
     pv = np.random.default_rng(12).uniform(-1, 1, size=len(slow.params))
     assert same(runs(slow, X, pv), runs(fast, X, pv))
     assert same(runs(slow, X[:7], pv), runs(fast, X[:7], pv))
+
+
+@pytest.mark.parametrize("seed", [4, 5])
+def test_split_kernels_bit_for_bit(monkeypatch, seed):
+    """Large programs get the split shape (CTarget(split=...): functions of a
+    few statements over values in memory, several translation units built at
+    once); forced onto random graphs of every op with parts of 1 and 7
+    statements and three units: the interpreter's bits in every way of
+    running them, and its failures."""
+    monkeypatch.setattr(native, "SPLIT_NODES", 0)
+    monkeypatch.setattr(native, "SPLIT", 1 if seed == 4 else 7)
+    monkeypatch.setattr(native, "jobs", lambda: 3)
+    outs, xs, wrt = random_graph(seed)
+    slow, fast = pair(outs, xs, wrt)
+    assert fast.native
+    units = CTarget(split=native.SPLIT).units(Code.of(fast), 3)
+    assert len(units) == 3 and "TA_FRAME" in units[0]
+    X = np.random.default_rng(seed).uniform(-2, 2, size=(2503, len(xs)))
+    pv = np.random.default_rng(seed + 9).uniform(-1, 1, size=len(slow.params))
+    assert same(runs(slow, X, pv), runs(fast, X, pv))
+    test_failures_are_the_interpreters()
+
+
+class _Run(ctypes.Structure):
+    """csrc/cdef.h: ta_run_t"""
+    _fields_ = [("X", ctypes.c_void_p), ("B", ctypes.c_uint64), ("nin", ctypes.c_uint32),
+                ("Y", ctypes.c_void_p), ("nout", ctypes.c_uint32),
+                ("seed", ctypes.c_void_p), ("seedmode", ctypes.c_int),
+                ("G", ctypes.c_void_p), ("nwrt", ctypes.c_uint32), ("per_sample", ctypes.c_int),
+                ("parts", ctypes.c_void_p), ("nblocks", ctypes.c_uint64),
+                ("params", ctypes.c_void_p), ("npar", ctypes.c_uint32), ("threads", ctypes.c_int)]
+
+
+@pytest.mark.parametrize("split_nodes, lanes2", [(10 ** 6, 10 ** 6), (10 ** 6, 0), (0, 0)])
+def test_kernels_compute_the_rows_themselves(monkeypatch, split_nodes, lanes2):
+    """A kernel that failed every block would pass the tests above (the
+    interpreter runs a failed block again): each shape's kernel, called
+    directly on a program of inputs alone, succeeds and writes the
+    interpreter's values and per-sample gradients."""
+    monkeypatch.setattr(native, "SPLIT_NODES", split_nodes)
+    monkeypatch.setattr(native, "LANES2_NODES", lanes2)
+    tapead.clear_guards()
+    xs = [Value(0.1 * i) for i in range(3)]
+    y = (xs[0] * xs[1]).exp() / (xs[2] * xs[2] + 1.0) + (xs[0] - xs[2]).tanh() * xs[1]
+    slow = tapead.compile([y, y * y], xs, wrt=xs, native=False)
+    address, nscratch = native.kernel(Code.of(slow))
+    B = 37
+    X = np.random.default_rng(0).uniform(-1, 1, size=(B, 3))
+    Y, G, seed = np.zeros((B, 2)), np.zeros((B, 3)), np.array([1.0, 0.5])
+    scratch, U = np.zeros(nscratch), np.zeros(1)
+    fn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(_Run), ctypes.c_void_p, ctypes.c_uint64,
+                          ctypes.c_uint64, ctypes.c_void_p, ctypes.c_void_p)(address)
+    run = _Run(X=X.ctypes.data, B=B, nin=3, Y=Y.ctypes.data, nout=2, seed=seed.ctypes.data,
+               seedmode=1, G=G.ctypes.data, nwrt=3, per_sample=1, threads=1)
+    assert fn(ctypes.byref(run), U.ctypes.data, 0, B, None, scratch.ctypes.data) == 0
+    assert same((Y, G), slow.grad(X, seed=seed, per_sample=True))
 
 
 def test_bodies_follow_the_interpreters_code():
