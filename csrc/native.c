@@ -8,9 +8,10 @@
  * mutable state between threads (the free list below is compiled out).  No other C
  * file may include Python.h, and nothing here may be called from them.
  *
- * A Value is a heap type of 32 bytes: the object header, its node packed
- * into one word (segment | offset: segments are TA_SEG_ALIGN-aligned), and
- * the weak-reference list.  Making a Value holds its node's segment in the
+ * A Value is a heap GC type of 40 bytes: the object header, its node packed
+ * into one word (segment | offset: segments are TA_SEG_ALIGN-aligned), the
+ * weak-reference list, and own, what it carries for the collector (a
+ * custom node's Python side: tapead/custom.py), tracked only while set.  Making a Value holds its node's segment in the
  * same C call that records the node; tp_dealloc drops the hold (tapead.h:
  * holds).  Its number slots and unary methods record on the calling
  * thread's tape through ta_record_at, the same function the cffi front
@@ -666,7 +667,7 @@ static int va_put_own(PyObject *self, PyObject *x, void *u)
 /* Attributes: the type's own (data, grad, label, ...) as usual; any other
  * name set on a Value is the user's (v.name = 'x1', as on micrograd's
  * Value), which the setattr hook keeps with the node: a Value has no
- * __dict__ and stays 32 bytes.  Reads stay PyObject_GenericGetAttr, so
+ * __dict__.  Reads stay PyObject_GenericGetAttr, so
  * the interpreter's attribute and method caches still apply. */
 static int va_setattro(PyObject *self, PyObject *name, PyObject *x)
 {

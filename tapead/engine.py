@@ -165,7 +165,7 @@ class Value:
     """
     # __dict__: the user's attributes (v.name = 'x1', as micrograd's Value
     # takes), made only when one is set; the native type keeps them with the
-    # node instead (tapead/nodedata.py), to stay 32 bytes.
+    # node instead (tapead/nodedata.py), to stay small.
     __slots__ = ("_i", "_t", "_o", "__weakref__", "__dict__")
     _i: int                   # node id
     _t: _Token                # holds the node's tape segment
