@@ -235,7 +235,10 @@ static int va_join_items(PyObject *seq, PyObject **acc)
  * into segment where, which it holds from here, and carrying own (a
  * reference given over, or NULL); or, for a failed record (id < 0),
  * r and own dropped and the error raised.  Runs no Python before the hold. */
-static PyObject *va_result(PyObject *r, int64_t id, ta_seg *where, PyObject *own)
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((always_inline))     /* on every op's path (va_rec) */
+#endif
+static inline PyObject *va_result(PyObject *r, int64_t id, ta_seg *where, PyObject *own)
 {
     if (id < 0) {
         Py_DECREF(r);
@@ -617,18 +620,35 @@ static PyObject *va_vectorcall(PyObject *tp, PyObject *const *args, size_t nargs
     return r;
 }
 
-static void va_dealloc(PyObject *self)
+static void va_dealloc(PyObject *self);
+
+/* The rest of a Value's dealloc, once it carries nothing. */
+static void va_free_it(PyObject *self, PyTypeObject *tp)
 {
     va_obj *v = (va_obj *)self;
-    PyTypeObject *tp = Py_TYPE(self);
-    PyObject_GC_UnTrack(self);
-    Py_TRASHCAN_BEGIN(self, va_dealloc)           /* (a long chain of own sets frees without recursing) */
     if (v->weaklist) PyObject_ClearWeakRefs(self);
     if (v->node) ta_unhold_seg(VA_SEG(v->node));
-    Py_CLEAR(v->own);
     if (!VA_KEEP(tp, v)) tp->tp_free(self);   /* (a kept one: PyObject_Init remakes it) */
     Py_DECREF(tp);
+}
+
+/* A Value that carries something frees it through the trashcan (a long
+ * chain of own sets, rules and their Values frees without recursing); the
+ * common one, which carries nothing, skips its cost. */
+static void va_dealloc_owned(PyObject *self, PyTypeObject *tp)
+{
+    Py_TRASHCAN_BEGIN(self, va_dealloc)
+    Py_CLEAR(((va_obj *)self)->own);
+    va_free_it(self, tp);
     Py_TRASHCAN_END
+}
+
+static void va_dealloc(PyObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    if (((va_obj *)self)->own) va_dealloc_owned(self, tp);
+    else va_free_it(self, tp);
 }
 
 /* The collector sees what a Value carries (own): a custom node's rule that
