@@ -300,3 +300,30 @@ def test_import_tapead_loads_only_the_core_and_every_name_works():
     env = {**os.environ, "TAPEAD_FRONT": "cffi"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert out.returncode == 0 and out.stdout.split("\n")[1] == "cffi", out.stderr
+
+
+def test_an_attribute_holding_values_of_its_own_graph_is_freed():
+    """Issue 23, finding 5: a user attribute that holds Values of its own
+    graph (`b.inputs = (w, a)`, as graph-drawing code does) is a cycle the
+    collector sees: the node data is carried by the Value, not held by a
+    table, so once the program drops the graph all of it goes, tape
+    segments included, over a loop of many steps."""
+    import weakref
+    w = Value(0.5)
+    gc.collect()
+    tapead.collect()
+    base = tapead.tape_stats()["nodes"]
+    gone = []
+    for step in range(3000):
+        a = Value(float(step))
+        b = w * a + 1.0
+        b.inputs = (w, a)               # the node's own inputs: its own graph
+        b.label = f"b{step}"
+        assert b.inputs[1] is a and b.label == f"b{step}"
+        if step % 500 == 0:
+            gone.append(weakref.ref(b))
+        del a, b
+    gc.collect()
+    tapead.collect()
+    assert all(r() is None for r in gone)
+    assert tapead.tape_stats()["nodes"] - base <= 2 * 2048   # (w's segment and the current one)
