@@ -65,10 +65,10 @@ class _Node:
     """The Python side of a custom node made micrograd's way: its rule (the
     user's function; None until ``out._backward = rule``) and ``up``, what
     its inputs' Values carried, so that the Values of this node keep the
-    owners of the custom nodes before it; and its key (0 until recorded)."""
+    owners of the custom nodes before it; and its key."""
     __slots__ = ("rule", "up", "key", "__weakref__")
 
-    def __init__(self, up: Any, key: int = 0) -> None:
+    def __init__(self, up: Any, key: int) -> None:
         self.rule: Any = None
         self.up = up
         self.key = key
@@ -90,9 +90,7 @@ def join_all(vals: Any) -> Any:
     V = _engine.Value
     for v in vals:
         if isinstance(v, V):
-            p = v._o
-            if p is not None and p is not o:
-                o = p if o is None else (o, p)
+            o = join(o, v._o)
     return o
 
 
@@ -101,7 +99,7 @@ class _PerThread(_c._local):
     as some Value carries it), None until the first custom node; dead
     references are dropped whenever the map has doubled since the last
     purge (no callbacks: nothing runs when an owner dies, so no Ctrl-C
-    can land in one); and when to look at the tape's size next (_made)."""
+    can land in one); and when to look at the tape's size next (_pressure)."""
     nodes: Optional[Dict[int, Any]] = None
     purge_at = 256
     limit = 0
@@ -120,21 +118,17 @@ def _nodes() -> Dict[int, Any]:
 def node_owner(key: int, up: Any) -> _Node:
     """A new owner for the custom node of this key (this thread's), up what
     its inputs carried: the native front's hook (va_custom, called with
-    the new node held)."""
+    the new node held, and record() on the cffi front), registered under
+    its key (never reused on a tape); now and then (every 64 entries made)
+    the map is purged and the tape looked at (_every)."""
     o = _Node(up, key)
-    _keep(key, o)
-    return o
-
-
-def _keep(key: int, o: _Node) -> None:
-    """Register owner o under key (keys are never reused on a tape); now
-    and then (every 64 entries made) purge and look at the tape (_every)."""
     d = _pt.nodes
     if d is None:
         d = _nodes()
     d[key] = _weakref(o)
     if not len(d) & 63:
         _every(d)
+    return o
 
 
 def _every(d: Dict[int, Any]) -> None:
@@ -181,8 +175,7 @@ def _pressure() -> None:
 
 
 def _tape_nodes() -> int:
-    from ._c.holds import stats
-    return int(stats()["nodes"])
+    return int(_holds.stats()["nodes"])
 
 
 def owners() -> bool:
@@ -259,21 +252,16 @@ def record(v: Any, data: float, children: Iterable[Any], op: Any, local_grads: A
         return
     kids = children if type(children) is tuple else tuple(children)
     nm = name_bytes(op)
-    up = join_all(kids)           # (what may run Python comes before the record)
-    o = _Node(up)
     t = _holds._tok
     Value = E.Value
     i = _custom_rec(kids, data, None, nm, Value, _NOT_A_CHILD, t.key)
     if i < 0:   # another segment, the node limit, an error: as every op (engine._slow)
         w = E._slow(i, t, _custom_rec, kids, data, None, nm, Value, _NOT_A_CHILD)
         i, t = w._i, w._t
-    key = _cc.custom_key(i)      # (t holds the node: its key stays its own)
-    if key:                      # (0: under no_grad, a plain value)
-        o.key = key
-        _keep(key, o)
+    key = _cc.custom_key(i)      # (t holds the node: Python may run from here, as in va_custom)
+    v._o = node_owner(key, join_all(kids)) if key else None   # (0: under no_grad, a plain value)
     v._i = i
     v._t = t
-    v._o = o if key else None
 
 
 _NOT_A_CHILD = "Value(data, _children, _op): each child must be a Value"
@@ -430,22 +418,24 @@ def set_backward(v: Any, fn: Any) -> None:
                              "be replaced")
     if not callable(fn):
         raise TypeError(f"_backward must be callable, not {type(fn).__name__}")
-    _owner_of(got[0], got[1]).rule = fn
-
-
-def _owner_of(key: int, name: str) -> _Node:
-    o = _owner(key)
+    o = _owner(got[0])
     if o is None:
-        raise TapeadError(f"the custom node {name!r} has lost its rule: the Value used was made "
-                          f"by a path that does not carry its graph's custom nodes (a bug in "
-                          f"tapead: please report it)")
-    return o
+        raise _lost(v._i)
+    o.rule = fn
+
+
+def _lost(node: int) -> TapeadError:
+    """The error for custom node `node` whose owner is gone (a Value made by
+    a path that did not carry _o: a bug, never a skipped rule)."""
+    got = _cc.custom_info(node)
+    return TapeadError(f"the custom node {got[1] if got else '?'!r} has lost its rule: the Value "
+                       f"used was made by a path that does not carry its graph's custom nodes "
+                       f"(a bug in tapead: please report it)")
 
 
 def backward_of(v: Any) -> Callable[[], None]:
     """v._backward: this node's own local chain-rule step, as a callable."""
-    got = _raw_info(v)
-    if got is None or got[0] == 0:
+    if not _key(v):
         return lambda: _step(v)
     return lambda: _run_own(v)       # (holds v: the node and its inputs stay alive for it)
 
@@ -454,11 +444,9 @@ def _run_own(v: Any) -> None:
     """out._backward(): the rule of v's custom node, looked up again in the
     calling thread (keys are per tape: another thread's Value raises
     TapeError, as a built-in node's step does, never runs another node's)."""
-    got = _raw_info(v)
-    if got is not None and got[0]:
-        fn = _owner_of(got[0], got[1]).rule
-        if fn is not None:
-            fn()
+    key = _key(v)
+    if key:
+        _run(key, v._i)
 
 
 def _step(v: Any) -> None:
@@ -469,9 +457,7 @@ def _run(key: int, node: int) -> None:
     """Run the rule of custom node `node` (the sweep's call): the user's function."""
     o = _owner(key)
     if o is None:
-        got = _cc.custom_info(node)
-        _owner_of(key, got[1] if got else "?")
-        return
+        raise _lost(node)
     fn = o.rule
     if fn is not None:
         fn()

@@ -30,7 +30,7 @@ from operator import mul
 from typing import Any, Callable, List, Sequence, Tuple, Union
 
 from ._c import bulk as _bulk
-from .custom import join_all
+from .custom import join, join_all
 from .engine import FRONT, Operand, Value, handles
 
 __all__ = ["dot", "linear"]
@@ -175,9 +175,7 @@ def _carrying(rows: Sequence[Sequence[Any]], x: Sequence[Any]) -> Callable[[Any,
     def made(h: Any, n: int) -> List[Any]:
         own = join_all(x)
         for r in rows:
-            o = join_all(r)
-            if o is not None and o is not own:
-                own = o if own is None else (own, o)
+            own = join(own, join_all(r))
         return handles(h, n, own)
     return made
 

@@ -30,6 +30,7 @@ from _weakref import ref as _weakref
 from _weakrefset import WeakSet as _WeakSet
 
 from ._c import _local, node_stamp
+from .custom import join
 
 TYPE_CHECKING = False   # typing is not imported at run time (see tapead._c)
 if TYPE_CHECKING:
@@ -91,9 +92,8 @@ def _carry(v: Any, e: _Entry) -> None:
     """v carries e: e lives while v, or a Value recorded from v from now
     on, lives (tapead/custom.py: join)."""
     o = v._o
-    if o is e or (type(o) is tuple and (o[0] is e or o[1] is e)):
-        return
-    v._o = e if o is None else (o, e)
+    if not (type(o) is tuple and (o[0] is e or o[1] is e)):   # (set again: carried already)
+        v._o = join(o, e)
 
 
 def _alive(i: int, e: _Entry) -> bool:
