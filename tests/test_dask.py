@@ -32,12 +32,24 @@ def client():
     with LocalCluster(processes=True, n_workers=2, threads_per_worker=1, dashboard_address=None,
                       host="127.0.0.1", silence_logs=40) as cluster, Client(cluster) as c:
         yield c
-        # Programs the workers unpickled may sit in Dask's reference cycles; a
-        # worker is stopped without a last collection, so collect here: the
-        # sanitized CI run judges what C still holds at exit.
-        c.run(gc.collect)
-    # The scheduler runs in this process and unpickles them too (a CI run
-    # found one Program left in its cycles at exit): collect once it is closed.
+        # Programs the workers unpickled may sit in Dask's reference cycles
+        # and in its cache of serialized task functions (a function holding
+        # a Program keeps it); a worker is stopped without a last collection,
+        # so let go of both here: the sanitized CI run judges what C still
+        # holds at exit.
+        c.run(_let_go)
+    # The scheduler and the client run in this process (a CI run found one
+    # Program left at exit): the same once the cluster is closed.
+    _let_go()
+
+
+def _let_go():
+    """Drop what Dask keeps of this module's tasks in this process: its cache
+    of serialized functions, then the cycles."""
+    from distributed import worker
+    cache = getattr(worker, "cache_dumps", None)
+    if cache is not None:
+        cache.clear()
     gc.collect()
 
 
