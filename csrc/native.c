@@ -70,34 +70,238 @@ static PyObject *va_rule_fn = NULL;
  * those local partials, or a leaf (tapead/custom.py: grads_value), which
  * Value(data, children, local_grads) takes over */
 static PyObject *va_grads_hook = NULL;
-/* owner(key, up) -> the Python side of a new custom node with a Python
- * rule (tapead/custom.py: node_owner), up the join of its children's own */
-static PyObject *va_owner_hook = NULL;
 
-/* An exception that escaped the rule hook itself (a Ctrl-C landing
- * outside its try, or no memory for its arguments): kept here until
- * backward() raises it (va_fail_in).  One for all threads: from here to
+/* An exception from a rule that could not be kept with the thread (no
+ * memory; va_rule): kept here until backward() raises it (va_fail_in).  One for all threads: from here to
  * there the aborted sweep runs on in C only, holding the GIL. */
 static PyObject *va_rule_exc = NULL;
+
+/* ------------------------------------------------------ owners */
+
+/* A custom node's owner, the native front's tapead/custom.py _Node (the
+ * cffi front's is that class; the design and its reasons are written
+ * there): the node's rule (the user's _backward, NULL until set), up
+ * (what its inputs' Values carried) and its key.  A GC type, so the
+ * cycle rule -> captured Values -> own -> owner -> rule is the
+ * collector's; made here and registered in this thread's weak map
+ * without a Python call, as the sweep finds it (va_rule) and
+ * out._backward = rule sets it (va_setattro): the three steps of
+ * micrograd's idiom that are otherwise Python's. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *rule, *up, *weaklist;
+    PyObject *map;               /* the map it is registered in, which its dealloc
+                                    leaves without its (then dead) entry */
+    long long key;
+} vn_obj;
+
+static PyTypeObject *vn_type = NULL;
+/* The per-thread owners (custom.py: _pt, a threading.local whose .nodes
+ * is this thread's map key -> weakref or None), made(): the map, made if
+ * need be; every(map, tape nodes): what custom.py does each 64th entry. */
+static PyObject *vn_pt = NULL, *vn_made = NULL, *vn_every = NULL, *vn_nodes_name = NULL;
+static PyObject *vn_backward_name = NULL;
+/* where an exception a rule raised is kept for backward() (custom.py's _tl.custom_exc) */
+static PyObject *vn_tl = NULL, *vn_exc_name = NULL;
+/* "data" and "grad", interned: v.grad += x in a rule sets without a lookup (va_setattro) */
+static PyObject *va_data_name = NULL, *va_grad_name = NULL;
+
+static PyObject *vn_deref(PyObject *w);
+
+/* Drop o's entry from its map, once its weak reference is dead (a dealloc:
+ * what drops runs no Python, and the error state is kept). */
+static void vn_unmap(vn_obj *o)
+{
+    PyObject *t, *v, *tb, *k, *w, *x = NULL;
+    PyErr_Fetch(&t, &v, &tb);
+    if ((k = PyLong_FromLongLong(o->key)) != NULL) {
+        w = PyDict_GetItemWithError(o->map, k);          /* borrowed: checked, then dropped */
+        if (w && !(x = vn_deref(w))) PyDict_DelItem(o->map, k);
+        else Py_XDECREF(x);
+        Py_DECREF(k);
+    }
+    PyErr_Restore(t, v, tb);     /* (an error here leaves the entry for custom._every) */
+    Py_CLEAR(o->map);
+}
+
+static void vn_dealloc(PyObject *self)
+{
+    vn_obj *o = (vn_obj *)self;
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    Py_TRASHCAN_BEGIN(self, vn_dealloc)    /* a chain of owners (up) frees without recursing */
+    if (o->weaklist) PyObject_ClearWeakRefs(self);
+    if (o->map) vn_unmap(o);
+    Py_CLEAR(o->rule);
+    Py_CLEAR(o->up);
+    tp->tp_free(self);
+    Py_DECREF(tp);
+    Py_TRASHCAN_END
+}
+
+static int vn_traverse(PyObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(((vn_obj *)self)->rule);
+    Py_VISIT(((vn_obj *)self)->up);
+    Py_VISIT(Py_TYPE(self));
+    return 0;
+}
+
+static int vn_clear(PyObject *self)
+{
+    Py_CLEAR(((vn_obj *)self)->rule);
+    Py_CLEAR(((vn_obj *)self)->up);
+    return 0;
+}
+
+static PyMemberDef vn_members[] = {
+    {"rule", T_OBJECT, offsetof(vn_obj, rule), 0, "the node's _backward (None until set)"},
+    {"up", T_OBJECT, offsetof(vn_obj, up), READONLY, "what the node's inputs carried"},
+    {"key", T_LONGLONG, offsetof(vn_obj, key), READONLY, "the node's key on its tape"},
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(vn_obj, weaklist), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL}
+};
+
+/* This thread's map of owners (a new reference), made if need be; NULL
+ * with an exception set. */
+#ifndef Py_GIL_DISABLED
+/* The last map found, and the tape (address and tag: a tape made later at
+ * the same address has another) whose thread it is: one thread's custom
+ * nodes find it without reading the thread-local (guarded by the GIL). */
+static ta_tape *vn_last_T = NULL;
+static uint64_t vn_last_tag = 0;
+static PyObject *vn_last_map = NULL;
+#endif
+
+static PyObject *vn_map(void)
+{
+    PyObject *d;
+#ifndef Py_GIL_DISABLED
+    ta_tape *T = ta_self_if_any();
+    if (T && T == vn_last_T && T->tag == vn_last_tag) return VA_NEWREF(vn_last_map);
+#endif
+    d = PyObject_GetAttr(vn_pt, vn_nodes_name);
+    if (d && !PyDict_CheckExact(d)) Py_SETREF(d, PyObject_CallNoArgs(vn_made));
+    if (d && !PyDict_CheckExact(d)) {
+        PyErr_SetString(PyExc_RuntimeError, "tapead: the map of custom nodes is not a dict");
+        Py_CLEAR(d);
+    }
+#ifndef Py_GIL_DISABLED
+    if (d && T == ta_self_if_any() && T) {
+        vn_last_T = T;
+        vn_last_tag = T->tag;
+        Py_INCREF(d);
+        Py_XSETREF(vn_last_map, d);    /* (a dict of weak references: its drop runs no Python) */
+    }
+#endif
+    return d;
+}
+
+/* A new owner of the custom node of this key, up what its inputs carried
+ * (a reference given over, or NULL), registered under its key in this
+ * thread's map; NULL with an exception set. */
+static PyObject *vn_new(long long key, PyObject *up)
+{
+    vn_obj *o;
+    PyObject *d = NULL, *k = NULL, *w = NULL;
+    int rc = -1;
+    if (!vn_type) { Py_XDECREF(up); PyErr_SetString(PyExc_RuntimeError, "tapead: custom nodes are not set up"); return NULL; }
+    if (!(o = PyObject_GC_New(vn_obj, vn_type))) { Py_XDECREF(up); return NULL; }
+    Py_INCREF(vn_type);                            /* (a heap type's instances hold it) */
+    o->rule = NULL; o->up = up; o->weaklist = NULL; o->map = NULL; o->key = key;
+    PyObject_GC_Track((PyObject *)o);
+    /* the map, the key and the weak reference may each run Python (a
+     * collection): each is held here, and the map's size read after */
+    if ((d = vn_map()) && (k = PyLong_FromLongLong(key)) && (w = PyWeakref_NewRef((PyObject *)o, NULL)) &&
+        PyDict_SetItem(d, k, w) == 0) {
+        rc = 0;
+        o->map = VA_NEWREF(d);
+        if (!(PyDict_GET_SIZE(d) & 63)) {
+            ta_tape *T = ta_self_if_any();
+            PyObject *r = PyObject_CallFunction(vn_every, "OL", d, T ? (long long)T->nodes : -1LL);
+            if (!r) rc = -1;
+            Py_XDECREF(r);
+        }
+    }
+    Py_XDECREF(d); Py_XDECREF(k); Py_XDECREF(w);
+    if (rc < 0) Py_CLEAR(o);
+    return (PyObject *)o;
+}
+
+/* What weak reference w refers to (a new reference), or NULL (dead, or
+ * w no weak reference), no exception set. */
+static PyObject *vn_deref(PyObject *w)
+{
+    PyObject *o = NULL;
+    if (!PyWeakref_CheckRef(w)) return NULL;
+#if PY_VERSION_HEX >= 0x030D0000
+    if (PyWeakref_GetRef(w, &o) < 0) { PyErr_Clear(); return NULL; }
+    return o;
+#else
+    o = PyWeakref_GET_OBJECT(w);
+    return o == Py_None ? NULL : VA_NEWREF(o);
+#endif
+}
+
+/* The rule of the custom node of this key (a new reference; NULL with no
+ * exception: none found, or none set (*found says which)), looked up in
+ * this thread's map. */
+static PyObject *vn_rule_of(int64_t key, int *found)
+{
+    PyObject *d, *k, *w, *o, *r = NULL;
+    *found = 0;
+    if (!vn_pt || !(d = vn_map())) { PyErr_Clear(); return NULL; }
+    if (PyDict_CheckExact(d) && (k = PyLong_FromLongLong((long long)key))) {
+        w = PyDict_GetItemWithError(d, k);           /* borrowed: used before anything runs */
+        Py_DECREF(k);
+        if ((o = w ? vn_deref(w) : NULL) != NULL) {
+            if (Py_IS_TYPE(o, vn_type)) {
+                *found = 1;
+                r = VA_XNEWREF(((vn_obj *)o)->rule);
+                if (r == Py_None) Py_CLEAR(r);
+            }
+            Py_DECREF(o);
+        }
+    }
+    PyErr_Clear();
+    Py_DECREF(d);
+    return r;
+}
 
 static int va_rule(int64_t node, int64_t key)
 {
     PyGILState_STATE g = PyGILState_Ensure();   /* held already unless called through cffi */
-    PyObject *a[2], *r;
-    int rc = -1;
-    a[0] = PyLong_FromLongLong((long long)node);
-    a[1] = PyLong_FromLongLong((long long)key);
-    if (a[0] && a[1] && (r = PyObject_Vectorcall(va_rule_fn, a, 2, NULL)) != NULL) {
-        rc = (int)PyLong_AsLong(r);
-        Py_DECREF(r);
+    PyObject *a[2], *r, *fn;
+    int rc = -1, found;
+    if ((fn = vn_rule_of(key, &found)) != NULL || found) {
+        /* the owner is here: its rule (if set) runs straight from C, an
+         * exception it raises kept below for backward() to raise */
+        rc = 0;
+        if (fn) {
+            if ((r = PyObject_CallNoArgs(fn)) != NULL) Py_DECREF(r);
+            else rc = -1;
+            Py_DECREF(fn);
+        }
+    } else {
+        /* none found: custom.ta_custom_rule says why (an owner lost) */
+        a[0] = PyLong_FromLongLong((long long)node);
+        a[1] = PyLong_FromLongLong((long long)key);
+        if (a[0] && a[1] && (r = PyObject_Vectorcall(va_rule_fn, a, 2, NULL)) != NULL) {
+            rc = (int)PyLong_AsLong(r);
+            Py_DECREF(r);
+        }
+        Py_XDECREF(a[0]); Py_XDECREF(a[1]);
     }
-    Py_XDECREF(a[0]); Py_XDECREF(a[1]);
     if (PyErr_Occurred()) {
         PyObject *t, *v, *tb;
         PyErr_Fetch(&t, &v, &tb);
         PyErr_NormalizeException(&t, &v, &tb);
         if (v && tb) PyException_SetTraceback(v, tb);
-        Py_XSETREF(va_rule_exc, v);
+        /* kept where the rule hook keeps what it catches (custom.py:
+         * refusal raises it), or, failing that, here */
+        if (v && vn_tl && PyObject_SetAttr(vn_tl, vn_exc_name, v) == 0) Py_CLEAR(v);
+        else PyErr_Clear();
+        if (v) Py_XSETREF(va_rule_exc, v);
         Py_XDECREF(t); Py_XDECREF(tb);
         rc = -1;
     }
@@ -478,11 +682,7 @@ static int64_t va_custom(ta_tape *T, PyObject *children, PyObject *opname, doubl
     if (!key) { Py_DECREF(fast); return id; }     /* under no_grad: a plain value, no owner */
     {
         PyObject *up = NULL;
-        if (va_join_items(fast, &up) == 0) {
-            *owner = va_owner_hook ? PyObject_CallFunction(va_owner_hook, "LO", (long long)key, up ? up : Py_None)
-                                   : (PyErr_SetString(PyExc_RuntimeError, "tapead: custom nodes are not set up"), NULL);
-            Py_XDECREF(up);
-        }
+        if (va_join_items(fast, &up) == 0) *owner = vn_new((long long)key, up);
         Py_DECREF(fast);
         if (!*owner) { ta_unhold_seg(*where); return -1; }
     }
@@ -606,6 +806,24 @@ static PyObject *va_vectorcall(PyObject *tp, PyObject *const *args, size_t nargs
         id = ta_leaf_at(T, x, TA_NOKEY, &where);
         return va_result(r, id, where, NULL);
     }
+    if (n == 3 && (!kwn || PyTuple_GET_SIZE(kwn) == 0) && PyFloat_CheckExact(args[0]) &&
+        PyUnicode_CheckExact(args[2]) && ((PyTuple_CheckExact(args[1]) && PyTuple_GET_SIZE(args[1])) ||
+                                          (PyList_CheckExact(args[1]) && PyList_GET_SIZE(args[1])))) {
+        /* Value(x, children, 'name'): micrograd's custom node, as va_init
+         * makes it, without tp_new and tp_init's argument parsing */
+        ta_tape *T;
+        ta_seg *where = NULL;
+        PyObject *own = NULL;
+        int64_t id;
+        if (!(T = va_tape()) || !(r = va_blank())) return NULL;
+        if ((id = va_custom(T, args[1], args[2], PyFloat_AS_DOUBLE(args[0]), &where, &own)) < 0) {
+            Py_DECREF(r);
+            return NULL;
+        }
+        ((va_obj *)r)->node = (uintptr_t)where | TA_OFF((uint32_t)id);   /* (held by va_custom) */
+        va_set_own((va_obj *)r, own);
+        return r;
+    }
     if (!(targs = PyTuple_New(n))) return NULL;
     for (Py_ssize_t k = 0; k < n; k++) { Py_INCREF(args[k]); PyTuple_SET_ITEM(targs, k, args[k]); }
     if (kwn && PyTuple_GET_SIZE(kwn)) {
@@ -684,14 +902,45 @@ static int va_put_own(PyObject *self, PyObject *x, void *u)
     return 0;
 }
 
+/* The key of v's node if it is a custom node of this thread's tape, else
+ * 0 (no exception set). */
+static long long va_key_of(va_obj *v)
+{
+    ta_tape *T = ta_self();
+    ta_seg *s;
+    uint32_t o;
+    if (!T || !v->node) return 0;
+    s = VA_SEG(v->node);
+    o = VA_OFF(v->node);
+    if (s->tape != T || (s->op[o] & TA_OPMASK) != TA_CUSTOM) return 0;
+    return (long long)ta_cnode_of(T, s, o)->key;
+}
+
 /* Attributes: the type's own (data, grad, label, ...) as usual; any other
  * name set on a Value is the user's (v.name = 'x1', as on micrograd's
  * Value), which the setattr hook keeps with the node: a Value has no
  * __dict__.  Reads stay PyObject_GenericGetAttr, so
  * the interpreter's attribute and method caches still apply. */
+static int va_set(PyObject *self, PyObject *x, void *what);
+
 static int va_setattro(PyObject *self, PyObject *name, PyObject *x)
 {
     PyObject *r;
+    vn_obj *o;
+    if (x && (name == va_grad_name || name == va_data_name) && Py_IS_TYPE(self, va_type))
+        return va_set(self, x, name == va_grad_name ? (void *)1 : NULL);   /* (as va_getset) */
+    /* out._backward = rule on the custom node whose owner out carries (the
+     * idiom's own line): the rule kept here; anything else (another node,
+     * an error to raise, a subclass) is custom.set_backward's, through
+     * the property */
+    if (name == vn_backward_name && x && Py_IS_TYPE(self, va_type) && (o = (vn_obj *)((va_obj *)self)->own) &&
+        Py_IS_TYPE(o, vn_type) && o->key == va_key_of((va_obj *)self) && PyCallable_Check(x)) {
+        Py_INCREF(o);                         /* (the old rule's drop may run Python) */
+        Py_INCREF(x);
+        Py_XSETREF(o->rule, x);
+        Py_DECREF(o);
+        return 0;
+    }
     /* a name the type has (a getset, a property such as _backward) is the
      * type's to set, with its own errors; only other names are user data */
     if (!va_setattr_hook || !PyUnicode_Check(name) || _PyType_Lookup(Py_TYPE(self), name))
@@ -838,6 +1087,9 @@ static PyObject *va_make_type(PyObject *mod, PyObject *docs)
     (void)mod;
     if (va_type) { Py_INCREF(va_type); return (PyObject *)va_type; }
     if (!PyDict_Check(docs)) { PyErr_SetString(PyExc_TypeError, "make_type needs a dict of docs"); return NULL; }
+    if ((!va_data_name && !(va_data_name = PyUnicode_InternFromString("data"))) ||
+        (!va_grad_name && !(va_grad_name = PyUnicode_InternFromString("grad"))))
+        return NULL;
     for (m = va_methods; m->ml_name; m++) m->ml_doc = va_doc_of(docs, m->ml_name);
     va_getset[0].doc = va_doc_of(docs, "data");
     va_getset[1].doc = va_doc_of(docs, "grad");
@@ -852,14 +1104,13 @@ static PyObject *va_make_type(PyObject *mod, PyObject *docs)
 
 static PyObject *va_set_hooks(PyObject *mod, PyObject *args)
 {
-    PyObject *e, *r, *s, *o, *a, *rule, *gr, *ow;
+    PyObject *e, *r, *s, *o, *a, *rule, *gr;
     (void)mod;
-    if (!PyArg_ParseTuple(args, "OOOOOOOO:set_hooks", &e, &r, &s, &o, &a, &rule, &gr, &ow)) return NULL;
+    if (!PyArg_ParseTuple(args, "OOOOOOO:set_hooks", &e, &r, &s, &o, &a, &rule, &gr)) return NULL;
     if (!PyCallable_Check(rule)) { PyErr_SetString(PyExc_TypeError, "rule hook must be callable"); return NULL; }
     Py_INCREF(e); Py_INCREF(r); Py_INCREF(s); Py_INCREF(o); Py_INCREF(a); Py_INCREF(rule);
-    Py_INCREF(gr); Py_INCREF(ow);
+    Py_INCREF(gr);
     Py_XSETREF(va_grads_hook, gr);
-    Py_XSETREF(va_owner_hook, ow);
     Py_XSETREF(va_rule_fn, rule);
     ta_rule_hook = va_rule;
     Py_XSETREF(va_error_hook, e);
@@ -1237,6 +1488,37 @@ out:
 
 /* dots(dot, linear): the fast dot and linear, falling back to the given
  * Python functions (whose docstrings they take). */
+/* owners(per_thread, made, every, tl): the owner type (vn_obj), owners
+ * kept in per_thread.nodes (made() makes that map; every(map, tape nodes)
+ * runs at each 64th entry), what a rule raises kept in tl.custom_exc:
+ * tapead/custom.py's, which binds them once. */
+static PyObject *va_owners(PyObject *mod, PyObject *args)
+{
+    static PyType_Slot slots[] = {
+        {Py_tp_dealloc, vn_dealloc}, {Py_tp_traverse, vn_traverse}, {Py_tp_clear, vn_clear},
+        {Py_tp_members, vn_members},
+        {Py_tp_doc, (void *)"A custom node's owner: its rule, what its inputs carried, its key (tapead/custom.py)."},
+        {0, NULL}};
+    static PyType_Spec spec = {"tapead.custom.Node", sizeof(vn_obj), 0,
+                               Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, slots};
+    PyObject *pt, *made, *every, *tl;
+    (void)mod;
+    if (!PyArg_ParseTuple(args, "OOOO:owners", &pt, &made, &every, &tl)) return NULL;
+    if (!PyCallable_Check(made) || !PyCallable_Check(every)) {
+        PyErr_SetString(PyExc_TypeError, "owners needs two callables"); return NULL;
+    }
+    if (!vn_nodes_name && !(vn_nodes_name = PyUnicode_InternFromString("nodes"))) return NULL;
+    if (!vn_backward_name && !(vn_backward_name = PyUnicode_InternFromString("_backward"))) return NULL;
+    if (!vn_exc_name && !(vn_exc_name = PyUnicode_InternFromString("custom_exc"))) return NULL;
+    if (!vn_type && !(vn_type = (PyTypeObject *)PyType_FromSpec(&spec))) return NULL;
+    Py_INCREF(pt); Py_INCREF(made); Py_INCREF(every); Py_INCREF(tl);
+    Py_XSETREF(vn_tl, tl);
+    Py_XSETREF(vn_pt, pt);
+    Py_XSETREF(vn_made, made);
+    Py_XSETREF(vn_every, every);
+    return VA_NEWREF(vn_type);
+}
+
 static PyObject *va_dots(PyObject *mod, PyObject *args)
 {
     static PyMethodDef defs[] = {
@@ -1269,7 +1551,8 @@ static PyMethodDef va_module_methods[] = {
     {"custom_key", va_custom_key, METH_O, "custom_key(v): the key of v's custom node, or None"},
     {"precomputed", va_precomputed, METH_VARARGS, "precomputed(value, inputs, partials, name)"},
     {"make_type", va_make_type, METH_O, "make_type(docs): the native Value type"},
-    {"set_hooks", va_set_hooks, METH_VARARGS, "set_hooks(error, real, restore, other, setattr, rule, grads, owner)"},
+    {"set_hooks", va_set_hooks, METH_VARARGS, "set_hooks(error, real, restore, other, setattr, rule, grads)"},
+    {"owners", va_owners, METH_VARARGS, "owners(per_thread, made, every, tl): the owner type"},
     {"adopt", va_adopt, METH_VARARGS, "adopt(h, n, own=None): Values taking over the holds of a held list"},
     {"dots", va_dots, METH_VARARGS, "dots(dot, linear): the fast tapead.dot and tapead.linear"},
     {NULL, NULL, 0, NULL}

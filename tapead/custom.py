@@ -74,6 +74,12 @@ class _Node:
         self.key = key
 
 
+# The owner type of this front: _Node, or the native front's C type of the
+# same three fields (csrc/native.c: vn_obj), which makes, registers, runs and
+# sets owners in C, through _pt, _nodes and _every below (bind_native).
+_Owner: Any = _Node
+
+
 def join(a: Any, b: Any) -> Any:
     """What a Value made from Values carrying a and b carries (None: nothing;
     csrc/native.c: va_join does the same for the native front's ops)."""
@@ -98,8 +104,10 @@ class _PerThread(_c._local):
     """This thread's owners: key -> weak reference (an owner lives as long
     as some Value carries it), None until the first custom node; dead
     references are dropped whenever the map has doubled since the last
-    purge (no callbacks: nothing runs when an owner dies, so no Ctrl-C
-    can land in one); and when to look at the tape's size next (_pressure)."""
+    purge (no callbacks: no Python runs when an owner dies, so no Ctrl-C
+    can land in one; a native owner's dealloc takes its own entry out, in
+    C, so walk a copy of the map); and when to look at the tape's size
+    next (_pressure)."""
     nodes: Optional[Dict[int, Any]] = None
     purge_at = 256
     limit = 0
@@ -117,10 +125,10 @@ def _nodes() -> Dict[int, Any]:
 
 def node_owner(key: int, up: Any) -> _Node:
     """A new owner for the custom node of this key (this thread's), up what
-    its inputs carried: the native front's hook (va_custom, called with
-    the new node held, and record() on the cffi front), registered under
-    its key (never reused on a tape); now and then (every 64 entries made)
-    the map is purged and the tape looked at (_every)."""
+    its inputs carried (record() on the cffi front, once the node is held;
+    the native front's va_custom does the same in C: vn_new), registered
+    under its key (never reused on a tape); now and then (every 64 entries
+    made) the map is purged and the tape looked at (_every)."""
     o = _Node(up, key)
     d = _pt.nodes
     if d is None:
@@ -131,20 +139,24 @@ def node_owner(key: int, up: Any) -> _Node:
     return o
 
 
-def _every(d: Dict[int, Any]) -> None:
+def _every(d: Dict[int, Any], nodes: int = -1) -> None:
+    """What each 64th owner made does: purge d if it has doubled, look at
+    the tape (_pressure) if its size, nodes (-1: unknown; the native
+    front's vn_new gives it), is over the limit."""
     P = _pt
     if len(d) >= P.purge_at:
-        for k, r in list(d.items()):
+        for k, r in d.copy().items():   # (a copy: an owner dying meanwhile leaves d, native front)
             if r() is None:
-                del d[k]
+                d.pop(k, None)
         P.purge_at = max(256, 2 * len(d))
-    _pressure()
+    if nodes < 0 or nodes > max(P.limit, _FLOOR):
+        _pressure()
 
 
 def live_owners() -> int:
     """How many owners of this thread are alive."""
     d = _pt.nodes
-    return 0 if d is None else sum(1 for r in list(d.values()) if r() is not None)
+    return 0 if d is None else sum(1 for r in d.copy().values() if r() is not None)
 
 
 # A graph with custom nodes is cyclic garbage once dropped (as micrograd's
@@ -184,7 +196,7 @@ def owners() -> bool:
     return d is not None and len(d) > 0
 
 
-def _owner(key: int) -> Optional[_Node]:
+def _owner(key: int) -> Any:
     d = _pt.nodes
     r = None if d is None else d.get(key)
     return None if r is None else r()
@@ -221,8 +233,9 @@ def attach(front: Any) -> None:
 
 def bind_native(native: Any) -> None:
     """The native front's C versions of the hot helpers (engine._native_front)."""
-    global _raw_info, _key, _native_pre
+    global _raw_info, _key, _native_pre, _Owner
     _raw_info, _key, _native_pre = native.custom_info, native.custom_key, native.precomputed
+    _Owner = native.owners(_pt, _nodes, _every, _tl)
 
 
 def info(v: Any) -> Optional[Tuple[Tuple[int, ...], str, int]]:
@@ -399,7 +412,7 @@ def set_backward(v: Any, fn: Any) -> None:
     that node's: the common case, without a lookup)."""
     key = _key(v)
     o = v._o
-    if key and type(o) is _Node and o.key == key and callable(fn):
+    if key and type(o) is _Owner and o.key == key and callable(fn):
         o.rule = fn
         return
     got = _raw_info(v)

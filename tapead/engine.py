@@ -783,7 +783,7 @@ def _native_front() -> Any:
     if t.__text_signature__ is None:   # CPython 3.9: PyType_FromSpec drops the doc's signature line
         t.__signature__ = _InitSignature()
     _native.set_hooks(error, _real, _restore, _other, _nd.set_attr, _custom.ta_custom_rule,
-                      _custom.grads_value, _custom.node_owner)
+                      _custom.grads_value)
     _custom.bind_native(_native)
     return t
 

@@ -164,15 +164,17 @@ def _opcode_events():
 STEP = "opcode" if _opcode_events() else "line"   # where interrupt_at may interrupt
 
 
-def interrupt_at(k, fn):
+def interrupt_at(k, fn, also=()):
     """fn() with a KeyboardInterrupt raised at the k-th bytecode that runs in
-    tapead's own Python code (where a real Ctrl-C could land; at the k-th
-    line where the interpreter sends no opcode events, STEP): (whether the
-    k-th was reached, what fn raised or returned)."""
+    tapead's own Python code, or in the files named in also (where a real
+    Ctrl-C could land; at the k-th line where the interpreter sends no
+    opcode events, STEP): (whether the k-th was reached, what fn raised or
+    returned)."""
     seen = [0]
+    where = (TAPEAD_DIR, *also)
 
     def tracer(frame, event, arg):
-        if not frame.f_code.co_filename.startswith(TAPEAD_DIR):
+        if not frame.f_code.co_filename.startswith(where):
             return None
         frame.f_trace_opcodes = True
         if event == STEP:
