@@ -177,3 +177,145 @@ def test_recompute_same_rule_for_bound_guards():
     u.data = 3.0
     y.recompute()
     assert y.data == 2.0 and z.data == 1.0
+
+
+# ------------------------------------------------- against a reference
+# Random graphs with comparisons anywhere among them; which guards bind, and
+# which leaves become parameters, from a plain-Python model of the rule:
+# V = the inputs and the leaves of the outputs' cone; a guard on nodes made
+# no later than the output binds iff its operands' cones meet V; a bound
+# guard's leaves join V; repeat until nothing changes.
+import random  # noqa: E402
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from tapead._c import lib  # noqa: E402
+
+OPS = {"add": lambda a, b: a + b, "mul": lambda a, b: a * b, "sub": lambda a, b: a - b,
+       "tanh": lambda a, b: a.tanh()}
+
+graph_st = st.tuples(
+    st.lists(st.floats(-2, 2, allow_nan=False), min_size=2, max_size=6, unique=True),
+    st.lists(st.tuples(st.sampled_from(sorted(OPS) + ["cmp", "cmpc"]),
+                       st.integers(0, 10 ** 6), st.integers(0, 10 ** 6),
+                       st.sampled_from([0.5, -0.5])), min_size=1, max_size=30),
+    st.integers(0, 10 ** 6), st.lists(st.integers(0, 10 ** 6), max_size=3))
+
+
+def build(leafvals, steps):
+    """Values in creation (tape) order, each node's inputs, and the guards
+    by key (as guard.c keeps them: one per key, constants merged)."""
+    vals = [Value(v) for v in leafvals]
+    deps = [() for _ in vals]
+    guards = {}
+    for op, i, j, c in steps:
+        a, b = i % len(vals), j % len(vals)
+        if op == "cmp":
+            if a != b:
+                out = vals[a] < vals[b]
+                guards.setdefault((a, b, out), max(a, b))
+        elif op == "cmpc":
+            out = vals[a] > c
+            guards.setdefault((a, None, out), a)
+        else:
+            vals.append(OPS[op](vals[a], vals[b]))
+            deps.append((a,) if op == "tanh" else (a, b))
+    return vals, deps, guards
+
+
+def cone(deps, roots):
+    seen, todo = set(), list(roots)
+    while todo:
+        k = todo.pop()
+        if k not in seen:
+            seen.add(k)
+            todo.extend(deps[k])
+    return seen
+
+
+def bound_by_rule(deps, guards, out, ins):
+    """(bound guard keys, the program's leaves) by the rule, closed."""
+    def leaves_of(roots):
+        return {k for k in cone(deps, roots) if not deps[k]}
+    leaves = leaves_of([out])
+    varied = leaves | set(ins)
+    bound = set()
+    while True:
+        new = {g for g, top in guards.items() if top <= out and g not in bound and
+               leaves_of([k for k in g[:2] if k is not None]) & varied}
+        if not new:
+            return bound, leaves
+        bound |= new
+        for g in new:
+            more = leaves_of([k for k in g[:2] if k is not None])
+            leaves |= more
+            varied |= more
+
+
+def check_binding(vals, deps, guards, out, ins):
+    """compile and recompute of vals[out] bind what the rule says."""
+    bound, leaves = bound_by_rule(deps, guards, out, ins)
+    y = vals[out]
+    prog = tapead.compile(y, [vals[i] for i in ins])
+    assert prog.guards == len(bound)
+    assert sorted(prog.params) == sorted(vals[k].data for k in leaves - set(ins))
+    assert lib.ta_validate() == 0
+    # recompute: no inputs; leaves that are not its own move freely
+    rbound, rleaves = bound_by_rule(deps, guards, out, [])
+    moved = {k: vals[k].data for k in range(len(vals)) if not deps[k] and k not in rleaves}
+    for k in moved:
+        vals[k].data = 1e6 if k % 2 else -1e6  # flips whatever compares them
+    before = y.data
+    y.recompute()
+    assert y.data == before                  # its own leaves did not move
+    assert lib.ta_validate() == 0
+    for k, v in moved.items():
+        vals[k].data = v
+
+
+@settings(max_examples=60, deadline=None)
+@given(graph_st)
+def test_binding_matches_the_rule(case):
+    leafvals, steps, o, ii = case
+    tapead.clear_guards()
+    vals, deps, guards = build(leafvals, steps)
+    check_binding(vals, deps, guards, o % len(vals), sorted({i % len(leafvals) for i in ii}))
+    tapead.clear_guards()
+
+
+def test_binding_matches_the_rule_across_segments():
+    # four chains interleaved over several segments (2048 nodes each), new
+    # leaves along the way, comparisons within chains and from chain 0 to 1:
+    # chain 0's program takes chain 1's guards in (closed), 1's does not
+    # take 0's, 2's takes those of 3 that read its input from chain 3
+    rng = random.Random(12)
+    tapead.clear_guards()
+    vals, deps, guards, chains = [], [], {}, [[] for _ in range(4)]
+
+    def leaf(ch):
+        vals.append(Value(rng.uniform(-1, 1)))
+        deps.append(())
+        chains[ch].append(len(vals) - 1)
+    for ch in range(4):
+        leaf(ch)
+    for step in range(7000):
+        ch = rng.randrange(4)
+        r = rng.random()
+        if r < 0.02:
+            leaf(ch)
+        elif r < 0.03:
+            a = rng.choice(chains[ch][-20:])         # chain 0 compares with 1 too
+            b = rng.choice(chains[1 if ch == 0 and rng.random() < 0.3 else ch][-20:])
+            if a != b:
+                guards.setdefault((a, b, vals[a] < vals[b]), max(a, b))
+        else:
+            a, b = rng.choice(chains[ch][-5:]), rng.choice(chains[ch][-5:])
+            vals.append((vals[a] * 0.5 + vals[b] * 0.25).tanh())
+            # (three nodes on the tape; the model keeps the one a comparison sees)
+            deps.append((a, b))
+            chains[ch].append(len(vals) - 1)
+    for ch, inch in ((0, None), (1, None), (2, 3), (3, None)):
+        out = chains[ch][-1 - rng.randrange(50)]
+        ins = [] if inch is None else [k for k in chains[inch] if not deps[k]][3:4]
+        check_binding(vals, deps, guards, out, ins)
+    tapead.clear_guards()
