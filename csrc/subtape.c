@@ -14,7 +14,8 @@
  * sweep.c, is the one sweep that stays on the tape: it accumulates into
  * the nodes' adj[] in place.)
  *
- * Marks are TA_MARK bits in the op bytes.  Nothing here appends to the
+ * Marks are TA_MARK bits in the op bytes (and, while ta_bind_guards
+ * decides, TA_LIVE: the collector's bit).  Nothing here appends to the
  * tape, so no collection runs while they are held, and every mark is
  * cleared before ta_sub_extract returns, on success and on failure alike;
  * a failure (allocation) leaves nothing allocated. */
@@ -117,9 +118,17 @@ static void ta_unmark(ta_tape *T, uint32_t lo, uint32_t hi, uint8_t bit)
  *     as a recompute reads it from the tape).  So the replay now varies u,
  *     and a guard reading u (u < 5) binds too: the rule is closed, applied
  *     again until no guard brings in a new leaf (each round binds at least
- *     one more guard; almost always there is one round);
+ *     one more guard; almost always there is one round).  (Freezing u as
+ *     a constant at its recorded value would be sound too, without the
+ *     closure, but the flat form has no such leaf: every leaf is an input
+ *     column or a parameter, which pickling, code.c and the generated
+ *     kernels rely on; and a parameter is read the way a recompute reads
+ *     u, from its Value now.);
  *   - guards on a node recorded after the newest root: never (ta_guard_in:
  *     they cannot have shaped it).
+ * A comparison that reads a parameter binds even if it was bookkeeping
+ * (if loss < best, loss still held and computed from the same weights):
+ * it could have chosen the graph, and nothing here can tell.
  *
  * Cost: nothing without guards at or before the roots; a guard whose
  * operands are all in the sub-tape binds at once; otherwise one forward
