@@ -206,7 +206,7 @@ static void ta_plain_mark(ta_tape *T, uint32_t ref, uint64_t *pending)
     ta_mark(TA_SEGOF(T, ref), TA_OFF(ref), TA_MARK, pending);
 }
 
-int ta_plain(ta_tape *T, const int64_t *roots, size_t n, int guards)
+int ta_plain(ta_tape *T, const int64_t *roots, size_t n)
 {
     uint64_t pending = 0, hi = 0;
     uint32_t hip = 0, p;
@@ -222,7 +222,6 @@ int ta_plain(ta_tape *T, const int64_t *roots, size_t n, int guards)
         if (w >= hi) { hi = w; hip = s->pos; }
     }
     if (!pending) return TA_OK;
-    if (guards) pending = ta_mark_guards(T, hi, TA_MARK, pending);
     for (p = hip + 1; pending && p-- > 0;) {
         ta_seg *s = T->segs[T->order[p]];
         uint32_t i = s->n;
@@ -250,7 +249,7 @@ int ta_plain(ta_tape *T, const int64_t *roots, size_t n, int guards)
 int ta_custom_plain(const int64_t *roots, size_t n)
 {
     ta_tape *T = ta_self();
-    return T ? ta_plain(T, roots, n, 0) : TA_ENOMEM;
+    return T ? ta_plain(T, roots, n) : TA_ENOMEM;
 }
 
 /* ------------------------------------------- .grad inside a Python rule */

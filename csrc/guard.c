@@ -3,12 +3,14 @@
  * A comparison of Values (<, <=, >, >=) returns a plain bool to Python and
  * is recorded here with its outcome, so a recompute or a Program can tell
  * when the recorded graph no longer holds.  Which guards bind a recompute
- * from root?  Control flow that shaped root's graph ran while root's graph
- * was recorded, so it compared nodes created no later than root: every
- * live guard whose nodes lie at or before root in tape order binds it
- * (conservative; tapead.clear_guards() drops them all).  Guards die with
- * their nodes: ta_guards_gc drops any guard naming a node the collector
- * freed.
+ * from root, or a Program?  Control flow that shaped root's graph ran
+ * while root's graph was recorded, so it compared nodes created no later
+ * than root; of those guards, the ones whose operands read a leaf the
+ * replay varies (its inputs, its parameters, the leaves a recompute
+ * re-reads) bind it: a comparison of other Values cannot flip when the
+ * replay's inputs change (subtape.c: ta_bind_guards, with the cases).
+ * tapead.clear_guards() drops them all.  Guards die with their nodes:
+ * ta_guards_gc drops any guard naming a node the collector freed.
  *
  * Bounded: a long-lived Value (a parameter) compared every step must not
  * grow the list without end.  So
@@ -173,7 +175,7 @@ static int ta_cmp(int kind, int64_t x, int64_t y, double c, int cst)
     if (kind < 0 || kind > 3) return TA_EARG;
     if ((st = ta_resolve(T, x, &sx, &ox)) != TA_OK) return st;
     xv = sx->val[ox];
-    g.a = (uint32_t)x; g.b = 0; g.c = c; g.cst = (uint8_t)cst; g.kind = (uint8_t)kind;
+    g.a = (uint32_t)x; g.b = 0; g.c = c; g.cst = (uint8_t)cst; g.kind = (uint8_t)kind; g.bind = 0;
     if (!cst) {
         if ((st = ta_resolve(T, y, &sy, &oy)) != TA_OK) return st;
         yv = sy->val[oy]; g.b = (uint32_t)y; g.c = 0.0;

@@ -3,7 +3,8 @@
  * A Program is the sub-tape reaching some outputs copied into flat arrays
  * (op, a, b, c per node, in tape order, so every input index is below the
  * node's own), plus which leaves are input columns, which are parameters,
- * which are differentiated (wrt), and the guards that bind the outputs.
+ * which are differentiated (wrt), and the guards that bind it (those
+ * reading an input or a parameter: subtape.c, ta_bind_guards).
  * That flat form no longer depends on the tape, so it is also what pickling
  * carries: ta_prog_flat copies it out, ta_prog_load checks every field of
  * one handed in (from any bytes at all) and rebuilds the Program.
@@ -104,7 +105,7 @@ static int ta_prog_copy(ta_tape *T, ta_prog *P, const ta_sub *S, const int64_t *
         uint32_t gi;
         for (gi = 0; gi < G->n; gi++) {
             ta_guard g = G->g[gi];
-            if (!ta_guard_in(T, &g, S->hi)) continue;
+            if (!g.bind) continue;
             g.a = ta_sub_row(S, g.a);
             if (!g.cst) g.b = ta_sub_row(S, g.b);
             P->g[gk++] = g;
@@ -117,17 +118,16 @@ int ta_prog_new(const int64_t *outs, uint32_t nout, const int64_t *ins, uint32_t
                 const int64_t *wrt, uint32_t nwrt, ta_prog **out)
 {
     ta_tape *T = ta_self();
-    const struct ta_guards *G;
     ta_prog *P;
     ta_sub S;
-    uint32_t j, k, gi, nleaf = 0, nmarkin = 0;
+    uint32_t j, k, nleaf = 0, nmarkin = 0;
     int st;
     *out = NULL;
     if (!T) return TA_ENOMEM;
     if (nout == 0 || !outs || (nin && !ins) || (nwrt && !wrt)) return TA_EARG;
     for (j = 0; j < nin; j++) if ((st = ta_leaf_ref(T, ins[j])) != TA_OK) return st;
     for (j = 0; j < nwrt; j++) if ((st = ta_leaf_ref(T, wrt[j])) != TA_OK) return st;
-    if ((st = ta_plain(T, outs, nout, 1)) != TA_OK) return st;
+    if ((st = ta_plain(T, outs, nout)) != TA_OK) return st;
     for (j = 0; j < nout; j++) {
         ta_seg *s; uint32_t o;
         if ((st = ta_resolve(T, outs[j], &s, &o)) != TA_OK) return st;
@@ -135,12 +135,11 @@ int ta_prog_new(const int64_t *outs, uint32_t nout, const int64_t *ins, uint32_t
     P = (ta_prog *)ta_calloc(1, sizeof *P);
     if (!P) return TA_ENOMEM;
     P->nin = nin; P->nout = nout; P->nwrt = nwrt; P->live = 1;
-    if ((st = ta_sub_extract(T, outs, nout, TA_SUB_GUARDS | TA_SUB_REFS, &S)) != TA_OK) {
+    if ((st = ta_sub_replay(T, outs, nout, ins, nin, &S)) != TA_OK) {
         ta_prog_free(P);
         return st;
     }
-    if ((G = ta_guards_if_any(T)) != NULL)
-        for (gi = 0; gi < G->n; gi++) P->ng += ta_guard_in(T, &G->g[gi], S.hi);
+    P->ng = S.ng;
     for (k = 0; k < S.n; k++) nleaf += S.op[k] == TA_LEAF;
     for (j = 0; j < nin; j++) nmarkin += ta_sub_row(&S, (uint32_t)ins[j]) != TA_NONE;
     P->n = S.n;

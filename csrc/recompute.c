@@ -1,8 +1,8 @@
 /* recompute.c: v.recompute(), the recorded graph re-evaluated in place.
  *
  * ta_recompute(root) takes the sub-tape behind root, plus the nodes of the
- * guards that bind root (guard.c), flat in tape order (ta_sub_extract,
- * subtape.c), into a plan cached per root; each recompute is
+ * guards that bind root (those reading a leaf it re-reads: guard.c), flat
+ * in tape order (ta_sub_replay, subtape.c), into a plan cached per root; each recompute is
  * then one ascending sweep over the plan from the leaves' current values
  * into a scratch buffer, a guard check, and a commit of the new values to
  * the tape.  An error (a domain error at the new point, or a flipped
@@ -55,7 +55,7 @@ static ta_plan *ta_plan_build(ta_tape *T, int64_t root, int *st)
     ta_sub S;
     ta_plan *L;
 
-    if ((*st = ta_sub_extract(T, &root, 1, TA_SUB_GUARDS | TA_SUB_REFS, &S)) != TA_OK) return NULL;
+    if ((*st = ta_sub_replay(T, &root, 1, NULL, 0, &S)) != TA_OK) return NULL;
     *st = TA_ENOMEM;
     if (!(L = (ta_plan *)ta_calloc(1, sizeof *L))) goto fail;
     L->root = root; L->ver = G->ver; L->n = n = S.n;
@@ -63,15 +63,15 @@ static ta_plan *ta_plan_build(ta_tape *T, int64_t root, int *st)
     L->a = (uint32_t *)ta_malloc((n + 1) * 4); L->b = (uint32_t *)ta_malloc((n + 1) * 4);
     L->c = (double *)ta_malloc((n + 1) * 8); L->v = (double *)ta_malloc((n + 1) * 8);
     L->vp = (double **)ta_malloc((n + 1) * sizeof(double *));
-    L->g = (ta_guard *)ta_malloc(((size_t)G->n + 1) * sizeof *L->g);
-    L->gidx = (uint32_t *)ta_malloc(((size_t)G->n + 1) * sizeof *L->gidx);
+    L->g = (ta_guard *)ta_malloc(((size_t)S.ng + 1) * sizeof *L->g);
+    L->gidx = (uint32_t *)ta_malloc(((size_t)S.ng + 1) * sizeof *L->gidx);
     if (!L->gidx || !L->op || !L->a || !L->b || !L->c || !L->v || !L->vp || !L->g) goto fail;
     memcpy(L->op, S.op, n); memcpy(L->a, S.a, n * 4); memcpy(L->b, S.b, n * 4);
     for (k = 0; k < S.n; k++) L->c[k] = ta_sub_c(&S, k);
     for (k = 0; k < S.n; k++) L->vp[k] = &TA_SEGOF(T, S.ref[k])->val[TA_OFF(S.ref[k])];
     for (gi = 0; gi < G->n; gi++) {
         ta_guard g = G->g[gi];
-        if (!ta_guard_in(T, &g, S.hi)) continue;
+        if (!g.bind) continue;
         g.a = ta_sub_row(&S, g.a);
         if (!g.cst) g.b = ta_sub_row(&S, g.b);
         L->gidx[L->ng] = gi;
@@ -107,7 +107,7 @@ int ta_recompute(int64_t root)
     double *v;
     int st;
     if (!T) return TA_ENOMEM;
-    if ((st = ta_plain(T, &root, 1, 1)) != TA_OK) return st;
+    if ((st = ta_plain(T, &root, 1)) != TA_OK) return st;
     if ((st = ta_resolve(T, root, &rs, &ro)) != TA_OK) return st;
     if (!(G = ta_guards_of(T))) return TA_ENOMEM;
     if (!(L = ta_plan_find(G, root))) {

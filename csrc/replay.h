@@ -19,6 +19,7 @@ typedef struct {
     uint32_t a, b;      /* node refs (tape) or indices (program); b unused if cst */
     double   c;         /* constant operand when cst                           */
     uint8_t  kind, cst, out;
+    uint8_t  bind;      /* (the tape's list) it binds the last ta_sub_replay's sub-tape */
 } ta_guard;
 
 typedef struct ta_plan ta_plan;
@@ -62,6 +63,7 @@ typedef struct {
     uint32_t   n;
     uint32_t   lowpos, hipos;   /* the segment positions it spans          */
     uint64_t   hi;              /* ta_where of the newest root             */
+    uint32_t   ng;              /* ta_sub_replay: how many guards bind it  */
     uint8_t   *op;              /* op codes, marks cleared                 */
     uint32_t  *a, *b;           /* input rows (0 where the op has none)    */
     double    *c;               /* the constant of a CST op, else unset: ta_sub_c */
@@ -80,13 +82,18 @@ typedef struct {
 #define TA_SUB_KEEP ((size_t)4 << 20)
 
 /* ta_sub_extract's flags */
-#define TA_SUB_GUARDS 1     /* also the nodes of the guards that bind the roots */
 #define TA_SUB_REFS   2     /* fill ref[] (the other columns always are)        */
 
 /* roots: nroots >= 1 ids, already resolved (ta_resolve).  TA_OK or
  * TA_ENOMEM (then S holds nothing); either way no mark is left.  Each
  * array has n + 1 slots; ta_sub_free releases them. */
 int      ta_sub_extract(ta_tape *T, const int64_t *roots, uint32_t nroots, int flags, ta_sub *S);
+/* The same for a replay (a Program with inputs ins, or a recompute: nins
+ * 0), with refs: plus the nodes of the guards that bind it (subtape.c says
+ * which), each guard's bind set and S->ng counted; TA_ECUSTOM (err_node
+ * set) if one of those guards reads a custom node. */
+int      ta_sub_replay(ta_tape *T, const int64_t *roots, uint32_t nroots, const int64_t *ins,
+                       uint32_t nins, ta_sub *S);
 void     ta_sub_free(ta_sub *S);
 
 /* Row k's constant: a CST op's, else 0. */
@@ -160,7 +167,6 @@ static inline void ta_mark(ta_seg *s, uint32_t o, uint8_t bit, uint64_t *pending
 
 uint64_t ta_where(ta_tape *T, uint32_t ref);
 int      ta_guard_in(ta_tape *T, const ta_guard *g, uint64_t hi);
-uint64_t ta_mark_guards(ta_tape *T, uint64_t hi, uint8_t bit, uint64_t pending);
 
 /* ---------------------------------------------------------- programs */
 #define TA_BLOCK 1024u              /* rows per block: gradients are summed per block */

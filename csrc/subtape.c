@@ -3,8 +3,8 @@
  * Forward mode and the Wengert export (tangent.c), grad, hvp, Hessians
  * and Jacobians (higher.c), recompute plans (recompute.c) and Programs
  * (program.c) all start the same way:
- * ta_sub_extract marks every node the roots depend on (plus, on request,
- * the nodes of the guards that bind them), numbers the marked nodes in
+ * ta_sub_extract marks every node the roots depend on (ta_sub_replay:
+ * plus the nodes of the guards that bind them), numbers the marked nodes in
  * tape order and copies them into flat arrays (a ta_sub: op, input rows,
  * constant, recorded value, and the tape ref for the callers that ask),
  * the way CppAD's player holds a recording; rows and row maps are one
@@ -14,7 +14,8 @@
  * sweep.c, is the one sweep that stays on the tape: it accumulates into
  * the nodes' adj[] in place.)
  *
- * Marks are TA_MARK bits in the op bytes.  Nothing here appends to the
+ * Marks are TA_MARK bits in the op bytes (and, while ta_bind_guards
+ * decides, TA_LIVE: the collector's bit).  Nothing here appends to the
  * tape, so no collection runs while they are held, and every mark is
  * cleared before ta_sub_extract returns, on success and on failure alike;
  * a failure (allocation) leaves nothing allocated. */
@@ -34,14 +35,17 @@ int ta_guard_in(ta_tape *T, const ta_guard *g, uint64_t hi)
     return ta_where(T, g->a) <= hi && (g->cst || ta_where(T, g->b) <= hi);
 }
 
-/* Give TA_MARK to everything the `pending` marked nodes depend on,
- * sweeping down from segment position hip; returns the lowest position,
- * *n = how many nodes are marked (each is visited once) and *nseg = how
- * many segments hold one.  (Counts and pointers stay in locals: the
- * stores into op[] may alias anything, so the compiler would otherwise
- * reload them after each one.) */
-static uint32_t ta_mark_down(ta_tape *T, uint32_t hip, uint64_t pending, uint64_t *n,
-                             uint32_t *nseg)
+/* Give `bit` to everything the `pending` nodes carrying `bit` depend on,
+ * sweeping down from segment position hip; a node carrying a bit of
+ * `stop` is not marked again (stop = bit: the first pass; stop = TA_MARK |
+ * TA_LIVE: ta_bind_guards' passes, which leave the nodes marked already
+ * alone: their cones are marked).  Returns the lowest position, *n = how
+ * many nodes got `bit` (each is visited once) and *nseg = how many
+ * segments hold one.  (Counts and pointers stay in locals: the stores into
+ * op[] may alias anything, so the compiler would otherwise reload them
+ * after each one.) */
+static uint32_t ta_mark_down(ta_tape *T, uint32_t hip, uint64_t pending, uint8_t bit,
+                             uint8_t stop, uint64_t *n, uint32_t *nseg)
 {
     ta_seg *const *segs = T->segs;
     const uint32_t *order = T->order;
@@ -60,15 +64,15 @@ static uint32_t ta_mark_down(ta_tape *T, uint32_t hip, uint64_t pending, uint64_
             uint8_t b = op[i], *q;
             int kind;
             uint32_t r;
-            if (!(b & TA_MARK)) continue;
+            if (!(b & bit)) continue;
             --pending; ++cnt;
             kind = kinds[b & TA_OPMASK];
             if (kind != TA_K_LEAF) {
                 r = x[i]; q = &segs[r >> TA_SHIFT]->op[TA_OFF(r)];
-                if (!(*q & TA_MARK)) { *q |= TA_MARK; ++pending; }
+                if (!(*q & stop)) { *q |= bit; ++pending; }
                 if (kind == TA_K_BIN) {
                     r = aux[i].y; q = &segs[r >> TA_SHIFT]->op[TA_OFF(r)];
-                    if (!(*q & TA_MARK)) { *q |= TA_MARK; ++pending; }
+                    if (!(*q & stop)) { *q |= bit; ++pending; }
                 }
             }
             if (!pending) break;
@@ -79,30 +83,181 @@ static uint32_t ta_mark_down(ta_tape *T, uint32_t hip, uint64_t pending, uint64_
     return lowpos;
 }
 
-static void ta_unmark(ta_tape *T, uint32_t lo, uint32_t hi)
+/* Clear `bit` at positions lo..hi. */
+static void ta_unmark(ta_tape *T, uint32_t lo, uint32_t hi, uint8_t bit)
 {
     uint32_t p, i;
     for (p = lo; p <= hi; p++) {
         ta_seg *s = T->segs[T->order[p]];
         uint8_t *op = s->op;
         uint32_t n = s->n;   /* in locals, so the loop vectorizes */
-        for (i = 0; i < n; i++) op[i] &= (uint8_t)~TA_MARK;
+        for (i = 0; i < n; i++) op[i] &= (uint8_t)~bit;
     }
 }
 
-/* Give `bit` to the nodes of guards at or before hi; returns pending. */
-uint64_t ta_mark_guards(ta_tape *T, uint64_t hi, uint8_t bit, uint64_t pending)
+/* ------------------------------------------------ which guards bind
+ *
+ * A guard binds a replay (a Program, a recompute plan) only if the
+ * replay's result can depend on it: only if its operands read, through
+ * their cones, a leaf the replay varies.  A Program varies its inputs (every
+ * input column, whether or not the outputs read it) and its parameters (the
+ * other leaves it holds); a recompute varies the leaves it re-reads.  A
+ * comparison over Values outside all of that can never flip when the
+ * replay's inputs or parameters change, so it does not bind: it is taken as
+ * fixed, like the rest of the Python that ran while the graph was recorded.
+ * The cases:
+ *   - operands in the outputs' cone (y = x*2 if x > 0 else ...): bind;
+ *   - operands not in the outputs' cone but reading an input or a leaf of
+ *     that cone (z = x*x; y = x if z < 3 else -x): bind, and their nodes
+ *     join the replay (z is computed at each row / recompute, to check it);
+ *   - operands over leaves the replay never reads (a running best, a loss
+ *     logged earlier in the thread): do not bind, add nothing;
+ *   - operands reading a parameter and an unrelated leaf u (p < u): bind;
+ *     u joins as a parameter (a Program reads every leaf as an input or a
+ *     parameter: u is read from its Value at each run, or given in params=,
+ *     as a recompute reads it from the tape).  So the replay now varies u,
+ *     and a guard reading u (u < 5) binds too: the rule is closed, applied
+ *     again until no guard brings in a new leaf (each round binds at least
+ *     one more guard; almost always there is one round).  (Freezing u as
+ *     a constant at its recorded value would be sound too, without the
+ *     closure, but the flat form has no such leaf: every leaf is an input
+ *     column or a parameter, which pickling, code.c and the generated
+ *     kernels rely on; and a parameter is read the way a recompute reads
+ *     u, from its Value now.);
+ *   - guards on a node recorded after the newest root: never (ta_guard_in:
+ *     they cannot have shaped it).
+ * A comparison that reads a parameter binds even if it was bookkeeping
+ * (if loss < best, loss still held and computed from the same weights):
+ * it could have chosen the graph, and nothing here can tell.
+ *
+ * Cost: nothing without guards at or before the roots; a guard whose
+ * operands are all in the sub-tape binds at once; otherwise one forward
+ * pass over the positions from the lowest varied leaf to the highest
+ * undecided guard's operand, giving TA_LIVE ("varies") to every node that
+ * reads a varied leaf (TA_LIVE is the collector's bit, free while nothing
+ * is recorded), then a mark pass down from the new guards' operands. */
+
+/* Give TA_LIVE to every node at positions lo..hi reading a node that has
+ * it (or TA_MARK, for a leaf: the leaves of the sub-tape; the inputs are
+ * given TA_LIVE by the caller). */
+static void ta_vary(ta_tape *T, uint32_t lo, uint32_t hi)
+{
+    ta_seg *const *segs = T->segs;
+    const uint8_t *kinds = ta_kinds;
+    uint32_t p, i, k;
+#define OPAT(r) (segs[(r) >> TA_SHIFT]->op[TA_OFF(r)])
+    for (p = lo; p <= hi; p++) {
+        ta_seg *s = segs[T->order[p]];
+        uint8_t *op = s->op;
+        const uint32_t *x = s->x;
+        const ta_aux *aux = s->aux;
+        uint32_t n = s->n;
+        for (i = 0; i < n; i++) {
+            uint8_t b = op[i], v = 0;
+            switch (kinds[b & TA_OPMASK]) {
+            case TA_K_LEAF: v = b & (TA_MARK | TA_LIVE); break;   /* DEAD: never marked */
+            case TA_K_BIN:  v = OPAT(aux[i].y); /* fall through */
+            case TA_K_UN:
+            case TA_K_CST:  v = (uint8_t)((v | OPAT(x[i])) & TA_LIVE); break;
+            default: {                                            /* NARY */
+                const ta_cnode *e = ta_cnode_of(T, s, i);
+                for (k = 0; k < e->n; k++) v |= OPAT(e->in[k]);
+                v &= TA_LIVE;
+            }
+            }
+            if (v) op[i] = (uint8_t)(b | TA_LIVE);
+        }
+    }
+#undef OPAT
+}
+
+/* TA_LIVE -> TA_MARK at positions lo..hi; returns whether a leaf moved. */
+static int ta_promote(ta_tape *T, uint32_t lo, uint32_t hi)
+{
+    uint32_t p, i;
+    int leaf = 0;
+    for (p = lo; p <= hi; p++) {
+        ta_seg *s = T->segs[T->order[p]];
+        uint8_t *op = s->op;
+        uint32_t n = s->n;
+        for (i = 0; i < n; i++) {
+            uint8_t b = op[i];
+            if (!(b & TA_LIVE)) continue;
+            op[i] = (uint8_t)((b & ~TA_LIVE) | TA_MARK);
+            leaf |= ta_kinds[b & TA_OPMASK] == TA_K_LEAF;
+        }
+    }
+    return leaf;
+}
+
+static uint32_t ta_posof(ta_tape *T, uint32_t ref) { return TA_SEGOF(T, ref)->pos; }
+
+/* With S's nodes marked (TA_MARK) and counted (*n nodes in *nseg segments
+ * from S->lowpos): set each guard's bind, give TA_MARK to the nodes of the
+ * guards that bind and count them in; S->ng = how many bind. */
+static void ta_bind_guards(ta_tape *T, ta_sub *S, const int64_t *ins, uint32_t nins,
+                           uint64_t *n, uint32_t *nseg)
 {
     struct ta_guards *G = ta_guards_if_any(T);
-    uint32_t k;
-    if (!G) return pending;
-    for (k = 0; k < G->n; k++) {
-        ta_guard *g = &G->g[k];
-        if (!ta_guard_in(T, g, hi)) continue;
-        ta_mark(TA_SEGOF(T, g->a), TA_OFF(g->a), bit, &pending);
-        if (!g->cst) ta_mark(TA_SEGOF(T, g->b), TA_OFF(g->b), bit, &pending);
+    uint32_t k, j, inlo = UINT32_MAX;
+#define OPAT(r) (TA_SEGOF(T, r)->op[TA_OFF(r)])
+    if (!G) return;
+    for (k = 0; k < G->n; k++) G->g[k].bind = 0;
+    for (j = 0; j < nins; j++) {
+        uint32_t p = ta_posof(T, (uint32_t)ins[j]);
+        if (p <= S->hipos && p < inlo) inlo = p;
     }
-    return pending;
+    for (;;) {
+        uint32_t lo = S->lowpos < inlo ? S->lowpos : inlo, top = 0, p3 = 0, low3, ns3;
+        uint64_t pending = 0, n3;
+        int cand = 0;
+        for (k = 0; k < G->n; k++) {
+            ta_guard *g = &G->g[k];
+            uint32_t pa, pb;
+            if (g->bind || !ta_guard_in(T, g, S->hi)) continue;
+            if ((OPAT(g->a) & TA_MARK) && (g->cst || (OPAT(g->b) & TA_MARK))) {
+                g->bind = 1;                    /* on the sub-tape's own nodes */
+                continue;
+            }
+            pa = ta_posof(T, g->a); pb = g->cst ? 0 : ta_posof(T, g->b);
+            if (pb > pa) pa = pb;
+            if (pa < lo) continue;              /* below every varied leaf */
+            cand = 1;
+            if (pa > top) top = pa;
+        }
+        if (!cand) break;
+        for (j = 0; j < nins; j++) {
+            uint32_t r = (uint32_t)ins[j], p = ta_posof(T, r);
+            if (p >= lo && p <= top) OPAT(r) |= TA_LIVE;
+        }
+        ta_vary(T, lo, top);
+        for (k = 0; k < G->n; k++) {            /* TA_LIVE is clear outside lo..top */
+            ta_guard *g = &G->g[k];
+            if (g->bind || !ta_guard_in(T, g, S->hi)) continue;
+            if ((OPAT(g->a) & TA_LIVE) || (!g->cst && (OPAT(g->b) & TA_LIVE))) g->bind = 2;
+        }
+        ta_unmark(T, lo, top, TA_LIVE);
+        for (k = 0; k < G->n; k++) {            /* the new ones' nodes join, as TA_LIVE */
+            ta_guard *g = &G->g[k];
+            if (g->bind != 2) continue;
+            g->bind = 1;
+            if (!(OPAT(g->a) & TA_MARK)) {
+                ta_mark(TA_SEGOF(T, g->a), TA_OFF(g->a), TA_LIVE, &pending);
+                if (ta_posof(T, g->a) > p3) p3 = ta_posof(T, g->a);
+            }
+            if (!g->cst && !(OPAT(g->b) & TA_MARK)) {
+                ta_mark(TA_SEGOF(T, g->b), TA_OFF(g->b), TA_LIVE, &pending);
+                if (ta_posof(T, g->b) > p3) p3 = ta_posof(T, g->b);
+            }
+        }
+        if (!pending) break;
+        low3 = ta_mark_down(T, p3, pending, TA_LIVE, TA_MARK | TA_LIVE, &n3, &ns3);
+        *n += n3; *nseg += ns3;                 /* (segments counted twice: a bound) */
+        if (low3 < S->lowpos) S->lowpos = low3;
+        if (!ta_promote(T, low3, p3)) break;    /* no new leaf: nothing more varies */
+    }
+    for (k = 0; k < G->n; k++) S->ng += G->g[k].bind;
+#undef OPAT
 }
 
 /* Memory for a sub-tape: the tape's spare block if it is big enough
@@ -196,15 +351,19 @@ static int ta_sub_flat(ta_tape *T, ta_sub *S, uint64_t n, uint32_t nseg, int ref
     S->n = k;
     return TA_OK;
 nomem:
-    ta_unmark(T, lowpos, hipos);
+    ta_unmark(T, lowpos, hipos, TA_MARK);
     ta_sub_free(S);
     return TA_ENOMEM;
 }
 
-int ta_sub_extract(ta_tape *T, const int64_t *roots, uint32_t nroots, int flags, ta_sub *S)
+/* The sub-tape behind roots (and, for a replay, the guards that bind it:
+ * ins, nins are its inputs). */
+static int ta_sub_take(ta_tape *T, const int64_t *roots, uint32_t nroots, const int64_t *ins,
+                       uint32_t nins, int flags, int replay, ta_sub *S)
 {
     uint64_t pending = 0, n;
     uint32_t j, nseg;
+    int st;
     memset(S, 0, sizeof *S);
     S->T = T;
     for (j = 0; j < nroots; j++) {
@@ -213,9 +372,33 @@ int ta_sub_extract(ta_tape *T, const int64_t *roots, uint32_t nroots, int flags,
         if (j == 0 || w > S->hi) { S->hi = w; S->hipos = TA_SEGOF(T, r)->pos; }
         ta_mark(TA_SEGOF(T, r), TA_OFF(r), TA_MARK, &pending);
     }
-    if (flags & TA_SUB_GUARDS) pending = ta_mark_guards(T, S->hi, TA_MARK, pending);
-    S->lowpos = ta_mark_down(T, S->hipos, pending, &n, &nseg);
-    return ta_sub_flat(T, S, n, nseg, flags & TA_SUB_REFS);
+    S->lowpos = ta_mark_down(T, S->hipos, pending, TA_MARK, TA_MARK, &n, &nseg);
+    if (replay) {
+        ta_bind_guards(T, S, ins, nins, &n, &nseg);
+        if (nseg > S->hipos - S->lowpos + 1) nseg = S->hipos - S->lowpos + 1;
+    }
+    if ((st = ta_sub_flat(T, S, n, nseg, flags & TA_SUB_REFS)) != TA_OK || !replay) return st;
+    /* a custom node that a bound guard reads (ta_plain checked the roots'
+     * own cone): its value cannot be recomputed */
+    if (T->cn && T->cn->live)
+        for (j = S->n; j-- > 0;)
+            if (ta_kinds[S->op[j]] == TA_K_NARY) {
+                T->err_node = TA_ID(T, S->ref[j]);
+                ta_sub_free(S);
+                return TA_ECUSTOM;
+            }
+    return TA_OK;
+}
+
+int ta_sub_extract(ta_tape *T, const int64_t *roots, uint32_t nroots, int flags, ta_sub *S)
+{
+    return ta_sub_take(T, roots, nroots, NULL, 0, flags, 0, S);
+}
+
+int ta_sub_replay(ta_tape *T, const int64_t *roots, uint32_t nroots, const int64_t *ins,
+                  uint32_t nins, ta_sub *S)
+{
+    return ta_sub_take(T, roots, nroots, ins, nins, TA_SUB_REFS, 1, S);
 }
 
 void ta_sub_reverse(const ta_sub *S, double *adj, double *px, double *py)

@@ -284,9 +284,9 @@ static inline ta_cnode *ta_cnode_of(const ta_tape *T, const ta_seg *s, uint32_t 
 void ta_custom_release(ta_tape *T, ta_seg *s, uint32_t i);
 void ta_custom_free_all(ta_tape *T);
 /* TA_EBUSY inside a Python rule; TA_ECUSTOM (T->err_node set) if a custom
- * node is behind the roots (and, with guards, behind the guards recorded
- * up to the newest root); TA_OK otherwise.  Free when the tape has none. */
-int ta_plain(ta_tape *T, const int64_t *roots, size_t n, int guards);
+ * node is behind the roots (one behind a guard that binds a replay:
+ * ta_sub_replay); TA_OK otherwise.  Free when the tape has none. */
+int ta_plain(ta_tape *T, const int64_t *roots, size_t n);
 /* A custom node: inputs are resolved refs of T's main tape.  Under
  * no_grad a leaf of the arena.  *where: its segment (not held).  seg:
  * TA_NOKEY, or the key of the segment the caller holds (ta_record_at's

@@ -1,0 +1,321 @@
+"""Which guards bind a Program or a recompute (csrc/subtape.c: ta_bind_guards).
+
+A guard binds only if its operands read a leaf the program reads (its inputs,
+the leaves of the outputs' cone, and, closed under the rule, the leaves a bound
+guard brings in): a comparison made earlier in the thread over unrelated Values
+must not add parameters, guards or errors.  Numbers against closed forms."""
+import math
+
+import numpy as np
+import pytest
+
+import tapead
+from tapead import Value, GuardError
+
+
+def col(*xs):
+    return np.array([[x] for x in xs], dtype=float)
+
+
+def unrelated_comparisons():
+    """A training loop's leftovers: comparisons over Values the later
+    programs never read (a running best, a log of a loss)."""
+    a, b = Value(1.0), Value(2.0)
+    best = a * b
+    assert (best < b * 1.5) is True         # a < ... over a, b
+    assert (a.log() < 1) is True            # log(a): a domain error at a <= 0
+    return a, b, best
+
+
+# ------------------------------------------------------------ compile
+def test_unrelated_earlier_comparison_leaves_compile_alone():
+    tapead.clear_guards()
+    a, b, best = unrelated_comparisons()
+    w, x = Value(3.0), Value(2.0)
+    y = w * x + 1
+    prog = tapead.compile(y, [x], wrt=[x, w])
+    assert prog.guards == 0
+    assert list(prog.params) == [3.0]                  # w alone, not a and b
+    X = col(-1.0, 0.0, 2.5)
+    np.testing.assert_array_equal(prog(X)[:, 0], 3.0 * X[:, 0] + 1)
+    a.data = 10.0              # would flip best < 1.5 b
+    np.testing.assert_array_equal(prog(X)[:, 0], 3.0 * X[:, 0] + 1)
+    a.data = -1.0              # log(a) would raise
+    np.testing.assert_array_equal(prog(X)[:, 0], 3.0 * X[:, 0] + 1)
+    Y, G = prog.grad(X)        # d/dx (w x + 1) = w, d/dw = x, summed over the rows
+    np.testing.assert_array_equal(Y[:, 0], 3.0 * X[:, 0] + 1)
+    np.testing.assert_array_equal(G, [3.0 * len(X), X[:, 0].sum()])
+
+
+def test_branch_on_a_value_computed_only_for_the_comparison_binds():
+    # the compared node x*x is not in y's cone, but it reads input x
+    tapead.clear_guards()
+    unrelated_comparisons()
+    x = Value(1.0)
+    y = x * 2.0 if (x * x) < 3 else -x
+    prog = tapead.compile(y, [x])
+    assert prog.guards == 1 and len(prog.params) == 0
+    np.testing.assert_array_equal(prog(col(1.0, -1.5, 1.7))[:, 0], [2.0, -3.0, 3.4])
+    with pytest.raises(GuardError, match="row 1"):
+        prog(col(1.0, 2.0))                       # 2*2 < 3 is False: the branch flips
+
+
+def test_a_comparison_of_an_input_the_outputs_do_not_read_binds():
+    tapead.clear_guards()
+    w, x = Value(4.0), Value(-1.0)
+    y = w * 2.0 if x < 0 else w * 3.0
+    prog = tapead.compile(y, [x])
+    assert prog.guards == 1 and list(prog.params) == [4.0]
+    np.testing.assert_array_equal(prog(col(-1.0, -7.0))[:, 0], [8.0, 8.0])
+    with pytest.raises(GuardError, match="row 0"):
+        prog(col(0.5))
+
+
+def test_a_comparison_of_a_param_with_an_unrelated_leaf_binds_and_closes():
+    # p < u reads param p, so it binds; u comes in as a parameter (read from
+    # its Value like every leaf of a program); then u < 5 reads a leaf the
+    # program reads, so it binds too; v < 0 reads neither and does not
+    tapead.clear_guards()
+    p, u, v, x = Value(1.0), Value(2.0), Value(-3.0), Value(0.5)
+    assert (u < 5) is True and (v < 0) is True
+    assert (p < u) is True
+    y = p * x
+    prog = tapead.compile(y, [x], wrt=[p])
+    assert prog.guards == 2
+    assert list(prog.params) == [1.0, 2.0]          # p (wrt) first, then u
+    X = col(0.5, -2.0)
+    np.testing.assert_array_equal(prog(X)[:, 0], X[:, 0])
+    np.testing.assert_array_equal(prog(X, params=[1.5, 4.0])[:, 0], 1.5 * X[:, 0])
+    with pytest.raises(GuardError, match="<"):
+        prog(X, params=[3.0, 2.0])                  # p < u flips
+    with pytest.raises(GuardError, match="<"):
+        prog(X, params=[1.0, 6.0])                  # u < 5 flips
+    v.data = 1.0                                     # v is not the program's
+    np.testing.assert_array_equal(prog(X)[:, 0], X[:, 0])
+
+
+def test_guards_recorded_after_the_outputs_do_not_bind():
+    tapead.clear_guards()
+    x = Value(1.0)
+    y = x * 2.0
+    assert (x * 5 > 100) is False
+    prog = tapead.compile(y, [x])
+    assert prog.guards == 0
+    np.testing.assert_array_equal(prog(col(1.0, 100.0))[:, 0], [2.0, 200.0])
+
+
+def test_binding_survives_pickling():
+    import pickle
+    tapead.clear_guards()
+    unrelated_comparisons()
+    x = Value(1.0)
+    y = x * 2.0 if (x * x) < 3 else -x
+    prog = pickle.loads(pickle.dumps(tapead.compile(y, [x])))
+    assert prog.guards == 1 and len(prog.params) == 0
+    np.testing.assert_array_equal(prog(col(1.5))[:, 0], [3.0])
+    with pytest.raises(GuardError):
+        prog(col(2.0))
+
+
+def test_an_unrelated_comparison_over_a_custom_node_does_not_refuse_compile():
+    tapead.clear_guards()
+    a = Value(0.3)
+    c = tapead.precomputed(math.sin(a.data), [a], [math.cos(a.data)], name='mysin')
+    assert (c < 1) is True
+    x = Value(2.0)
+    prog = tapead.compile(x * x, [x])
+    assert prog.guards == 0
+    np.testing.assert_array_equal(prog(col(3.0))[:, 0], [9.0])
+    x.data = 3.0
+    (x * x).recompute()
+    # one that binds (it reads input x) still refuses, naming the op
+    d = tapead.precomputed(math.sin(x.data), [x], [math.cos(x.data)], name='mysin2')
+    y = x * 2.0 if d < 1 else x
+    with pytest.raises(tapead.TapeadError, match="'mysin2'"):
+        tapead.compile(y, [x])
+    with pytest.raises(tapead.TapeadError, match="'mysin2'"):
+        y.recompute()
+
+
+# ------------------------------------------------------------ recompute
+def test_unrelated_earlier_comparison_leaves_recompute_alone():
+    tapead.clear_guards()
+    a, b, best = unrelated_comparisons()
+    x = Value(2.0)
+    y = x * 3.0
+    a.data = 10.0              # would flip best < 1.5 b
+    x.data = 4.0
+    y.recompute()
+    assert y.data == 12.0
+    assert best.data == 2.0    # not the recompute's: left as recorded
+    a.data = -1.0              # log(a) would raise
+    y.recompute()
+    assert y.data == 12.0
+
+
+def test_recompute_same_rule_for_bound_guards():
+    tapead.clear_guards()
+    unrelated_comparisons()
+    x, u = Value(1.0), Value(2.0)
+    z = x * x
+    y = x * 2.0 if z < 3 else -x               # binds: z reads x
+    assert (x < u) is True                      # binds: reads x; brings in u
+    assert (u < 5) is True                      # binds: u is read by the recompute now
+    x.data = 1.5
+    y.recompute()
+    assert y.data == 3.0 and z.data == 2.25
+    x.data = 2.0
+    with pytest.raises(GuardError):
+        y.recompute()                           # 4 < 3 flips
+    x.data = 1.0
+    u.data = 0.5
+    with pytest.raises(GuardError):
+        y.recompute()                           # x < u flips
+    u.data = 6.0
+    with pytest.raises(GuardError):
+        y.recompute()                           # u < 5 flips
+    u.data = 3.0
+    y.recompute()
+    assert y.data == 2.0 and z.data == 1.0
+
+
+# ------------------------------------------------- against a reference
+# Random graphs with comparisons anywhere among them; which guards bind, and
+# which leaves become parameters, from a plain-Python model of the rule:
+# V = the inputs and the leaves of the outputs' cone; a guard on nodes made
+# no later than the output binds iff its operands' cones meet V; a bound
+# guard's leaves join V; repeat until nothing changes.
+import random  # noqa: E402
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from tapead._c import lib  # noqa: E402
+
+OPS = {"add": lambda a, b: a + b, "mul": lambda a, b: a * b, "sub": lambda a, b: a - b,
+       "tanh": lambda a, b: a.tanh()}
+
+graph_st = st.tuples(
+    st.lists(st.floats(-2, 2, allow_nan=False), min_size=2, max_size=6, unique=True),
+    st.lists(st.tuples(st.sampled_from(sorted(OPS) + ["cmp", "cmpc"]),
+                       st.integers(0, 10 ** 6), st.integers(0, 10 ** 6),
+                       st.sampled_from([0.5, -0.5])), min_size=1, max_size=30),
+    st.integers(0, 10 ** 6), st.lists(st.integers(0, 10 ** 6), max_size=3))
+
+
+def build(leafvals, steps):
+    """Values in creation (tape) order, each node's inputs, and the guards
+    by key (as guard.c keeps them: one per key, constants merged)."""
+    vals = [Value(v) for v in leafvals]
+    deps = [() for _ in vals]
+    guards = {}
+    for op, i, j, c in steps:
+        a, b = i % len(vals), j % len(vals)
+        if op == "cmp":
+            if a != b:
+                out = vals[a] < vals[b]
+                guards.setdefault((a, b, out), max(a, b))
+        elif op == "cmpc":
+            out = vals[a] > c
+            guards.setdefault((a, None, out), a)
+        else:
+            vals.append(OPS[op](vals[a], vals[b]))
+            deps.append((a,) if op == "tanh" else (a, b))
+    return vals, deps, guards
+
+
+def cone(deps, roots):
+    seen, todo = set(), list(roots)
+    while todo:
+        k = todo.pop()
+        if k not in seen:
+            seen.add(k)
+            todo.extend(deps[k])
+    return seen
+
+
+def bound_by_rule(deps, guards, out, ins):
+    """(bound guard keys, the program's leaves) by the rule, closed."""
+    def leaves_of(roots):
+        return {k for k in cone(deps, roots) if not deps[k]}
+    leaves = leaves_of([out])
+    varied = leaves | set(ins)
+    bound = set()
+    while True:
+        new = {g for g, top in guards.items() if top <= out and g not in bound and
+               leaves_of([k for k in g[:2] if k is not None]) & varied}
+        if not new:
+            return bound, leaves
+        bound |= new
+        for g in new:
+            more = leaves_of([k for k in g[:2] if k is not None])
+            leaves |= more
+            varied |= more
+
+
+def check_binding(vals, deps, guards, out, ins):
+    """compile and recompute of vals[out] bind what the rule says."""
+    bound, leaves = bound_by_rule(deps, guards, out, ins)
+    y = vals[out]
+    prog = tapead.compile(y, [vals[i] for i in ins])
+    assert prog.guards == len(bound)
+    assert sorted(prog.params) == sorted(vals[k].data for k in leaves - set(ins))
+    assert lib.ta_validate() == 0
+    # recompute: no inputs; leaves that are not its own move freely
+    rbound, rleaves = bound_by_rule(deps, guards, out, [])
+    moved = {k: vals[k].data for k in range(len(vals)) if not deps[k] and k not in rleaves}
+    for k in moved:
+        vals[k].data = 1e6 if k % 2 else -1e6  # flips whatever compares them
+    before = y.data
+    y.recompute()
+    assert y.data == before                  # its own leaves did not move
+    assert lib.ta_validate() == 0
+    for k, v in moved.items():
+        vals[k].data = v
+
+
+@settings(max_examples=60, deadline=None)
+@given(graph_st)
+def test_binding_matches_the_rule(case):
+    leafvals, steps, o, ii = case
+    tapead.clear_guards()
+    vals, deps, guards = build(leafvals, steps)
+    check_binding(vals, deps, guards, o % len(vals), sorted({i % len(leafvals) for i in ii}))
+    tapead.clear_guards()
+
+
+def test_binding_matches_the_rule_across_segments():
+    # four chains interleaved over several segments (2048 nodes each), new
+    # leaves along the way, comparisons within chains and from chain 0 to 1:
+    # chain 0's program takes chain 1's guards in (closed), 1's does not
+    # take 0's, 2's takes those of 3 that read its input from chain 3
+    rng = random.Random(12)
+    tapead.clear_guards()
+    vals, deps, guards, chains = [], [], {}, [[] for _ in range(4)]
+
+    def leaf(ch):
+        vals.append(Value(rng.uniform(-1, 1)))
+        deps.append(())
+        chains[ch].append(len(vals) - 1)
+    for ch in range(4):
+        leaf(ch)
+    for step in range(7000):
+        ch = rng.randrange(4)
+        r = rng.random()
+        if r < 0.02:
+            leaf(ch)
+        elif r < 0.03:
+            a = rng.choice(chains[ch][-20:])         # chain 0 compares with 1 too
+            b = rng.choice(chains[1 if ch == 0 and rng.random() < 0.3 else ch][-20:])
+            if a != b:
+                guards.setdefault((a, b, vals[a] < vals[b]), max(a, b))
+        else:
+            a, b = rng.choice(chains[ch][-5:]), rng.choice(chains[ch][-5:])
+            vals.append((vals[a] * 0.5 + vals[b] * 0.25).tanh())
+            # (three nodes on the tape; the model keeps the one a comparison sees)
+            deps.append((a, b))
+            chains[ch].append(len(vals) - 1)
+    for ch, inch in ((0, None), (1, None), (2, 3), (3, None)):
+        out = chains[ch][-1 - rng.randrange(50)]
+        ins = [] if inch is None else [k for k in chains[inch] if not deps[k]][3:4]
+        check_binding(vals, deps, guards, out, ins)
+    tapead.clear_guards()
