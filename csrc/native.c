@@ -923,17 +923,25 @@ static long long va_key_of(va_obj *v)
  * the interpreter's attribute and method caches still apply. */
 static int va_set(PyObject *self, PyObject *x, void *what);
 
+/* Is self's attribute name the Value type's own (self of the type, or of
+ * a subclass that does not define it again)?  (Lookups are cached.) */
+static int va_base_attr(PyObject *self, PyObject *name)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    return tp == va_type || _PyType_Lookup(tp, name) == _PyType_Lookup(va_type, name);
+}
+
 static int va_setattro(PyObject *self, PyObject *name, PyObject *x)
 {
     PyObject *r;
     vn_obj *o;
-    if (x && (name == va_grad_name || name == va_data_name) && Py_IS_TYPE(self, va_type))
+    if (x && (name == va_grad_name || name == va_data_name) && va_base_attr(self, name))
         return va_set(self, x, name == va_grad_name ? (void *)1 : NULL);   /* (as va_getset) */
     /* out._backward = rule on the custom node whose owner out carries (the
      * idiom's own line): the rule kept here; anything else (another node,
-     * an error to raise, a subclass) is custom.set_backward's, through
-     * the property */
-    if (name == vn_backward_name && x && Py_IS_TYPE(self, va_type) && (o = (vn_obj *)((va_obj *)self)->own) &&
+     * an error to raise, a subclass's own _backward) is the property's
+     * (custom.set_backward) */
+    if (name == vn_backward_name && x && (o = (vn_obj *)((va_obj *)self)->own) && va_base_attr(self, name) &&
         Py_IS_TYPE(o, vn_type) && o->key == va_key_of((va_obj *)self) && PyCallable_Check(x)) {
         Py_INCREF(o);                         /* (the old rule's drop may run Python) */
         Py_INCREF(x);

@@ -638,6 +638,57 @@ def test_every_spelling_of_a_custom_node_makes_the_same_node(data, kids):
             Value(data, bad, "f")
 
 
+def test_a_subclass_gets_the_idiom_and_keeps_its_own_attributes():
+    """micrograd's way to add an op is a subclass (class ValueExt(Value));
+    its out._backward = rule and its rules' x.grad += ... take the same
+    path as on Value, and a subclass that defines grad, data or _backward
+    again gets its own."""
+    class Ext(Value):
+        def softplus(self):
+            out = Ext(math.log1p(math.exp(self.data)), (self,), "softplus")
+
+            def _backward():
+                self.grad += out.grad / (1 + math.exp(-self.data))
+            out._backward = _backward
+            return out
+
+    class Logged(Ext):
+        log = []
+
+        @property
+        def grad(self):
+            return Value.grad.__get__(self)
+
+        @grad.setter
+        def grad(self, x):
+            Logged.log.append(("grad", x))
+            Value.grad.__set__(self, x)
+
+        @property
+        def _backward(self):
+            return Value._backward.__get__(self)
+
+        @_backward.setter
+        def _backward(self, fn):
+            Logged.log.append(("_backward", fn.__name__))
+            Value._backward.__set__(self, fn)
+
+    g = 3.0 / (1 + math.exp(-0.5))
+    for cls in (Ext, Logged):
+        x = cls(0.5)
+        y = x.softplus() * 3.0
+        out = cls(y.data, (y,), "id")
+
+        def _backward(y=y, out=out):
+            y.grad += out.grad
+        out._backward = _backward
+        out.backward()
+        assert x.grad == g and (y.data, out.data) == (3.0 * math.log1p(math.exp(0.5)),) * 2
+        x.grad = 0.25
+        assert x.grad == 0.25
+    assert Logged.log == [("_backward", "_backward"), ("grad", g), ("grad", 0.25)]
+
+
 def test_the_map_of_owners_holds_the_live_ones_and_a_bounded_rest():
     """Each owner is registered in its thread's map (key -> weak reference),
     where the sweep finds it.  A dead one leaves the map when it dies on the
