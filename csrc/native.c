@@ -98,7 +98,7 @@ typedef struct {
 static PyTypeObject *vn_type = NULL;
 /* The per-thread owners (custom.py: _pt, a threading.local whose .nodes
  * is this thread's map key -> weakref or None), made(): the map, made if
- * need be; every(map, tape nodes): what custom.py does each 64th entry. */
+ * need be; every(map, tape nodes): what custom.py does each 64th owner made. */
 static PyObject *vn_pt = NULL, *vn_made = NULL, *vn_every = NULL, *vn_nodes_name = NULL;
 static PyObject *vn_backward_name = NULL;
 /* where an exception a rule raised is kept for backward() (custom.py's _tl.custom_exc) */
@@ -216,7 +216,7 @@ static PyObject *vn_new(long long key, PyObject *up)
         PyDict_SetItem(d, k, w) == 0) {
         rc = 0;
         o->map = VA_NEWREF(d);
-        if (!(PyDict_GET_SIZE(d) & 63)) {
+        if (!(key & 63)) {                  /* (keys count the owners made on this tape) */
             ta_tape *T = ta_self_if_any();
             PyObject *r = PyObject_CallFunction(vn_every, "OL", d, T ? (long long)T->nodes : -1LL);
             if (!r) rc = -1;
@@ -1498,7 +1498,7 @@ out:
  * Python functions (whose docstrings they take). */
 /* owners(per_thread, made, every, tl): the owner type (vn_obj), owners
  * kept in per_thread.nodes (made() makes that map; every(map, tape nodes)
- * runs at each 64th entry), what a rule raises kept in tl.custom_exc:
+ * runs at each 64th owner made), what a rule raises kept in tl.custom_exc:
  * tapead/custom.py's, which binds them once. */
 static PyObject *va_owners(PyObject *mod, PyObject *args)
 {

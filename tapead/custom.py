@@ -127,14 +127,14 @@ def node_owner(key: int, up: Any) -> _Node:
     """A new owner for the custom node of this key (this thread's), up what
     its inputs carried (record() on the cffi front, once the node is held;
     the native front's va_custom does the same in C: vn_new), registered
-    under its key (never reused on a tape); now and then (every 64 entries
+    under its key (never reused on a tape); now and then (every 64 owners
     made) the map is purged and the tape looked at (_every)."""
     o = _Node(up, key)
     d = _pt.nodes
     if d is None:
         d = _nodes()
     d[key] = _weakref(o)
-    if not len(d) & 63:
+    if not key & 63:         # (keys count this tape's owners made: the map's size falls as they die)
         _every(d)
     return o
 

@@ -6,6 +6,7 @@ import gc
 import math
 import platform
 import random
+import sys
 import threading
 
 import pytest
@@ -17,7 +18,7 @@ from tapead import custom as _custom
 from tapead import custom as C
 from tapead._c import lib
 
-from conftest import collect_all, on_fresh_tape, release_garbage
+from conftest import REFCOUNTED, collect_all, on_fresh_tape, release_garbage
 from opcases import FORMS
 
 SEG = 1 << lib.TA_SHIFT
@@ -718,6 +719,66 @@ def test_the_map_of_owners_holds_the_live_ones_and_a_bounded_rest():
         return max(over), peak
     over, peak = on_fresh_tape(run)
     assert over <= 64 and peak < 2000     # (a graph holds 40; the rest waits for the collector)
+
+
+def test_the_tape_is_looked_at_every_64_owners_made():
+    """The nudge (custom._every, then _pressure when the tape is over its
+    limit) comes with every 64th owner made on a thread, however many are
+    alive: here each dies at once (no rule holds its graph), so the map
+    never holds more than one, and the nudge still comes."""
+    import tapead.engine as E
+    calls = []
+    every = C._every
+
+    def spy(d, nodes=-1):
+        calls.append(nodes)
+        every(d, nodes)
+
+    def run():
+        x = Value(0.3)
+        for k in range(64 * 10):
+            Value(0.5, (x,), "f")           # (an owner, dropped at once)
+        return len(C._pt.nodes or ())
+    native = sys.modules.get("tapead._native") if E.FRONT == "native" else None
+    C._every = spy
+    if native is not None:
+        native.owners(C._pt, C._nodes, spy, C._tl)
+    try:
+        left = on_fresh_tape(run)
+    finally:
+        C._every = every
+        if native is not None:
+            native.owners(C._pt, C._nodes, every, C._tl)
+    assert len(calls) == 10
+    # the map: the live owner (native: the dead leave it), or a purged rest (cffi)
+    assert left <= (1 if native is not None else 256 + 64 if REFCOUNTED else 640)
+
+
+@pytest.mark.skipif(not REFCOUNTED, reason="PyPy's collector is not CPython's generations")
+def test_the_tape_reclaims_cyclic_custom_graphs_even_with_the_collector_off():
+    """A graph with custom nodes is cyclic garbage once dropped; with the
+    automatic collector off (or slow to reach the oldest generation) only
+    the tape's nudge frees it: every 64th owner made, a tape over its limit
+    runs the collector (custom._pressure).  A training loop whose step makes
+    fewer owners than 64 and drops the last step's must stay bounded."""
+    softplus = ext(Value).softplus
+
+    def run():
+        x = Value(0.3)
+        sizes = []
+        gc.disable()
+        try:
+            for step in range(1500):
+                loss = sum(softplus(x * (k % 5 - 2)) for k in range(24))
+                loss.backward()
+                del loss
+                sizes.append(tapead.tape_stats()["nodes"])
+        finally:
+            gc.enable()
+        return sizes
+    sizes = on_fresh_tape(run)
+    # a step is ~120 nodes: 1,500 steps kept would be 180k
+    assert max(sizes) <= 16 * 2048, max(sizes)
 
 
 def test_a_sweep_lets_go_of_the_segments_its_rules_used():
