@@ -165,25 +165,28 @@ def live_owners() -> int:
 # there have grown by a quarter, and it does not count the tape memory such
 # garbage holds: a step's graph that was alive when a collection promoted
 # it may wait there long after, holding its tape segments.  So every 64
-# custom nodes, if this thread's tape has outgrown its limit, the tape
-# reclaims what it can, and if that is not enough the collector runs in
-# full and the tape reclaims again; the limit is then twice what stays (at
-# least _FLOOR nodes): amortised, a full collection per doubling.
+# custom nodes, if this thread's tape has outgrown its limit M (at least
+# _FLOOR nodes), the tape reclaims what it can; if that leaves more than
+# three quarters of M, the collector runs in full, the tape reclaims again,
+# and the limit becomes twice what stays.  The limit is set only from what a
+# full collection leaves (what is live), never from a partial reclaim that
+# garbage still holds up, so it cannot ratchet up while the garbage waits;
+# amortised, a full collection per doubling of the tape, and a partial one
+# per quarter of M recorded.
 _FLOOR = 6 * (1 << _SHIFT)
 
 
 def _pressure() -> None:
     P = _pt
     n = _tape_nodes()
-    if n > max(P.limit, _FLOOR):
+    m = max(P.limit, _FLOOR)
+    if n > m:
         _holds.collect()        # (nothing inside a rule's run: the tape waits for the sweep)
-        n = _tape_nodes()
-        if n > max(P.limit, _FLOOR):
+        if _tape_nodes() > m * 3 // 4:
             import gc
             gc.collect()
             _holds.collect()
-            n = _tape_nodes()
-        P.limit = 2 * n
+            P.limit = 2 * _tape_nodes()
 
 
 def _tape_nodes() -> int:
