@@ -72,8 +72,9 @@ static PyObject *va_rule_fn = NULL;
 static PyObject *va_grads_hook = NULL;
 
 /* An exception from a rule that could not be kept with the thread (no
- * memory; va_rule): kept here until backward() raises it (va_fail_in).  One for all threads: from here to
- * there the aborted sweep runs on in C only, holding the GIL. */
+ * memory; va_rule): kept here until backward() raises it (va_fail_in).
+ * One for all threads: from here to there the aborted sweep runs on in C
+ * only, holding the GIL. */
 static PyObject *va_rule_exc = NULL;
 
 /* ------------------------------------------------------ owners */
@@ -162,8 +163,6 @@ static PyMemberDef vn_members[] = {
     {NULL, 0, 0, 0, NULL}
 };
 
-/* This thread's map of owners (a new reference), made if need be; NULL
- * with an exception set. */
 #ifndef Py_GIL_DISABLED
 /* The last map found, and the tape (address and tag: a tape made later at
  * the same address has another) whose thread it is: one thread's custom
@@ -173,6 +172,8 @@ static uint64_t vn_last_tag = 0;
 static PyObject *vn_last_map = NULL;
 #endif
 
+/* This thread's map of owners (a new reference), made if need be; NULL
+ * with an exception set. */
 static PyObject *vn_map(void)
 {
     PyObject *d;
@@ -211,7 +212,7 @@ static PyObject *vn_new(long long key, PyObject *up)
     o->rule = NULL; o->up = up; o->weaklist = NULL; o->map = NULL; o->key = key;
     PyObject_GC_Track((PyObject *)o);
     /* the map, the key and the weak reference may each run Python (a
-     * collection): each is held here, and the map's size read after */
+     * collection): each is held here */
     if ((d = vn_map()) && (k = PyLong_FromLongLong(key)) && (w = PyWeakref_NewRef((PyObject *)o, NULL)) &&
         PyDict_SetItem(d, k, w) == 0) {
         rc = 0;
@@ -916,11 +917,6 @@ static long long va_key_of(va_obj *v)
     return (long long)ta_cnode_of(T, s, o)->key;
 }
 
-/* Attributes: the type's own (data, grad, label, ...) as usual; any other
- * name set on a Value is the user's (v.name = 'x1', as on micrograd's
- * Value), which the setattr hook keeps with the node: a Value has no
- * __dict__.  Reads stay PyObject_GenericGetAttr, so
- * the interpreter's attribute and method caches still apply. */
 static int va_set(PyObject *self, PyObject *x, void *what);
 
 /* Is self's attribute name the Value type's own (self of the type, or of
@@ -930,6 +926,12 @@ static int va_base_attr(PyObject *self, PyObject *name)
     PyTypeObject *tp = Py_TYPE(self);
     return tp == va_type || _PyType_Lookup(tp, name) == _PyType_Lookup(va_type, name);
 }
+
+/* Attributes: the type's own (data, grad, label, ...) as usual; any other
+ * name set on a Value is the user's (v.name = 'x1', as on micrograd's
+ * Value), which the setattr hook keeps with the node: a Value has no
+ * __dict__.  Reads stay PyObject_GenericGetAttr, so
+ * the interpreter's attribute and method caches still apply. */
 
 static int va_setattro(PyObject *self, PyObject *name, PyObject *x)
 {
@@ -1494,8 +1496,6 @@ out:
     return r;
 }
 
-/* dots(dot, linear): the fast dot and linear, falling back to the given
- * Python functions (whose docstrings they take). */
 /* owners(per_thread, made, every, tl): the owner type (vn_obj), owners
  * kept in per_thread.nodes (made() makes that map; every(map, tape nodes)
  * runs at each 64th owner made), what a rule raises kept in tl.custom_exc:
@@ -1527,6 +1527,8 @@ static PyObject *va_owners(PyObject *mod, PyObject *args)
     return VA_NEWREF(vn_type);
 }
 
+/* dots(dot, linear): the fast dot and linear, falling back to the given
+ * Python functions (whose docstrings they take). */
 static PyObject *va_dots(PyObject *mod, PyObject *args)
 {
     static PyMethodDef defs[] = {
