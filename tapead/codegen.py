@@ -63,7 +63,12 @@ summed over rows) or ``"ps"`` (per-sample gradients)
     returns the text.  ``CTarget`` is the CPU's (csrc/cdef.h: ta_kernel_fn;
     ``TA_W`` 1, one row at a time, or 2 or 4 rows' statements side by side;
     chunks and accumulators as the interpreter's, so summed gradients are
-    its bits too).  A CUDA target
+    its bits too); ``RowsTarget`` the CPU's for networks (``TA_W`` a chunk of
+    rows, each statement a loop over them; ``Body(..., dense=True)`` adds
+    ``TA_V4ROWS`` statements, a dot over vectors of four rows, with
+    ``TA_V4L``, ``TA_V4S``, ``TA_V4ST``, ``TA_V4MUL``, ``TA_V4ADD``,
+    ``TA_V4ADDTO``, ``TA_V4ACC``: load, splat, store, multiply, add, add to
+    a row, add to accumulator i's four lanes).  A CUDA target
     defines the same names (``TA_W`` 1, ``l`` 0, the row from the thread
     index) and reduces ``TA_ACC`` its own way; it includes ops.h as
     ``CTarget`` does (``include_dir()``) so its kernel computes with the same rules.
@@ -86,7 +91,7 @@ from ._c import program as _prog
 if TYPE_CHECKING:
     from .replay import Program
 
-__all__ = ["Code", "Body", "Target", "CTarget", "include_dir", "NONE"]
+__all__ = ["Code", "Body", "Target", "CTarget", "RowsTarget", "include_dir", "NONE"]
 
 NONE = 0xFFFFFFFF          # csrc/replay.h: TA_NONE, "no slot" / "not reached"
 IDOT = 0xFF                # csrc/replay.h: TA_IDOT, a dot instruction
@@ -158,10 +163,16 @@ class Code:
 class Body:
     """The per-row statements of a Program's code for one mode (see the module's docstring)."""
 
-    def __init__(self, code: Code, mode: str, mem: bool = False) -> None:
+    def __init__(self, code: Code, mode: str, mem: bool = False, dense: bool = False) -> None:
         if mode not in ("fwd", "sum", "ps"):
             raise ValueError(f"mode must be 'fwd', 'sum' or 'ps', not {mode!r}")
-        self.code, self.mode, self.mem = code, mode, mem
+        self.code, self.mode, self.mem = code, mode, mem or dense
+        # dense (RowsTarget): V and D hold only the rows that are used, one
+        # after another (vi, di: node -> row), and a dot's reverse terms are
+        # one statement (one loop over the rows); else node k's rows are V[k], D[k]
+        self.dense = dense
+        self.vi: Dict[int, int] = {}
+        self.di: Dict[int, int] = {}
         self.uniform: List[str] = []
         self.rows: List[str] = []
         self.fold: List[Tuple[int, str, Optional[str]]] = []
@@ -175,6 +186,11 @@ class Body:
     def row(self, name: str, k: int) -> str:
         """Node k's row value (name "v"), adjoint ("d") or per-sample uniform
         adjoint ("du") at lane l: a local array, or (mem) its place in V or D."""
+        if self.dense:
+            rows = self.vi if name == "v" else self.di
+            if k not in rows:
+                rows[k] = len(rows)
+            return f"{'V' if name == 'v' else 'D'}[{rows[k]} * TA_W + l]"
         if self.mem:
             return f"{'V' if name == 'v' else 'D'}[{k} * TA_W + l]"
         return f"{name}{k}[l]"
@@ -191,6 +207,11 @@ class Body:
         """Node k's value at lane l."""
         C = self.code
         return f"U[{C.loc[k]}]" if C.uni[k] else self.row("v", k)
+
+    def vval(self, k: int) -> str:
+        """(dense) Node k's values at rows l .. l + 3 as a vector (ta_v4)."""
+        C = self.code
+        return f"TA_V4S(U[{C.loc[k]}])" if C.uni[k] else f"TA_V4L(&{self.row('v', k)})"
 
     def _second(self, k: int, y: int) -> str:
         """The second argument of node k's rules: its y (BIN), its constant (CST), else 0.0."""
@@ -210,8 +231,14 @@ class Body:
             if op == IDOT:
                 terms = "".join(f" fwd_MUL({self.val(C.tp[t])}, {self.val(C.tq[t])}, &m_);"
                                 f" fwd_ADD(r_, m_, &r_);" for t in range(t0, t0 + nt))
-                out.append(f"{self.decl('v', k)}TA_LANES(double r_ = {self.val(x)}, m_;{terms}"
-                           f" {self.row('v', k)} = r_);")
+                if self.dense:           # vectors of four rows (RowsTarget)
+                    vterms = "".join(f" m_ = TA_V4MUL({self.vval(C.tp[t])}, {self.vval(C.tq[t])});"
+                                     f" r_ = TA_V4ADD(r_, m_);" for t in range(t0, t0 + nt))
+                    out.append(f"TA_V4ROWS(ta_v4 r_ = {self.vval(x)}, m_;{vterms}"
+                               f" TA_V4ST(&{self.row('v', k)}, r_));")
+                else:
+                    out.append(f"{self.decl('v', k)}TA_LANES(double r_ = {self.val(x)}, m_;{terms}"
+                               f" {self.row('v', k)} = r_);")
             else:
                 out.append(f"{self.decl('v', k)}TA_LANES(bad |= fwd_{_NAMES[op]}"
                            f"({self.val(x)}, {self._second(k, y)}, &{self.row('v', k)}));")
@@ -237,25 +264,33 @@ class Body:
             self.uniform.append(("" if self.mem else f"double {px}, {py}; ")
                                 + f"d_{_NAMES[op]}(U[{C.loc[C.a[k]]}], {y}, U[{C.loc[k]}], &{px}, &{py});")
 
-    def _add(self, k: int, expr: str, factor: Optional[str] = None) -> Optional[str]:
+    def _add(self, k: int, expr: str, factor: Optional[str] = None,
+             vec: Optional[Tuple[List[str], str]] = None) -> Optional[str]:
         """The statement adding expr (lane l's) to node k's adjoint (batch.c:
         ta_target): its row, its per-sample row, or (summed) a new accumulator
-        folded into A; None if k needs no adjoint."""
+        folded into A; None if k needs no adjoint.  vec (dense): (a list, the
+        vector form of expr): the same statement for rows l .. l + 3 is
+        appended to the list."""
         C = self.code
         if C.dloc[k] == NONE:
             return None
-        if not C.uni[k]:
-            return f"{self.row('d', k)} += {expr};"
-        if self.mode == "ps":
-            return f"{self.row('du', k)} += {expr};"
+        if not C.uni[k] or self.mode == "ps":
+            r = self.row("du" if C.uni[k] else "d", k)
+            if vec:
+                vec[0].append(f"TA_V4ADDTO(&{r}, {vec[1]});")
+            return f"{r} += {expr};"
         i = len(self.fold)
         self.fold.append((i, f"A[{C.dloc[k]}]", factor))
+        if vec:
+            vec[0].append(f"TA_V4ACC({i}, {vec[1]});")
         return f"TA_ACC({i}, {expr});"
 
     def _reverse(self) -> None:
         C, out = self.code, self.rows
         ps = self.mode == "ps"
-        if self.mem:                 # every adjoint row at once (one statement, not one a node)
+        if self.dense:               # every adjoint row at once (their number is known at the end)
+            out.append("memset(D, 0, TA_ND * TA_W * sizeof *D);")
+        elif self.mem:               # every adjoint row at once (one statement, not one a node)
             out.append(f"memset(D, 0, {C.n} * TA_W * sizeof *D);")
         for k in range(C.n):
             if not self.mem and C.dloc[k] != NONE and C.loc[k] != NONE and (not C.uni[k] or ps):
@@ -278,15 +313,25 @@ class Body:
                     out.append(f"TA_LANES(double dx_, dy_; d_{_NAMES[op]}({self.val(x)}, "
                                f"{self._second(k, y)}, {self.row('v', k)}, &dx_, &dy_); {adds});")
                 continue
+            terms: List[str] = []
+            vterms: List[str] = []
             for t in range(t0 + nt - 1, t0 - 1, -1):       # batch.c: ta_rv_dot
                 if t == t0:
-                    s = self._add(x, f"dx_ * {g}")
+                    vec = (vterms, "TA_V4MUL(TA_V4S(dx_), g_4)") if self.dense else None
+                    s = self._add(x, f"dx_ * {g}", vec=vec)
                     if s:
-                        out.append(f"TA_LANES(double dx_, dy_; d_ADD(0.0, 0.0, 0.0, &dx_, &dy_); {s});")
+                        terms.append(f"{{ double dx_, dy_; d_ADD(0.0, 0.0, 0.0, &dx_, &dy_); {s} }}")
+                        if vec:
+                            vterms[-1] = (f"{{ double dx_, dy_; d_ADD(0.0, 0.0, 0.0, &dx_, &dy_); "
+                                          f"{vterms[-1]} }}")
                 for k1, k2 in ((C.tp[t], C.tq[t]), (C.tq[t], C.tp[t])):
-                    s = self._factor(k1, k2, g)
+                    s = self._factor(k1, k2, g, vterms if self.dense else None)
                     if s:
-                        out.append(f"TA_LANES({s});")
+                        terms.append(s)
+            if self.dense and terms:     # each row's terms in the same order, four rows a pass
+                out.append(f"TA_V4ROWS(const ta_v4 g_4 = TA_V4L(&{g}); " + " ".join(vterms) + ");")
+            else:
+                out += [f"TA_LANES({s});" for s in terms]
         if ps:
             for k in reversed(C.uops):                     # batch.c: ta_rv_uniform, per sample
                 if C.dloc[k] == NONE:
@@ -297,9 +342,12 @@ class Body:
                     if C.dloc[x] != NONE:
                         out.append(f"TA_LANES({self.row('du', x)} += {self.partial(k, d)} * "
                                    f"{self.row('du', k)});")
-            for j, k in enumerate(C.wrt):
-                v = "0.0" if k == NONE else self.row("du" if C.uni[k] else "d", k)
-                out.append(f"TA_LANES(TA_GRAD({j}, {v}));")
+            grads = [f"TA_GRAD({j}, {'0.0' if k == NONE else self.row('du' if C.uni[k] else 'd', k)});"
+                     for j, k in enumerate(C.wrt)]
+            if self.dense:                                 # a row's gradients in one pass
+                out.append("TA_LANES(" + " ".join(grads) + ");")
+            else:
+                out += [f"TA_LANES({g[:-1]});" for g in grads]
             return
         for j, k in enumerate(C.wrt):                      # sums of the wrt columns that are inputs
             if k != NONE and not C.uni[k]:
@@ -320,14 +368,15 @@ class Body:
             v = "0.0" if k == NONE else f"A[{C.dloc[k]}]" if C.uni[k] else f"Gb[{j}]"
             end.append(f"parts[{j}] = {v};")
 
-    def _factor(self, k: int, other: int, g: str) -> Optional[str]:
-        """One operand k of a dot's product: batch.c's ta_rv_factor."""
+    def _factor(self, k: int, other: int, g: str, vec: Optional[List[str]] = None) -> Optional[str]:
+        """One operand k of a dot's product: batch.c's ta_rv_factor (vec: as _add)."""
         C = self.code
         if C.dloc[k] == NONE:
             return None
-        if C.uni[k] and self.mode == "sum" and C.uni[other]:
-            return self._add(k, g, factor=f"U[{C.loc[other]}]")   # w * (the lane sum of g)
-        return self._add(k, f"{self.val(other)} * {g}")
+        if C.uni[k] and self.mode == "sum" and C.uni[other]:           # w * (the lane sum of g)
+            return self._add(k, g, factor=f"U[{C.loc[other]}]", vec=None if vec is None else (vec, "g_4"))
+        return self._add(k, f"{self.val(other)} * {g}",
+                         vec=None if vec is None else (vec, f"TA_V4MUL({self.vval(other)}, g_4)"))
 
 
 class Target:
@@ -504,6 +553,120 @@ static int ta_kernel_{mode}(const ta_run_t *R, const double *U, uint64_t r0, uin
             pre + "".join(u) for u in units[1:] if u]
 
 
+class RowsTarget(CTarget):
+    """The CPU's kernel with the rows innermost, as the interpreter runs them
+    (csrc/batch.c): per chunk of code.ch rows, each statement of the body (an
+    instruction: an op, or a whole dot, forward or reverse; the per-sample
+    gradients of a row) is one loop over the chunk's rows; a dot's loop takes
+    four rows a pass as vectors (GCC's vector extension, IEEE operations lane
+    by lane: the same bits; the kernel is built for AVX2 where the CPU has
+    it, native.avx2).  Values and adjoints live in rows of the scratch
+    between loops, only the rows used (Body(dense=True)).  A network's dots
+    run across rows as the interpreter's do, without its dispatch; the
+    kernel's size is one loop per instruction, not per node.  Lanes past the
+    chunk's last row compute on what their rows hold and are never read,
+    except that the accumulators get +0.0 for them (the prelude's mk_)."""
+
+    def __init__(self) -> None:
+        super().__init__(lanes=1)
+
+    def prelude(self) -> str:
+        return """\
+/* generated by tapead.codegen (RowsTarget): see tapead/codegen.py */
+#include "ops.h"
+#include "replay.h"
+/* one statement: a loop over the chunk's rows; a dot: one loop over vectors
+ * of four rows (GCC's vector extension: each lane an IEEE double operation,
+ * the same bits as the rows one by one).  Lanes past the chunk's last row
+ * (up to a multiple of four: rows hold TA_W >= that) compute on what their
+ * rows hold and are never read, except that the accumulators' (TA_V4ACC)
+ * get +0.0 instead (mk_): an accumulator starts at +0.0, so it is never
+ * -0.0, and adding +0.0 leaves its bits. */
+#define TA_LANES(...) for (l_ = 0; l_ < n_; l_++) { const uint64_t l = l_; const int ln_ = (int)(l & 3u); \\
+    __VA_ARGS__; }
+#if !defined(__GNUC__)
+#error "tapead's generated rows kernel needs GCC's vector extension (GCC or Clang)"
+#endif
+typedef double ta_v4 __attribute__((vector_size(32)));
+typedef double ta_v4u __attribute__((vector_size(32), aligned(8), may_alias));
+typedef long long ta_i4 __attribute__((vector_size(32)));
+#define TA_V4ROWS(...) for (g_ = 0; g_ < n_; g_ += 4u) { const uint64_t l = g_; \\
+    const ta_i4 mk_ = ((ta_i4){0, 1, 2, 3} + (long long)g_) < (long long)n_; (void)mk_; __VA_ARGS__; }
+#define TA_V4L(p) (*(const ta_v4u *)(p))
+#define TA_V4S(x) ((ta_v4){(x), (x), (x), (x)})
+#define TA_V4ST(p, x) (*(ta_v4u *)(p) = (x))
+#define TA_V4MUL(a, b) ((a) * (b))
+#define TA_V4ADD(a, b) ((a) + (b))
+#define TA_V4ADDTO(p, x) TA_V4ST(p, TA_V4L(p) + (x))
+/* rows l .. l + 3 into lanes 0 .. 3 of accumulator i (l is a multiple of four) */
+#define TA_V4ACC(i, x) TA_V4ADDTO(acc + 4 * (i), (ta_v4)((ta_i4)(x) & mk_))
+#define TA_ROW (c0 + l)
+#define TA_IN(j) X[TA_ROW * nin + (j)]
+#define TA_OUT(j, x) Y[TA_ROW * nout + (j)] = (x)
+#define TA_SEED(j) (seedmode == 1 ? seed[j] : seed[TA_ROW * nout + (j)])
+#define TA_GRAD(j, x) G[TA_ROW * nwrt + (j)] = (x)
+#define TA_ACC(i, x) acc[(i) * 4 + ln_] += (x)
+#define TA_FAILED return 1
+static inline double TA_BITS(uint64_t u) { double d; memcpy(&d, &u, sizeof d); return d; }
+"""
+
+    def _kernel(self, code: Code, mode: str) -> str:
+        b = Body(code, mode, dense=True)
+        nacc, W = len(b.fold), code.ch
+        nv, nd = len(b.vi), len(b.di)
+        self.nscratch = max(self.nscratch, code.ndu + code.nwrt + (nv + nd) * W + 2 * code.n
+                            + 4 * nacc + 1)
+        cut = b.rows.index("if (bad) TA_FAILED;")
+        ind = "\n        "
+        folds = [f"{dest} += {factor + ' * ' if factor else ''}((acc[{4 * i}] + acc[{4 * i + 1}])"
+                 f" + (acc[{4 * i + 2}] + acc[{4 * i + 3}]));" for i, dest, factor in b.fold]
+        return f"""
+#define TA_W {W}
+#define TA_ND {nd}
+static inline int ta_kernel_{mode}(const ta_run_t *R, const double *U, uint64_t r0, uint64_t r1,
+                                   double *parts, double *scratch)
+{{
+    const uint64_t nin = R->nin, nout = R->nout, nwrt = R->nwrt;
+    const double *const X = R->X, *const seed = R->seed;
+    double *const Y = R->Y, *const G = R->G;
+    const int seedmode = R->seedmode;
+    double *const A = scratch, *const Gb = A + {code.ndu};
+    double *const restrict V = Gb + {code.nwrt}, *const restrict D = V + {nv * W};
+    double *const restrict Q = D + {nd * W}, *const restrict acc = Q + {2 * code.n};
+    uint64_t c0, c1, n_, g_, l_;
+    int bad = 0;
+    (void)nin; (void)nout; (void)nwrt; (void)X; (void)seed; (void)Y; (void)G; (void)seedmode;
+    (void)acc; (void)A; (void)Gb; (void)parts; (void)V; (void)D; (void)Q; (void)g_; (void)l_;
+    {ind.join(b.uniform)}
+    {f"memset(A, 0, {max(code.ndu + code.nwrt, 1)} * sizeof *A);" if mode == "sum" else ""}
+    for (c0 = r0; c0 < r1; c0 = c1) {{
+        c1 = c0 + {W} < r1 ? c0 + {W} : r1;
+        n_ = c1 - c0;
+        {f"memset(acc, 0, {nacc * 4} * sizeof *acc);" if nacc else ""}
+        {ind.join(b.rows[:cut])}
+        if (bad) TA_FAILED;
+        {ind.join(b.rows[cut + 1:])}
+        {ind.join(folds)}
+    }}
+    {ind.join(t for t in b.block_end if t)}
+    return 0;
+}}
+#undef TA_W
+#undef TA_ND
+"""
+
+    def units(self, code: Code, n: int = 1) -> List[str]:
+        """One unit per mode (compiled at once when n > 1), the first with the dispatch."""
+        self.nscratch = 0
+        ks = [self._kernel(code, m).replace("static inline int", "TA_PART int") for m in ("fwd", "sum", "ps")]
+        decls = "".join(f"TA_PART int ta_kernel_{m}(const ta_run_t *R, const double *U, uint64_t r0, "
+                        f"uint64_t r1, double *parts, double *scratch);\n" for m in ("fwd", "sum", "ps"))
+        pre = self.prelude() + _VISIBILITY
+        if n <= 1:
+            return [pre + "".join(ks) + _DISPATCH]
+        return [pre + decls + ks[0] + _DISPATCH, pre + ks[1], pre + ks[2]]
+
+
 def _statements(lines: List[str]) -> List[str]:
     """block_end's lines as whole statements ("{ ...", "  ...", "}" joined)."""
     out: List[str] = []
@@ -519,13 +682,16 @@ def _statements(lines: List[str]) -> List[str]:
     return out
 
 
-# the split shape's frame: what each part function reads, from one struct
-_FRAME = """\
+_VISIBILITY = """\
 #if defined(__GNUC__)
 #define TA_PART __attribute__((visibility("hidden")))
 #else
 #define TA_PART
 #endif
+"""
+
+# the split shape's frame: what each part function reads, from one struct
+_FRAME = _VISIBILITY + """\
 typedef struct {
     const ta_run_t *R; const double *U;
     double *V, *D, *Q, *acc, *A, *Gb, *parts;

@@ -69,7 +69,29 @@ def _cc_name() -> str:
 
 def flags(opt: str = "-O1") -> List[str]:
     """The flags kernels are compiled with (besides -I, -c, -o and the file), at optimisation level opt."""
-    return [opt, "-std=c99", "-fPIC", "-ffp-contract=off", "-fno-strict-aliasing"]
+    return opt.split() + ["-std=c99", "-fPIC", "-ffp-contract=off", "-fno-strict-aliasing"]
+
+
+_avx2: Optional[bool] = None
+
+
+def avx2() -> bool:
+    """Whether this machine's CPU has AVX2 (x86-64 Linux: /proc/cpuinfo's flags;
+    elsewhere False).  A kernel built with -mavx2 has the flag in its cache
+    key, so a machine without AVX2 never finds it there (a shared cache)."""
+    global _avx2
+    if _avx2 is None:
+        _avx2 = False
+        if sys.platform.startswith("linux") and os.uname().machine in ("x86_64", "amd64"):
+            try:
+                with open("/proc/cpuinfo") as fh:
+                    for line in fh:
+                        if line.startswith("flags"):
+                            _avx2 = " avx2" in line
+                            break
+            except OSError:
+                pass
+    return _avx2
 
 
 def _link_flags() -> List[str]:
@@ -276,14 +298,37 @@ SPLIT = 50
 SPLIT_OPT = "-Og"
 
 
+# Programs past LANES2_NODES with at least ROWS_INS nodes per row
+# instruction (their nodes mostly in dots: a network) get the rows shape
+# (codegen.RowsTarget): the interpreter's loops over rows, a dot's terms in
+# vectors of four rows, without its dispatch, built at ROWS_OPT (and for AVX2
+# where the CPU has it).  The demo (984 nodes, 69 instructions): 0.85-0.9x
+# of the interpreter's time against the split shape's 1.8-1.9x; the rows
+# shape runs each op of a program without dots as a scalar loop, slower than
+# the interpreter's vectorised ones and slow to build (fastest-autograd,
+# 899 nodes: 1.35x, 36 s), so it is kept for programs of dots
+ROWS_INS = 4
+ROWS_OPT = "-O1 -fno-tree-bit-ccp"     # bit-CCP took 40% of the build, for no speed measured
+
+
+def shape(code: "codegen.Code") -> "codegen.CTarget":
+    """The CPU target for code, by its size (the bounds above)."""
+    if code.n > LANES2_NODES and len(code.ins) * ROWS_INS <= code.n:
+        return codegen.RowsTarget()
+    if code.n > SPLIT_NODES:
+        return codegen.CTarget(split=SPLIT)
+    return codegen.CTarget(lanes=2 if code.n <= LANES2_NODES else 1)
+
+
 def kernel(code: "codegen.Code") -> Tuple[int, int]:
     """(address, scratch doubles) of the CPU kernel for code, built or found
     in the cache and loaded.  CompilerError if it cannot be built."""
-    if code.n > SPLIT_NODES:
-        t = codegen.CTarget(split=SPLIT)
+    t = shape(code)
+    if isinstance(t, codegen.RowsTarget):
+        source, opt = t.units(code, jobs()), ROWS_OPT + (" -mavx2" if avx2() else "")
+    elif t.split:
         source, opt = t.units(code, jobs()), SPLIT_OPT
     else:
-        t = codegen.CTarget(lanes=2 if code.n <= LANES2_NODES else 1)
         source, opt = t.units(code), "-O1"
     for attempt in (0, 1):
         path = build(source, opt)
