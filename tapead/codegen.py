@@ -82,6 +82,7 @@ summed over rows) or ``"ps"`` (per-sample gradients)
 from __future__ import annotations
 
 import os
+import re
 import struct
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
@@ -329,7 +330,11 @@ class Body:
                     if s:
                         terms.append(s)
             if self.dense and terms:     # each row's terms in the same order, four rows a pass
-                out.append(f"TA_V4ROWS(const ta_v4 g_4 = TA_V4L(&{g}); " + " ".join(vterms) + ");")
+                # the dot's accumulators (each used here alone) summed in locals, then stored
+                accs = re.findall(r"TA_V4ACC\((\d+),", " ".join(vterms))
+                out.append("{ " + "".join(f"ta_v4 a{i}_ = TA_V4Z; " for i in accs)
+                           + f"TA_V4ROWS(const ta_v4 g_4 = TA_V4L(&{g}); " + " ".join(vterms) + "); "
+                           + "".join(f"TA_V4ST(acc + {4 * int(i)}, a{i}_); " for i in accs) + "}")
             else:
                 out += [f"TA_LANES({s});" for s in terms]
         if ps:
@@ -598,8 +603,11 @@ typedef long long ta_i4 __attribute__((vector_size(32)));
 #define TA_V4MUL(a, b) ((a) * (b))
 #define TA_V4ADD(a, b) ((a) + (b))
 #define TA_V4ADDTO(p, x) TA_V4ST(p, TA_V4L(p) + (x))
-/* rows l .. l + 3 into lanes 0 .. 3 of accumulator i (l is a multiple of four) */
-#define TA_V4ACC(i, x) TA_V4ADDTO(acc + 4 * (i), (ta_v4)((ta_i4)(x) & mk_))
+#define TA_V4Z ((ta_v4){0.0, 0.0, 0.0, 0.0})
+/* rows l .. l + 3 into lanes 0 .. 3 of accumulator i (l is a multiple of
+ * four), summed in the local a<i>_ (from +0.0, as acc), which the statement
+ * stores into acc when its loop is done */
+#define TA_V4ACC(i, x) (a##i##_ = a##i##_ + (ta_v4)((ta_i4)(x) & mk_))
 #define TA_ROW (c0 + l)
 #define TA_IN(j) X[TA_ROW * nin + (j)]
 #define TA_OUT(j, x) Y[TA_ROW * nout + (j)] = (x)
