@@ -618,7 +618,32 @@ typedef long long ta_i4 __attribute__((vector_size(32)));
 static inline double TA_BITS(uint64_t u) { double d; memcpy(&d, &u, sizeof d); return d; }
 """
 
-    def _kernel(self, code: Code, mode: str) -> str:
+    def _forward(self, code: Code) -> Tuple[List[str], str]:
+        """The forward sweep's statements (inputs, instructions, guards: the
+        same in every mode), and the function that runs them for a chunk,
+        which each mode's kernel calls (one copy to compile, not three)."""
+        b = Body(code, "fwd", dense=True)
+        fw = b.rows[:b.rows.index("if (bad) TA_FAILED;")]
+        ind = "\n    "
+        return fw, f"""
+#define TA_W {code.ch}
+TA_PART int ta_rows_forward(const ta_run_t *R, const double *U, double *const restrict V,
+                            uint64_t c0, uint64_t n_)
+{{
+    const uint64_t nin = R->nin;
+    const double *const X = R->X;
+    uint64_t g_, l_;
+    int bad = 0;
+    (void)nin; (void)X; (void)U; (void)g_; (void)l_;
+    {ind.join(fw)}
+    return bad;
+}}
+#undef TA_W
+"""
+
+    def _kernel(self, code: Code, mode: str, fw: Optional[List[str]] = None) -> str:
+        """Mode's kernel; fw: the forward statements, which it then runs by
+        calling ta_rows_forward instead of holding them."""
         b = Body(code, mode, dense=True)
         nacc, W = len(b.fold), code.ch
         nv, nd = len(b.vi), len(b.di)
@@ -628,6 +653,11 @@ static inline double TA_BITS(uint64_t u) { double d; memcpy(&d, &u, sizeof d); r
         ind = "\n        "
         folds = [f"{dest} += {factor + ' * ' if factor else ''}((acc[{4 * i}] + acc[{4 * i + 1}])"
                  f" + (acc[{4 * i + 2}] + acc[{4 * i + 3}]));" for i, dest, factor in b.fold]
+        forward = b.rows[:cut]
+        if fw is not None:
+            if forward != fw:
+                raise AssertionError("the modes' forward sweeps differ")
+            forward = ["bad |= ta_rows_forward(R, U, V, c0, n_);"]
         return f"""
 #define TA_W {W}
 #define TA_ND {nd}
@@ -651,7 +681,7 @@ static inline int ta_kernel_{mode}(const ta_run_t *R, const double *U, uint64_t 
         c1 = c0 + {W} < r1 ? c0 + {W} : r1;
         n_ = c1 - c0;
         {f"memset(acc, 0, {nacc * 4} * sizeof *acc);" if nacc else ""}
-        {ind.join(b.rows[:cut])}
+        {ind.join(forward)}
         if (bad) TA_FAILED;
         {ind.join(b.rows[cut + 1:])}
         {ind.join(folds)}
@@ -666,13 +696,16 @@ static inline int ta_kernel_{mode}(const ta_run_t *R, const double *U, uint64_t 
     def units(self, code: Code, n: int = 1) -> List[str]:
         """One unit per mode (compiled at once when n > 1), the first with the dispatch."""
         self.nscratch = 0
-        ks = [self._kernel(code, m).replace("static inline int", "TA_PART int") for m in ("fwd", "sum", "ps")]
+        fw, fwfn = self._forward(code)
+        ks = [self._kernel(code, m, fw).replace("static inline int", "TA_PART int")
+              for m in ("fwd", "sum", "ps")]
         decls = "".join(f"TA_PART int ta_kernel_{m}(const ta_run_t *R, const double *U, uint64_t r0, "
                         f"uint64_t r1, double *parts, double *scratch);\n" for m in ("fwd", "sum", "ps"))
-        pre = self.prelude() + _VISIBILITY
+        pre = self.prelude() + _VISIBILITY + ("TA_PART int ta_rows_forward(const ta_run_t *R, const double *U, "
+                                              "double *const restrict V, uint64_t c0, uint64_t n_);\n")
         if n <= 1:
-            return [pre + "".join(ks) + _DISPATCH]
-        return [pre + decls + ks[0] + _DISPATCH, pre + ks[1], pre + ks[2]]
+            return [pre + fwfn + "".join(ks) + _DISPATCH]
+        return [pre + decls + fwfn + ks[0] + _DISPATCH, pre + ks[1], pre + ks[2]]
 
 
 def _statements(lines: List[str]) -> List[str]:
