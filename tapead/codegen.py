@@ -596,7 +596,9 @@ typedef double ta_v4 __attribute__((vector_size(32)));
 typedef double ta_v4u __attribute__((vector_size(32), aligned(8), may_alias));
 typedef long long ta_i4 __attribute__((vector_size(32)));
 #define TA_V4ROWS(...) for (g_ = 0; g_ < n_; g_ += 4u) { const uint64_t l = g_; \\
-    const ta_i4 mk_ = ((ta_i4){0, 1, 2, 3} + (long long)g_) < (long long)n_; (void)mk_; __VA_ARGS__; }
+    const long long gl_ = (long long)g_, nl_ = (long long)n_; \\
+    const ta_i4 mk_ = (ta_i4){gl_, gl_ + 1, gl_ + 2, gl_ + 3} < (ta_i4){nl_, nl_, nl_, nl_}; (void)mk_; \\
+    __VA_ARGS__; }
 #define TA_V4L(p) (*(const ta_v4u *)(p))
 #define TA_V4S(x) ((ta_v4){(x), (x), (x), (x)})
 #define TA_V4ST(p, x) (*(ta_v4u *)(p) = (x))
