@@ -174,6 +174,7 @@ class Body:
         self.dense = dense
         self.vi: Dict[int, int] = {}
         self.di: Dict[int, int] = {}
+        self.helpers: Dict[str, int] = {}    # (dense) loop functions called: name -> op
         self.uniform: List[str] = []
         self.rows: List[str] = []
         self.fold: List[Tuple[int, str, Optional[str]]] = []
@@ -214,6 +215,38 @@ class Body:
         C = self.code
         return f"TA_V4S(U[{C.loc[k]}])" if C.uni[k] else f"TA_V4L(&{self.row('v', k)})"
 
+    def _rows_only(self, k: int) -> bool:
+        """(dense) Node k's operands are rows (not uniform values)."""
+        C = self.code
+        return not C.uni[C.a[k]] and (_kind(C.op[k]) != "BIN" or not C.uni[C.b[k]])
+
+    def _row_targets(self, k: int) -> bool:
+        """(dense) Each operand of k that needs an adjoint has a row for it
+        (a row node, or per sample a uniform one): no accumulator."""
+        C = self.code
+        ops = [C.a[k]] + ([C.b[k]] if _kind(C.op[k]) == "BIN" else [])
+        return all(C.dloc[o] == NONE or not C.uni[o] or self.mode == "ps" for o in ops)
+
+    def _ptr(self, k: int) -> str:
+        """(dense) The first lane of node k's value row."""
+        return f"&{self.row('v', k)[:-len(' + l]')]}]"
+
+    def _target_ptr(self, k: int) -> str:
+        """(dense) The first lane of the row node k's adjoint goes to, or NULL."""
+        C = self.code
+        if C.dloc[k] == NONE:
+            return "NULL"
+        return f"&{self.row('du' if C.uni[k] else 'd', k)[:-len(' + l]')]}]"
+
+    def _c(self, k: int) -> str:
+        """The constant a CST op's rules get, else 0.0 (an UN op's second argument)."""
+        return literal(self.code.c[k]) if _kind(self.code.op[k]) == "CST" else "0.0"
+
+    def _helper(self, d: str, op: int) -> str:
+        name = f"ta_{d}_{_NAMES[op]}"
+        self.helpers[name] = op
+        return name
+
     def _second(self, k: int, y: int) -> str:
         """The second argument of node k's rules: its y (BIN), its constant (CST), else 0.0."""
         C = self.code
@@ -240,6 +273,10 @@ class Body:
                 else:
                     out.append(f"{self.decl('v', k)}TA_LANES(double r_ = {self.val(x)}, m_;{terms}"
                                f" {self.row('v', k)} = r_);")
+            elif self.dense and self._rows_only(k):       # the op's loop: a function (helpers())
+                name = self._helper("f", op)
+                out.append(f"bad |= {name}({self._ptr(x)}, {self._ptr(y if _kind(op) == 'BIN' else x)}, "
+                           f"{self._c(k)}, {self._ptr(k)}, n_);")
             else:
                 out.append(f"{self.decl('v', k)}TA_LANES(bad |= fwd_{_NAMES[op]}"
                            f"({self.val(x)}, {self._second(k, y)}, &{self.row('v', k)}));")
@@ -305,6 +342,13 @@ class Body:
             if C.dloc[k] == NONE:
                 continue
             g = self.row("d", k)
+            if op != IDOT and self.dense and self._rows_only(k) and self._row_targets(k):
+                bin_ = _kind(op) == "BIN"
+                ax, ay = self._target_ptr(x), self._target_ptr(y) if bin_ else "NULL"
+                if ax != "NULL" or ay != "NULL":
+                    out.append(f"{self._helper('r', op)}({self._ptr(x)}, {self._ptr(y if bin_ else x)}, "
+                               f"{self._c(k)}, {self._ptr(k)}, &{g[:-len(' + l]')]}], {ax}, {ay}, n_);")
+                continue
             if op != IDOT:
                 parts = [self._add(x, f"dx_ * {g}")]
                 if _kind(op) == "BIN":
@@ -565,8 +609,12 @@ class RowsTarget(CTarget):
     gradients of a row) is one loop over the chunk's rows; a dot's loop takes
     four rows a pass as vectors (GCC's vector extension, IEEE operations lane
     by lane: the same bits; the kernel is built for AVX2 where the CPU has
-    it, native.avx2).  Values and adjoints live in rows of the scratch
-    between loops, only the rows used (Body(dense=True)).  A network's dots
+    it, native.avx2); an op whose operands are rows (and, reverse, whose
+    adjoints go to rows) calls a loop function of its own (ta_f_OP, ta_r_OP:
+    the op's rules over n rows, which GCC vectorises at -O3 as it does the
+    interpreter's loops; the kernels are built at -O1).  Values and adjoints
+    live in rows of the scratch between loops, only the rows used
+    (Body(dense=True)).  A network's dots
     run across rows as the interpreter's do, without its dispatch; the
     kernel's size is one loop per instruction, not per node.  Lanes past the
     chunk's last row compute on what their rows hold and are never read,
@@ -625,6 +673,7 @@ static inline double TA_BITS(uint64_t u) { double d; memcpy(&d, &u, sizeof d); r
         same in every mode), and the function that runs them for a chunk,
         which each mode's kernel calls (one copy to compile, not three)."""
         b = Body(code, "fwd", dense=True)
+        self.helpers.update(b.helpers)
         fw = b.rows[:b.rows.index("if (bad) TA_FAILED;")]
         ind = "\n    "
         return fw, f"""
@@ -647,6 +696,7 @@ TA_PART int ta_rows_forward(const ta_run_t *R, const double *U, double *const re
         """Mode's kernel; fw: the forward statements, which it then runs by
         calling ta_rows_forward instead of holding them."""
         b = Body(code, mode, dense=True)
+        self.helpers.update(b.helpers)
         nacc, W = len(b.fold), code.ch
         nv, nd = len(b.vi), len(b.di)
         self.nscratch = max(self.nscratch, code.ndu + code.nwrt + (nv + nd) * W + 2 * code.n
@@ -698,16 +748,54 @@ static inline int ta_kernel_{mode}(const ta_run_t *R, const double *U, uint64_t 
     def units(self, code: Code, n: int = 1) -> List[str]:
         """One unit per mode (compiled at once when n > 1), the first with the dispatch."""
         self.nscratch = 0
+        self.helpers: Dict[str, int] = {}
         fw, fwfn = self._forward(code)
         ks = [self._kernel(code, m, fw).replace("static inline int", "TA_PART int")
               for m in ("fwd", "sum", "ps")]
         decls = "".join(f"TA_PART int ta_kernel_{m}(const ta_run_t *R, const double *U, uint64_t r0, "
                         f"uint64_t r1, double *parts, double *scratch);\n" for m in ("fwd", "sum", "ps"))
-        pre = self.prelude() + _VISIBILITY + ("TA_PART int ta_rows_forward(const ta_run_t *R, const double *U, "
-                                              "double *const restrict V, uint64_t c0, uint64_t n_);\n")
+        helpers = [_loop(name, op) for name, op in sorted(self.helpers.items())]
+        pre = (self.prelude() + _VISIBILITY + _LOOP_ATTR + "".join(h[0] + ";\n" for h in helpers)
+               + "TA_PART int ta_rows_forward(const ta_run_t *R, const double *U, "
+               "double *const restrict V, uint64_t c0, uint64_t n_);\n")
+        defs = "".join(h[0] + "\n" + h[1] for h in helpers)
         if n <= 1:
-            return [pre + fwfn + "".join(ks) + _DISPATCH]
-        return [pre + decls + fwfn + ks[0] + _DISPATCH, pre + ks[1], pre + ks[2]]
+            return [pre + defs + fwfn + "".join(ks) + _DISPATCH]
+        return [pre + decls + defs + fwfn + ks[0] + _DISPATCH, pre + ks[1], pre + ks[2]]
+
+
+# RowsTarget: an op's loop over a chunk's rows, a function of its own (its
+# rows as arguments) that GCC vectorises, as it does the interpreter's loops
+# (batch.c: ta_fw_op, ta_rv_op) from the same rules; the kernels are built
+# at -O1 (which does not vectorise), these at -O3
+_LOOP_ATTR = """\
+#if defined(__GNUC__) && !defined(__clang__)
+#define TA_LOOP TA_PART __attribute__((optimize("O3", "fp-contract=off")))
+#else
+#define TA_LOOP TA_PART
+#endif
+"""
+
+
+def _loop(name: str, op: int) -> Tuple[str, str]:
+    """(declaration, body) of RowsTarget's loop function name (ta_f_OP: the
+    op forward over n rows; ta_r_OP: its reverse step, adding to the rows ax
+    and ay, either NULL)."""
+    op_name, kind = _NAMES[op], _kind(op)
+    second = "y[s]" if kind == "BIN" else "c" if kind == "CST" else "0.0"
+    if name.startswith("ta_f_"):
+        return (f"TA_LOOP int {name}(const double *restrict x, const double *restrict y, double c, "
+                f"double *restrict r, uint64_t n)",
+                f"{{\n    int bad = 0;\n    uint64_t s;\n    (void)y; (void)c;\n"
+                f"    for (s = 0; s < n; s++) bad |= fwd_{op_name}(x[s], {second}, &r[s]);\n"
+                f"    return bad;\n}}\n")
+    step = f"double dx, dy; d_{op_name}(x[s], {second}, r[s], &dx, &dy);"
+    return (f"TA_LOOP void {name}(const double *x, const double *y, double c, const double *r, "
+            f"const double *g, double *ax, double *ay, uint64_t n)",
+            f"{{\n    uint64_t s;\n    (void)y; (void)c;\n"
+            f"    if (ax && ay) for (s = 0; s < n; s++) {{ {step} ax[s] += dx * g[s]; ay[s] += dy * g[s]; }}\n"
+            f"    else if (ax) for (s = 0; s < n; s++) {{ {step} ax[s] += dx * g[s]; }}\n"
+            f"    else for (s = 0; s < n; s++) {{ {step} ay[s] += dy * g[s]; }}\n}}\n")
 
 
 def _statements(lines: List[str]) -> List[str]:
