@@ -175,6 +175,7 @@ class Body:
         self.vi: Dict[int, int] = {}
         self.di: Dict[int, int] = {}
         self.helpers: Dict[str, int] = {}    # (dense) loop functions called: name -> op
+        self.stored: set = set()             # (dense) accumulators a dot's loop stores whole
         self.uniform: List[str] = []
         self.rows: List[str] = []
         self.fold: List[Tuple[int, str, Optional[str]]] = []
@@ -376,6 +377,7 @@ class Body:
             if self.dense and terms:     # each row's terms in the same order, four rows a pass
                 # the dot's accumulators (each used here alone) summed in locals, then stored
                 accs = re.findall(r"TA_V4ACC\((\d+),", " ".join(vterms))
+                self.stored.update(int(i) for i in accs)
                 out.append("{ " + "".join(f"ta_v4 a{i}_ = TA_V4Z; " for i in accs)
                            + f"TA_V4ROWS(const ta_v4 g_4 = TA_V4L(&{g}); " + " ".join(vterms) + "); "
                            + "".join(f"TA_V4ST(acc + {4 * int(i)}, a{i}_); " for i in accs) + "}")
@@ -732,7 +734,7 @@ static inline int ta_kernel_{mode}(const ta_run_t *R, const double *U, uint64_t 
     for (c0 = r0; c0 < r1; c0 = c1) {{
         c1 = c0 + {W} < r1 ? c0 + {W} : r1;
         n_ = c1 - c0;
-        {f"memset(acc, 0, {nacc * 4} * sizeof *acc);" if nacc else ""}
+        {ind.join(_zero_runs([i for i in range(nacc) if i not in b.stored]))}
         {ind.join(forward)}
         if (bad) TA_FAILED;
         {ind.join(b.rows[cut + 1:])}
@@ -796,6 +798,19 @@ def _loop(name: str, op: int) -> Tuple[str, str]:
             f"    if (ax && ay) for (s = 0; s < n; s++) {{ {step} ax[s] += dx * g[s]; ay[s] += dy * g[s]; }}\n"
             f"    else if (ax) for (s = 0; s < n; s++) {{ {step} ax[s] += dx * g[s]; }}\n"
             f"    else for (s = 0; s < n; s++) {{ {step} ay[s] += dy * g[s]; }}\n}}\n")
+
+
+def _zero_runs(accs: List[int]) -> List[str]:
+    """Statements zeroing accumulators accs (ascending; four lanes each), a memset a run."""
+    out: List[str] = []
+    i = 0
+    while i < len(accs):
+        j = i
+        while j + 1 < len(accs) and accs[j + 1] == accs[j] + 1:
+            j += 1
+        out.append(f"memset(acc + {4 * accs[i]}, 0, {4 * (j - i + 1)} * sizeof *acc);")
+        i = j + 1
+    return out
 
 
 def _statements(lines: List[str]) -> List[str]:
