@@ -302,12 +302,14 @@ SPLIT_OPT = "-Og"
 # instruction (their nodes mostly in dots: a network) get the rows shape
 # (codegen.RowsTarget): the interpreter's loops over rows, a dot's terms in
 # vectors of four rows, without its dispatch, built at ROWS_OPT (and for AVX2
-# where the CPU has it).  The demo (984 nodes, 69 instructions): 0.79-0.94x
-# of the interpreter's time a call (its C call 0.72-0.85x), built in
-# 2.7-3.6 s, against the split shape's 1.8-1.9x; the rows shape runs each op
-# of a program without dots as a scalar loop, slower than the interpreter's
-# vectorised ones and slow to build (fastest-autograd, 899 nodes: 1.35x,
-# 36 s), so it is kept for programs of dots (docs/native.md)
+# where the CPU has it).  The demo (984 nodes, 69 instructions): 0.70-0.81x
+# of the interpreter's time a call (its C call 0.55-0.70x), built in
+# 1.5-3.4 s, against the split shape's 1.8-1.9x; smaller networks 0.63-0.77x
+# (190-300 nodes, against 1.2-2.0x).  A program without dots builds more
+# slowly in it (fastest-autograd, 899 nodes: 3.2 s for 0.93x per sample,
+# where the split shape builds in 1.0-1.6 s for 1.2-1.25x), so it is kept
+# for programs of dots, and the split shape for the first call of large
+# programs of ops (docs/native.md)
 ROWS_INS = 4
 ROWS_OPT = "-O1 -fno-tree-bit-ccp"     # bit-CCP took 40% of the build, for no speed measured
 
@@ -349,8 +351,8 @@ def kernel(code: "codegen.Code") -> Tuple[int, int]:
 # native=None runs the interpreter.  Generated CPU code is faster only for
 # small programs (docs/native.md: 0.53-0.8x of the interpreter under ~200
 # nodes, 1.0-1.4x above), where its compiler run (0.2-1 s) pays off only
-# past tens of millions of rows, and for networks (the rows shape: 5-17 us a
-# call saved on the demo for a 2.7-3.6 s build); native=None is never slower than the
+# past tens of millions of rows, and for networks (the rows shape: 8-20 us a
+# call saved on the demo for a 1.5-3.4 s build); native=None is never slower than the
 # interpreter, first call included.  native=True builds it (a small program
 # over many rows; checking; the CPU twin of the GPU's kernels).
 NONE_REASON = ("native=None: the interpreter, never slower; generated code pays only for "
