@@ -84,7 +84,7 @@ from __future__ import annotations
 import os
 import re
 import struct
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
 
 from ._c import OP, OP_KINDS
 from ._c import program as _prog
@@ -175,7 +175,7 @@ class Body:
         self.vi: Dict[int, int] = {}
         self.di: Dict[int, int] = {}
         self.helpers: Dict[str, int] = {}    # (dense) loop functions called: name -> op
-        self.stored: set = set()             # (dense) accumulators a dot's loop stores whole
+        self.stored: Set[int] = set()        # (dense) accumulators a dot's loop stores whole
         self.uniform: List[str] = []
         self.rows: List[str] = []
         self.fold: List[Tuple[int, str, Optional[str]]] = []
