@@ -22,6 +22,7 @@ Run: python benchmarks/bench_native.py [--quick]
        (--summed: the Program sums the gradients over the rows; the reference
        still computes them per row, the same work)
      python benchmarks/bench_native.py --first [--quick]             # section 4 alone
+     python benchmarks/bench_native.py --demo [--quick]              # sections 1 and 2 alone
 """
 import ctypes
 import os
@@ -38,7 +39,7 @@ import numpy as np  # noqa: E402
 
 import tapead
 import tapead.nn
-from tapead import Value, demo, native
+from tapead import Value, codegen, demo, native
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # run from anywhere
 from fastest_autograd import graph  # noqa: E402  (the workload, written once)
@@ -47,6 +48,7 @@ QUICK = "--quick" in sys.argv
 FA_ONLY = "--fa" in sys.argv
 SUMMED = "--summed" in sys.argv
 FIRST_ONLY = "--first" in sys.argv
+DEMO_ONLY = "--demo" in sys.argv
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -162,13 +164,38 @@ def main():
         assert same(interp.grad(Xy, seed=seed, params=w), nat.grad(Xy, seed=seed, params=w))
         ti, tn = paired(lambda: interp.grad(Xy, seed=seed, params=w, threads=1),
                         lambda: nat.grad(Xy, seed=seed, params=w, threads=1), 100, reps)
-        print(f"\n2. demo batched step ({interp.nodes} nodes, 100 rows, build {build:.1f} s): "
+        shape = type(native.shape(codegen.Code.of(nat))).__name__
+        print(f"\n2. demo batched step ({interp.nodes} nodes, 100 rows, {shape}, build {build:.1f} s): "
               f"interpreter {ti * 1e6:7.1f} us   native {tn * 1e6:7.1f} us   ratio {tn / ti:5.2f}x  "
               f"(target <= 0.6x)")
+        ci, cn = paired(c_call(interp, Xy, seed, w), c_call(nat, Xy, seed, w), 100, reps)
+        print(f"   the C call alone (ta_prog_run, its arguments made once): interpreter {ci * 1e6:7.1f} us"
+              f"   native {cn * 1e6:7.1f} us   ratio {cn / ci:5.2f}x; the rest of a call (Python: "
+              f"checking and wrapping the arrays) {(ti - ci) * 1e6:.1f} / {(tn - cn) * 1e6:.1f} us")
 
+        if DEMO_ONLY:
+            return
         R = fastest(reps)
 
         first(R)
+
+
+def c_call(prog, X, seed, w):
+    """prog.grad(X, seed=seed, params=w, threads=1) without its Python: the
+    C call alone, on a ta_run_t filled once (tapead._c.program.prog_run fills
+    it per call)."""
+    from tapead._c import f64, ffi, lib
+    Y, G, P = np.empty((len(X), 1)), np.zeros(len(w)), np.empty((1, len(w)))
+    keep = [f64(a) for a in (X, Y, w, seed, G, P)]
+    r, f = ffi.new("ta_run_t *"), ffi.new("ta_fail_t *")
+    r.B, r.nin, r.nout, r.nwrt, r.npar, r.threads = len(X), X.shape[1], 1, len(w), len(w), 1
+    r.X, r.Y, r.params, r.seed, r.G, r.parts = keep
+    r.seedmode, r.nblocks = 1, 1
+    run = lib.ta_prog_run
+
+    def call():
+        assert run(prog._p, r, f) == 0, keep
+    return call
 
 
 def first(R):

@@ -63,7 +63,12 @@ summed over rows) or ``"ps"`` (per-sample gradients)
     returns the text.  ``CTarget`` is the CPU's (csrc/cdef.h: ta_kernel_fn;
     ``TA_W`` 1, one row at a time, or 2 or 4 rows' statements side by side;
     chunks and accumulators as the interpreter's, so summed gradients are
-    its bits too).  A CUDA target
+    its bits too); ``RowsTarget`` the CPU's for networks (``TA_W`` a chunk of
+    rows, each statement a loop over them; ``Body(..., dense=True)`` adds
+    ``TA_V4ROWS`` statements, a dot over vectors of four rows, with
+    ``TA_V4L``, ``TA_V4S``, ``TA_V4ST``, ``TA_V4MUL``, ``TA_V4ADD``,
+    ``TA_V4ADDTO``, ``TA_V4ACC``: load, splat, store, multiply, add, add to
+    a row, add to accumulator i's four lanes).  A CUDA target
     defines the same names (``TA_W`` 1, ``l`` 0, the row from the thread
     index) and reduces ``TA_ACC`` its own way; it includes ops.h as
     ``CTarget`` does (``include_dir()``) so its kernel computes with the same rules.
@@ -77,8 +82,9 @@ summed over rows) or ``"ps"`` (per-sample gradients)
 from __future__ import annotations
 
 import os
+import re
 import struct
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
 
 from ._c import OP, OP_KINDS
 from ._c import program as _prog
@@ -86,7 +92,7 @@ from ._c import program as _prog
 if TYPE_CHECKING:
     from .replay import Program
 
-__all__ = ["Code", "Body", "Target", "CTarget", "include_dir", "NONE"]
+__all__ = ["Code", "Body", "Target", "CTarget", "RowsTarget", "include_dir", "NONE"]
 
 NONE = 0xFFFFFFFF          # csrc/replay.h: TA_NONE, "no slot" / "not reached"
 IDOT = 0xFF                # csrc/replay.h: TA_IDOT, a dot instruction
@@ -158,10 +164,18 @@ class Code:
 class Body:
     """The per-row statements of a Program's code for one mode (see the module's docstring)."""
 
-    def __init__(self, code: Code, mode: str, mem: bool = False) -> None:
+    def __init__(self, code: Code, mode: str, mem: bool = False, dense: bool = False) -> None:
         if mode not in ("fwd", "sum", "ps"):
             raise ValueError(f"mode must be 'fwd', 'sum' or 'ps', not {mode!r}")
-        self.code, self.mode, self.mem = code, mode, mem
+        self.code, self.mode, self.mem = code, mode, mem or dense
+        # dense (RowsTarget): V and D hold only the rows that are used, one
+        # after another (vi, di: node -> row), and a dot's reverse terms are
+        # one statement (one loop over the rows); else node k's rows are V[k], D[k]
+        self.dense = dense
+        self.vi: Dict[int, int] = {}
+        self.di: Dict[int, int] = {}
+        self.helpers: Dict[str, int] = {}    # (dense) loop functions called: name -> op
+        self.stored: Set[int] = set()        # (dense) accumulators a dot's loop stores whole
         self.uniform: List[str] = []
         self.rows: List[str] = []
         self.fold: List[Tuple[int, str, Optional[str]]] = []
@@ -175,6 +189,11 @@ class Body:
     def row(self, name: str, k: int) -> str:
         """Node k's row value (name "v"), adjoint ("d") or per-sample uniform
         adjoint ("du") at lane l: a local array, or (mem) its place in V or D."""
+        if self.dense:
+            rows = self.vi if name == "v" else self.di
+            if k not in rows:
+                rows[k] = len(rows)
+            return f"{'V' if name == 'v' else 'D'}[{rows[k]} * TA_W + l]"
         if self.mem:
             return f"{'V' if name == 'v' else 'D'}[{k} * TA_W + l]"
         return f"{name}{k}[l]"
@@ -191,6 +210,43 @@ class Body:
         """Node k's value at lane l."""
         C = self.code
         return f"U[{C.loc[k]}]" if C.uni[k] else self.row("v", k)
+
+    def vval(self, k: int) -> str:
+        """(dense) Node k's values at rows l .. l + 3 as a vector (ta_v4)."""
+        C = self.code
+        return f"TA_V4S(U[{C.loc[k]}])" if C.uni[k] else f"TA_V4L(&{self.row('v', k)})"
+
+    def _rows_only(self, k: int) -> bool:
+        """(dense) Node k's operands are rows (not uniform values)."""
+        C = self.code
+        return not C.uni[C.a[k]] and (_kind(C.op[k]) != "BIN" or not C.uni[C.b[k]])
+
+    def _row_targets(self, k: int) -> bool:
+        """(dense) Each operand of k that needs an adjoint has a row for it
+        (a row node, or per sample a uniform one): no accumulator."""
+        C = self.code
+        ops = [C.a[k]] + ([C.b[k]] if _kind(C.op[k]) == "BIN" else [])
+        return all(C.dloc[o] == NONE or not C.uni[o] or self.mode == "ps" for o in ops)
+
+    def _ptr(self, k: int) -> str:
+        """(dense) The first lane of node k's value row."""
+        return f"&{self.row('v', k)[:-len(' + l]')]}]"
+
+    def _target_ptr(self, k: int) -> str:
+        """(dense) The first lane of the row node k's adjoint goes to, or NULL."""
+        C = self.code
+        if C.dloc[k] == NONE:
+            return "NULL"
+        return f"&{self.row('du' if C.uni[k] else 'd', k)[:-len(' + l]')]}]"
+
+    def _c(self, k: int) -> str:
+        """The constant a CST op's rules get, else 0.0 (an UN op's second argument)."""
+        return literal(self.code.c[k]) if _kind(self.code.op[k]) == "CST" else "0.0"
+
+    def _helper(self, d: str, op: int) -> str:
+        name = f"ta_{d}_{_NAMES[op]}"
+        self.helpers[name] = op
+        return name
 
     def _second(self, k: int, y: int) -> str:
         """The second argument of node k's rules: its y (BIN), its constant (CST), else 0.0."""
@@ -210,8 +266,18 @@ class Body:
             if op == IDOT:
                 terms = "".join(f" fwd_MUL({self.val(C.tp[t])}, {self.val(C.tq[t])}, &m_);"
                                 f" fwd_ADD(r_, m_, &r_);" for t in range(t0, t0 + nt))
-                out.append(f"{self.decl('v', k)}TA_LANES(double r_ = {self.val(x)}, m_;{terms}"
-                           f" {self.row('v', k)} = r_);")
+                if self.dense:           # vectors of four rows (RowsTarget)
+                    vterms = "".join(f" m_ = TA_V4MUL({self.vval(C.tp[t])}, {self.vval(C.tq[t])});"
+                                     f" r_ = TA_V4ADD(r_, m_);" for t in range(t0, t0 + nt))
+                    out.append(f"TA_V4ROWS(ta_v4 r_ = {self.vval(x)}, m_;{vterms}"
+                               f" TA_V4ST(&{self.row('v', k)}, r_));")
+                else:
+                    out.append(f"{self.decl('v', k)}TA_LANES(double r_ = {self.val(x)}, m_;{terms}"
+                               f" {self.row('v', k)} = r_);")
+            elif self.dense and self._rows_only(k):       # the op's loop: a function (helpers())
+                name = self._helper("f", op)
+                out.append(f"bad |= {name}({self._ptr(x)}, {self._ptr(y if _kind(op) == 'BIN' else x)}, "
+                           f"{self._c(k)}, {self._ptr(k)}, n_);")
             else:
                 out.append(f"{self.decl('v', k)}TA_LANES(bad |= fwd_{_NAMES[op]}"
                            f"({self.val(x)}, {self._second(k, y)}, &{self.row('v', k)}));")
@@ -237,25 +303,33 @@ class Body:
             self.uniform.append(("" if self.mem else f"double {px}, {py}; ")
                                 + f"d_{_NAMES[op]}(U[{C.loc[C.a[k]]}], {y}, U[{C.loc[k]}], &{px}, &{py});")
 
-    def _add(self, k: int, expr: str, factor: Optional[str] = None) -> Optional[str]:
+    def _add(self, k: int, expr: str, factor: Optional[str] = None,
+             vec: Optional[Tuple[List[str], str]] = None) -> Optional[str]:
         """The statement adding expr (lane l's) to node k's adjoint (batch.c:
         ta_target): its row, its per-sample row, or (summed) a new accumulator
-        folded into A; None if k needs no adjoint."""
+        folded into A; None if k needs no adjoint.  vec (dense): (a list, the
+        vector form of expr): the same statement for rows l .. l + 3 is
+        appended to the list."""
         C = self.code
         if C.dloc[k] == NONE:
             return None
-        if not C.uni[k]:
-            return f"{self.row('d', k)} += {expr};"
-        if self.mode == "ps":
-            return f"{self.row('du', k)} += {expr};"
+        if not C.uni[k] or self.mode == "ps":
+            r = self.row("du" if C.uni[k] else "d", k)
+            if vec:
+                vec[0].append(f"TA_V4ADDTO(&{r}, {vec[1]});")
+            return f"{r} += {expr};"
         i = len(self.fold)
         self.fold.append((i, f"A[{C.dloc[k]}]", factor))
+        if vec:
+            vec[0].append(f"TA_V4ACC({i}, {vec[1]});")
         return f"TA_ACC({i}, {expr});"
 
     def _reverse(self) -> None:
         C, out = self.code, self.rows
         ps = self.mode == "ps"
-        if self.mem:                 # every adjoint row at once (one statement, not one a node)
+        if self.dense:               # every adjoint row at once (their number is known at the end)
+            out.append("memset(D, 0, TA_ND * TA_W * sizeof *D);")
+        elif self.mem:               # every adjoint row at once (one statement, not one a node)
             out.append(f"memset(D, 0, {C.n} * TA_W * sizeof *D);")
         for k in range(C.n):
             if not self.mem and C.dloc[k] != NONE and C.loc[k] != NONE and (not C.uni[k] or ps):
@@ -269,6 +343,13 @@ class Body:
             if C.dloc[k] == NONE:
                 continue
             g = self.row("d", k)
+            if op != IDOT and self.dense and self._rows_only(k) and self._row_targets(k):
+                bin_ = _kind(op) == "BIN"
+                ax, ay = self._target_ptr(x), self._target_ptr(y) if bin_ else "NULL"
+                if ax != "NULL" or ay != "NULL":
+                    out.append(f"{self._helper('r', op)}({self._ptr(x)}, {self._ptr(y if bin_ else x)}, "
+                               f"{self._c(k)}, {self._ptr(k)}, &{g[:-len(' + l]')]}], {ax}, {ay}, n_);")
+                continue
             if op != IDOT:
                 parts = [self._add(x, f"dx_ * {g}")]
                 if _kind(op) == "BIN":
@@ -278,15 +359,30 @@ class Body:
                     out.append(f"TA_LANES(double dx_, dy_; d_{_NAMES[op]}({self.val(x)}, "
                                f"{self._second(k, y)}, {self.row('v', k)}, &dx_, &dy_); {adds});")
                 continue
+            terms: List[str] = []
+            vterms: List[str] = []
             for t in range(t0 + nt - 1, t0 - 1, -1):       # batch.c: ta_rv_dot
                 if t == t0:
-                    s = self._add(x, f"dx_ * {g}")
+                    vec = (vterms, "TA_V4MUL(TA_V4S(dx_), g_4)") if self.dense else None
+                    s = self._add(x, f"dx_ * {g}", vec=vec)
                     if s:
-                        out.append(f"TA_LANES(double dx_, dy_; d_ADD(0.0, 0.0, 0.0, &dx_, &dy_); {s});")
+                        terms.append(f"{{ double dx_, dy_; d_ADD(0.0, 0.0, 0.0, &dx_, &dy_); {s} }}")
+                        if vec:
+                            vterms[-1] = (f"{{ double dx_, dy_; d_ADD(0.0, 0.0, 0.0, &dx_, &dy_); "
+                                          f"{vterms[-1]} }}")
                 for k1, k2 in ((C.tp[t], C.tq[t]), (C.tq[t], C.tp[t])):
-                    s = self._factor(k1, k2, g)
+                    s = self._factor(k1, k2, g, vterms if self.dense else None)
                     if s:
-                        out.append(f"TA_LANES({s});")
+                        terms.append(s)
+            if self.dense and terms:     # each row's terms in the same order, four rows a pass
+                # the dot's accumulators (each used here alone) summed in locals, then stored
+                accs = re.findall(r"TA_V4ACC\((\d+),", " ".join(vterms))
+                self.stored.update(int(i) for i in accs)
+                out.append("{ " + "".join(f"ta_v4 a{i}_ = TA_V4Z; " for i in accs)
+                           + f"TA_V4ROWS(const ta_v4 g_4 = TA_V4L(&{g}); " + " ".join(vterms) + "); "
+                           + "".join(f"TA_V4ST(acc + {4 * int(i)}, a{i}_); " for i in accs) + "}")
+            else:
+                out += [f"TA_LANES({s});" for s in terms]
         if ps:
             for k in reversed(C.uops):                     # batch.c: ta_rv_uniform, per sample
                 if C.dloc[k] == NONE:
@@ -297,9 +393,12 @@ class Body:
                     if C.dloc[x] != NONE:
                         out.append(f"TA_LANES({self.row('du', x)} += {self.partial(k, d)} * "
                                    f"{self.row('du', k)});")
-            for j, k in enumerate(C.wrt):
-                v = "0.0" if k == NONE else self.row("du" if C.uni[k] else "d", k)
-                out.append(f"TA_LANES(TA_GRAD({j}, {v}));")
+            grads = [f"TA_GRAD({j}, {'0.0' if k == NONE else self.row('du' if C.uni[k] else 'd', k)});"
+                     for j, k in enumerate(C.wrt)]
+            if self.dense:                                 # a row's gradients in one pass
+                out.append("TA_LANES(" + " ".join(grads) + ");")
+            else:
+                out += [f"TA_LANES({g[:-1]});" for g in grads]
             return
         for j, k in enumerate(C.wrt):                      # sums of the wrt columns that are inputs
             if k != NONE and not C.uni[k]:
@@ -320,14 +419,15 @@ class Body:
             v = "0.0" if k == NONE else f"A[{C.dloc[k]}]" if C.uni[k] else f"Gb[{j}]"
             end.append(f"parts[{j}] = {v};")
 
-    def _factor(self, k: int, other: int, g: str) -> Optional[str]:
-        """One operand k of a dot's product: batch.c's ta_rv_factor."""
+    def _factor(self, k: int, other: int, g: str, vec: Optional[List[str]] = None) -> Optional[str]:
+        """One operand k of a dot's product: batch.c's ta_rv_factor (vec: as _add)."""
         C = self.code
         if C.dloc[k] == NONE:
             return None
-        if C.uni[k] and self.mode == "sum" and C.uni[other]:
-            return self._add(k, g, factor=f"U[{C.loc[other]}]")   # w * (the lane sum of g)
-        return self._add(k, f"{self.val(other)} * {g}")
+        if C.uni[k] and self.mode == "sum" and C.uni[other]:           # w * (the lane sum of g)
+            return self._add(k, g, factor=f"U[{C.loc[other]}]", vec=None if vec is None else (vec, "g_4"))
+        return self._add(k, f"{self.val(other)} * {g}",
+                         vec=None if vec is None else (vec, f"TA_V4MUL({self.vval(other)}, g_4)"))
 
 
 class Target:
@@ -504,6 +604,215 @@ static int ta_kernel_{mode}(const ta_run_t *R, const double *U, uint64_t r0, uin
             pre + "".join(u) for u in units[1:] if u]
 
 
+class RowsTarget(CTarget):
+    """The CPU's kernel with the rows innermost, as the interpreter runs them
+    (csrc/batch.c): per chunk of code.ch rows, each statement of the body (an
+    instruction: an op, or a whole dot, forward or reverse; the per-sample
+    gradients of a row) is one loop over the chunk's rows; a dot's loop takes
+    four rows a pass as vectors (GCC's vector extension, IEEE operations lane
+    by lane: the same bits; the kernel is built for AVX2 where the CPU has
+    it, native.avx2); an op whose operands are rows (and, reverse, whose
+    adjoints go to rows) calls a loop function of its own (ta_f_OP, ta_r_OP:
+    the op's rules over n rows, which GCC vectorises at -O3 as it does the
+    interpreter's loops; the kernels are built at -O1).  Values and adjoints
+    live in rows of the scratch between loops, only the rows used
+    (Body(dense=True)).  A network's dots
+    run across rows as the interpreter's do, without its dispatch; the
+    kernel's size is one loop per instruction, not per node.  Lanes past the
+    chunk's last row compute on what their rows hold and are never read,
+    except that the accumulators get +0.0 for them (the prelude's mk_)."""
+
+    def __init__(self) -> None:
+        super().__init__(lanes=1)
+
+    def prelude(self) -> str:
+        return """\
+/* generated by tapead.codegen (RowsTarget): see tapead/codegen.py */
+#include "ops.h"
+#include "replay.h"
+/* one statement: a loop over the chunk's rows; a dot: one loop over vectors
+ * of four rows (GCC's vector extension: each lane an IEEE double operation,
+ * the same bits as the rows one by one).  Lanes past the chunk's last row
+ * (up to a multiple of four: rows hold TA_W >= that) compute on what their
+ * rows hold and are never read, except that the accumulators' (TA_V4ACC)
+ * get +0.0 instead (mk_): an accumulator starts at +0.0, so it is never
+ * -0.0, and adding +0.0 leaves its bits. */
+#define TA_LANES(...) for (l_ = 0; l_ < n_; l_++) { const uint64_t l = l_; const int ln_ = (int)(l & 3u); \\
+    __VA_ARGS__; }
+#if !defined(__GNUC__)
+#error "tapead's generated rows kernel needs GCC's vector extension (GCC or Clang)"
+#endif
+typedef double ta_v4 __attribute__((vector_size(32)));
+typedef double ta_v4u __attribute__((vector_size(32), aligned(8), may_alias));
+typedef long long ta_i4 __attribute__((vector_size(32)));
+#define TA_V4ROWS(...) for (g_ = 0; g_ < n_; g_ += 4u) { const uint64_t l = g_; \\
+    const long long gl_ = (long long)g_, nl_ = (long long)n_; \\
+    const ta_i4 mk_ = (ta_i4){gl_, gl_ + 1, gl_ + 2, gl_ + 3} < (ta_i4){nl_, nl_, nl_, nl_}; (void)mk_; \\
+    __VA_ARGS__; }
+#define TA_V4L(p) (*(const ta_v4u *)(p))
+#define TA_V4S(x) ((ta_v4){(x), (x), (x), (x)})
+#define TA_V4ST(p, x) (*(ta_v4u *)(p) = (x))
+#define TA_V4MUL(a, b) ((a) * (b))
+#define TA_V4ADD(a, b) ((a) + (b))
+#define TA_V4ADDTO(p, x) TA_V4ST(p, TA_V4L(p) + (x))
+#define TA_V4Z ((ta_v4){0.0, 0.0, 0.0, 0.0})
+/* rows l .. l + 3 into lanes 0 .. 3 of accumulator i (l is a multiple of
+ * four), summed in the local a<i>_ (from +0.0, as acc), which the statement
+ * stores into acc when its loop is done */
+#define TA_V4ACC(i, x) (a##i##_ = a##i##_ + (ta_v4)((ta_i4)(x) & mk_))
+#define TA_ROW (c0 + l)
+#define TA_IN(j) X[TA_ROW * nin + (j)]
+#define TA_OUT(j, x) Y[TA_ROW * nout + (j)] = (x)
+#define TA_SEED(j) (seedmode == 1 ? seed[j] : seed[TA_ROW * nout + (j)])
+#define TA_GRAD(j, x) G[TA_ROW * nwrt + (j)] = (x)
+#define TA_ACC(i, x) acc[(i) * 4 + ln_] += (x)
+#define TA_FAILED return 1
+static inline double TA_BITS(uint64_t u) { double d; memcpy(&d, &u, sizeof d); return d; }
+"""
+
+    def _forward(self, code: Code) -> Tuple[List[str], str]:
+        """The forward sweep's statements (inputs, instructions, guards: the
+        same in every mode), and the function that runs them for a chunk,
+        which each mode's kernel calls (one copy to compile, not three)."""
+        b = Body(code, "fwd", dense=True)
+        self.helpers.update(b.helpers)
+        fw = b.rows[:b.rows.index("if (bad) TA_FAILED;")]
+        ind = "\n    "
+        return fw, f"""
+#define TA_W {code.ch}
+TA_PART int ta_rows_forward(const ta_run_t *R, const double *U, double *const restrict V,
+                            uint64_t c0, uint64_t n_)
+{{
+    const uint64_t nin = R->nin;
+    const double *const X = R->X;
+    uint64_t g_, l_;
+    int bad = 0;
+    (void)nin; (void)X; (void)U; (void)g_; (void)l_;
+    {ind.join(fw)}
+    return bad;
+}}
+#undef TA_W
+"""
+
+    def _kernel(self, code: Code, mode: str, fw: Optional[List[str]] = None) -> str:
+        """Mode's kernel; fw: the forward statements, which it then runs by
+        calling ta_rows_forward instead of holding them."""
+        b = Body(code, mode, dense=True)
+        self.helpers.update(b.helpers)
+        nacc, W = len(b.fold), code.ch
+        nv, nd = len(b.vi), len(b.di)
+        self.nscratch = max(self.nscratch, code.ndu + code.nwrt + (nv + nd) * W + 2 * code.n
+                            + 4 * nacc + 1)
+        cut = b.rows.index("if (bad) TA_FAILED;")
+        ind = "\n        "
+        folds = [f"{dest} += {factor + ' * ' if factor else ''}((acc[{4 * i}] + acc[{4 * i + 1}])"
+                 f" + (acc[{4 * i + 2}] + acc[{4 * i + 3}]));" for i, dest, factor in b.fold]
+        forward = b.rows[:cut]
+        if fw is not None:
+            if forward != fw:
+                raise AssertionError("the modes' forward sweeps differ")
+            forward = ["bad |= ta_rows_forward(R, U, V, c0, n_);"]
+        return f"""
+#define TA_W {W}
+#define TA_ND {nd}
+static inline int ta_kernel_{mode}(const ta_run_t *R, const double *U, uint64_t r0, uint64_t r1,
+                                   double *parts, double *scratch)
+{{
+    const uint64_t nin = R->nin, nout = R->nout, nwrt = R->nwrt;
+    const double *const X = R->X, *const seed = R->seed;
+    double *const Y = R->Y, *const G = R->G;
+    const int seedmode = R->seedmode;
+    double *const A = scratch, *const Gb = A + {code.ndu};
+    double *const restrict V = Gb + {code.nwrt}, *const restrict D = V + {nv * W};
+    double *const restrict Q = D + {nd * W}, *const restrict acc = Q + {2 * code.n};
+    uint64_t c0, c1, n_, g_, l_;
+    int bad = 0;
+    (void)nin; (void)nout; (void)nwrt; (void)X; (void)seed; (void)Y; (void)G; (void)seedmode;
+    (void)acc; (void)A; (void)Gb; (void)parts; (void)V; (void)D; (void)Q; (void)g_; (void)l_;
+    {ind.join(b.uniform)}
+    {f"memset(A, 0, {max(code.ndu + code.nwrt, 1)} * sizeof *A);" if mode == "sum" else ""}
+    for (c0 = r0; c0 < r1; c0 = c1) {{
+        c1 = c0 + {W} < r1 ? c0 + {W} : r1;
+        n_ = c1 - c0;
+        {ind.join(_zero_runs([i for i in range(nacc) if i not in b.stored]))}
+        {ind.join(forward)}
+        if (bad) TA_FAILED;
+        {ind.join(b.rows[cut + 1:])}
+        {ind.join(folds)}
+    }}
+    {ind.join(t for t in b.block_end if t)}
+    return 0;
+}}
+#undef TA_W
+#undef TA_ND
+"""
+
+    def units(self, code: Code, n: int = 1) -> List[str]:
+        """One unit per mode (compiled at once when n > 1), the first with the dispatch."""
+        self.nscratch = 0
+        self.helpers: Dict[str, int] = {}
+        fw, fwfn = self._forward(code)
+        ks = [self._kernel(code, m, fw).replace("static inline int", "TA_PART int")
+              for m in ("fwd", "sum", "ps")]
+        decls = "".join(f"TA_PART int ta_kernel_{m}(const ta_run_t *R, const double *U, uint64_t r0, "
+                        f"uint64_t r1, double *parts, double *scratch);\n" for m in ("fwd", "sum", "ps"))
+        helpers = [_loop(name, op) for name, op in sorted(self.helpers.items())]
+        pre = (self.prelude() + _VISIBILITY + _LOOP_ATTR + "".join(h[0] + ";\n" for h in helpers)
+               + "TA_PART int ta_rows_forward(const ta_run_t *R, const double *U, "
+               "double *const restrict V, uint64_t c0, uint64_t n_);\n")
+        defs = "".join(h[0] + "\n" + h[1] for h in helpers)
+        if n <= 1:
+            return [pre + defs + fwfn + "".join(ks) + _DISPATCH]
+        return [pre + decls + defs + fwfn + ks[0] + _DISPATCH, pre + ks[1], pre + ks[2]]
+
+
+# RowsTarget: an op's loop over a chunk's rows, a function of its own (its
+# rows as arguments) that GCC vectorises, as it does the interpreter's loops
+# (batch.c: ta_fw_op, ta_rv_op) from the same rules; the kernels are built
+# at -O1 (which does not vectorise), these at -O3
+_LOOP_ATTR = """\
+#if defined(__GNUC__) && !defined(__clang__)
+#define TA_LOOP TA_PART __attribute__((optimize("O3", "fp-contract=off")))
+#else
+#define TA_LOOP TA_PART
+#endif
+"""
+
+
+def _loop(name: str, op: int) -> Tuple[str, str]:
+    """(declaration, body) of RowsTarget's loop function name (ta_f_OP: the
+    op forward over n rows; ta_r_OP: its reverse step, adding to the rows ax
+    and ay, either NULL)."""
+    op_name, kind = _NAMES[op], _kind(op)
+    second = "y[s]" if kind == "BIN" else "c" if kind == "CST" else "0.0"
+    if name.startswith("ta_f_"):
+        return (f"TA_LOOP int {name}(const double *restrict x, const double *restrict y, double c, "
+                f"double *restrict r, uint64_t n)",
+                f"{{\n    int bad = 0;\n    uint64_t s;\n    (void)y; (void)c;\n"
+                f"    for (s = 0; s < n; s++) bad |= fwd_{op_name}(x[s], {second}, &r[s]);\n"
+                f"    return bad;\n}}\n")
+    step = f"double dx, dy; d_{op_name}(x[s], {second}, r[s], &dx, &dy);"
+    return (f"TA_LOOP void {name}(const double *x, const double *y, double c, const double *r, "
+            f"const double *g, double *ax, double *ay, uint64_t n)",
+            f"{{\n    uint64_t s;\n    (void)y; (void)c;\n"
+            f"    if (ax && ay) for (s = 0; s < n; s++) {{ {step} ax[s] += dx * g[s]; ay[s] += dy * g[s]; }}\n"
+            f"    else if (ax) for (s = 0; s < n; s++) {{ {step} ax[s] += dx * g[s]; }}\n"
+            f"    else for (s = 0; s < n; s++) {{ {step} ay[s] += dy * g[s]; }}\n}}\n")
+
+
+def _zero_runs(accs: List[int]) -> List[str]:
+    """Statements zeroing accumulators accs (ascending; four lanes each), a memset a run."""
+    out: List[str] = []
+    i = 0
+    while i < len(accs):
+        j = i
+        while j + 1 < len(accs) and accs[j + 1] == accs[j] + 1:
+            j += 1
+        out.append(f"memset(acc + {4 * accs[i]}, 0, {4 * (j - i + 1)} * sizeof *acc);")
+        i = j + 1
+    return out
+
+
 def _statements(lines: List[str]) -> List[str]:
     """block_end's lines as whole statements ("{ ...", "  ...", "}" joined)."""
     out: List[str] = []
@@ -519,13 +828,16 @@ def _statements(lines: List[str]) -> List[str]:
     return out
 
 
-# the split shape's frame: what each part function reads, from one struct
-_FRAME = """\
+_VISIBILITY = """\
 #if defined(__GNUC__)
 #define TA_PART __attribute__((visibility("hidden")))
 #else
 #define TA_PART
 #endif
+"""
+
+# the split shape's frame: what each part function reads, from one struct
+_FRAME = _VISIBILITY + """\
 typedef struct {
     const ta_run_t *R; const double *U;
     double *V, *D, *Q, *acc, *A, *Gb, *parts;

@@ -69,7 +69,29 @@ def _cc_name() -> str:
 
 def flags(opt: str = "-O1") -> List[str]:
     """The flags kernels are compiled with (besides -I, -c, -o and the file), at optimisation level opt."""
-    return [opt, "-std=c99", "-fPIC", "-ffp-contract=off", "-fno-strict-aliasing"]
+    return opt.split() + ["-std=c99", "-fPIC", "-ffp-contract=off", "-fno-strict-aliasing"]
+
+
+_avx2: Optional[bool] = None
+
+
+def avx2() -> bool:
+    """Whether this machine's CPU has AVX2 (x86-64 Linux: /proc/cpuinfo's flags;
+    elsewhere False).  A kernel built with -mavx2 has the flag in its cache
+    key, so a machine without AVX2 never finds it there (a shared cache)."""
+    global _avx2
+    if _avx2 is None:
+        _avx2 = False
+        if sys.platform.startswith("linux") and os.uname().machine in ("x86_64", "amd64"):
+            try:
+                with open("/proc/cpuinfo") as fh:
+                    for line in fh:
+                        if line.startswith("flags"):
+                            _avx2 = " avx2" in line
+                            break
+            except OSError:
+                pass
+    return _avx2
 
 
 def _link_flags() -> List[str]:
@@ -276,14 +298,40 @@ SPLIT = 50
 SPLIT_OPT = "-Og"
 
 
+# Programs past LANES2_NODES with at least ROWS_INS nodes per row
+# instruction (their nodes mostly in dots: a network) get the rows shape
+# (codegen.RowsTarget): the interpreter's loops over rows, a dot's terms in
+# vectors of four rows, without its dispatch, built at ROWS_OPT (and for AVX2
+# where the CPU has it).  The demo (984 nodes, 69 instructions): 0.70-0.81x
+# of the interpreter's time a call (its C call 0.55-0.70x), built in
+# 1.5-3.4 s, against the split shape's 1.8-1.9x; smaller networks 0.63-0.77x
+# (190-300 nodes, against 1.2-2.0x).  A program without dots builds more
+# slowly in it (fastest-autograd, 899 nodes: 3.2 s for 0.93x per sample,
+# where the split shape builds in 1.0-1.6 s for 1.2-1.25x), so it is kept
+# for programs of dots, and the split shape for the first call of large
+# programs of ops (docs/native.md)
+ROWS_INS = 4
+ROWS_OPT = "-O1 -fno-tree-bit-ccp"     # bit-CCP took 40% of the build, for no speed measured
+
+
+def shape(code: "codegen.Code") -> "codegen.CTarget":
+    """The CPU target for code, by its size (the bounds above)."""
+    if code.n > LANES2_NODES and len(code.ins) * ROWS_INS <= code.n:
+        return codegen.RowsTarget()
+    if code.n > SPLIT_NODES:
+        return codegen.CTarget(split=SPLIT)
+    return codegen.CTarget(lanes=2 if code.n <= LANES2_NODES else 1)
+
+
 def kernel(code: "codegen.Code") -> Tuple[int, int]:
     """(address, scratch doubles) of the CPU kernel for code, built or found
     in the cache and loaded.  CompilerError if it cannot be built."""
-    if code.n > SPLIT_NODES:
-        t = codegen.CTarget(split=SPLIT)
+    t = shape(code)
+    if isinstance(t, codegen.RowsTarget):
+        source, opt = t.units(code, jobs()), ROWS_OPT + (" -mavx2" if avx2() else "")
+    elif t.split:
         source, opt = t.units(code, jobs()), SPLIT_OPT
     else:
-        t = codegen.CTarget(lanes=2 if code.n <= LANES2_NODES else 1)
         source, opt = t.units(code), "-O1"
     for attempt in (0, 1):
         path = build(source, opt)
@@ -303,7 +351,8 @@ def kernel(code: "codegen.Code") -> Tuple[int, int]:
 # native=None runs the interpreter.  Generated CPU code is faster only for
 # small programs (docs/native.md: 0.53-0.8x of the interpreter under ~200
 # nodes, 1.0-1.4x above), where its compiler run (0.2-1 s) pays off only
-# past tens of millions of rows; native=None is never slower than the
+# past tens of millions of rows, and for networks (the rows shape: 8-20 us a
+# call saved on the demo for a 1.5-3.4 s build); native=None is never slower than the
 # interpreter, first call included.  native=True builds it (a small program
 # over many rows; checking; the CPU twin of the GPU's kernels).
 NONE_REASON = ("native=None: the interpreter, never slower; generated code pays only for "

@@ -87,7 +87,10 @@ def _c_array(a: Any, dtype: Any) -> Any:
     """a as a C-contiguous, aligned array of dtype, copied only if it is not one.
     (Aligned too: arrays rebuilt from pickle or Dask's messages may start at any
     byte, and C must not read a double from an odd address.)"""
-    return _np().require(a, dtype=dtype, requirements=["C", "A"])
+    np = _np()
+    if type(a) is np.ndarray and a.dtype == dtype and a.flags.c_contiguous and a.flags.aligned:
+        return a                    # what require returns too, at a third of its cost per call
+    return np.require(a, dtype=dtype, requirements=["C", "A"])
 
 
 def _rows(X: Any, n: int) -> Any:

@@ -18,7 +18,7 @@ import pytest
 
 import tapead
 from tapead import GuardError, Value, native
-from tapead.codegen import Body, Code, CTarget
+from tapead.codegen import Body, Code, CTarget, RowsTarget
 from opcases import math_ops
 
 pytestmark = pytest.mark.skipif(native.compiler() is None, reason="no C compiler")
@@ -157,6 +157,68 @@ def test_split_kernels_bit_for_bit(monkeypatch, seed):
     test_failures_are_the_interpreters()
 
 
+@pytest.mark.parametrize("seed", [6, 7])
+def test_rows_kernels_bit_for_bit(monkeypatch, seed):
+    """The rows shape (RowsTarget: each instruction a loop over a chunk's
+    rows, a dot's terms in vectors of four rows, the lanes past a chunk's end
+    masked out of the sums), forced onto random graphs of every op: the
+    interpreter's bits in every way of running them (row counts that leave
+    a partial chunk and a partial vector: 2503, 7, 5, 3), and its failures."""
+    monkeypatch.setattr(native, "ROWS_INS", 0)
+    monkeypatch.setattr(native, "LANES2_NODES", 0)
+    monkeypatch.setattr(native, "jobs", lambda: 2 if seed == 6 else 1)
+    outs, xs, wrt = random_graph(seed)
+    slow, fast = pair(outs, xs, wrt)
+    assert fast.native and isinstance(native.shape(Code.of(fast)), RowsTarget)
+    X = np.random.default_rng(seed).uniform(-2, 2, size=(2503, len(xs)))
+    pv = np.random.default_rng(seed + 9).uniform(-1, 1, size=len(slow.params))
+    assert same(runs(slow, X, pv), runs(fast, X, pv))
+    assert same(runs(slow, X[:7], pv), runs(fast, X[:7], pv))
+    test_failures_are_the_interpreters()
+    test_uniform_guard_and_no_wrt()
+
+
+def test_networks_get_the_rows_shape():
+    """A network (an MLP's neurons: dots, then relu or tanh) compiled with
+    native=True gets the rows shape by its size alone, and gives the
+    interpreter's bits: values, summed gradients with params= (the training
+    step's call) on 1 and 3 threads, per-sample, row seeds, an infinite
+    input, a guard, and a row that trips the guard."""
+    tapead.clear_guards()
+    import tapead.nn as tnn
+    random.seed(4)
+    model = tnn.MLP(3, [8, 8, 1])
+    xs = [Value(0.0), Value(0.0), Value(0.0)]
+    h = model(xs)
+    out = (h * xs[2]).tanh() + h.relu()
+    params = model.parameters()
+    plain = pair([out, h], xs, params)
+    assert h < 3.0                            # a row guard
+    slow, fast = pair([out, h], xs, params)
+    code = Code.of(fast)
+    assert code.n > native.LANES2_NODES and isinstance(native.shape(code), RowsTarget)
+    B = 1024 + 3 * code.ch + 21               # a partial chunk: 21 rows, then 3 lanes past its end
+    X = np.random.default_rng(5).uniform(-1, 1, size=(B, 3))
+    pv = np.random.default_rng(6).uniform(-1, 1, size=len(params))
+    seed = np.random.default_rng(7).normal(size=(B, 2))
+    for p_ in (None, pv):
+        for call in (lambda p: p(X, params=p_), lambda p: p.grad(X, params=p_),
+                     lambda p: p.grad(X, params=p_, threads=3), lambda p: p.grad(X, seed=seed, params=p_),
+                     lambda p: p.grad(X, per_sample=True, params=p_), lambda p: p.grad(X[:6], params=p_)):
+            assert same(call(slow), call(fast))
+    # infinite inputs, then a partial chunk whose lanes past its end (21 to 23)
+    # still hold the last call's values: inf * 0.0 there must not reach the sums
+    for p in plain:
+        p.grad(np.full((code.ch, 3), np.inf), params=pv, threads=1)
+    assert same(plain[0].grad(X[:21], params=pv, threads=1), plain[1].grad(X[:21], params=pv, threads=1))
+    big = pv * 60.0                           # some row's output passes the guard
+    with pytest.raises(GuardError) as e1:
+        slow.grad(X, params=big)
+    with pytest.raises(GuardError) as e2:
+        fast.grad(X, params=big)
+    assert str(e1.value) == str(e2.value)
+
+
 class _Run(ctypes.Structure):
     """csrc/cdef.h: ta_run_t"""
     _fields_ = [("X", ctypes.c_void_p), ("B", ctypes.c_uint64), ("nin", ctypes.c_uint32),
@@ -167,14 +229,16 @@ class _Run(ctypes.Structure):
                 ("params", ctypes.c_void_p), ("npar", ctypes.c_uint32), ("threads", ctypes.c_int)]
 
 
-@pytest.mark.parametrize("split_nodes, lanes2", [(10 ** 6, 10 ** 6), (10 ** 6, 0), (0, 0)])
-def test_kernels_compute_the_rows_themselves(monkeypatch, split_nodes, lanes2):
+@pytest.mark.parametrize("split_nodes, lanes2, rows", [(10 ** 6, 10 ** 6, 10 ** 6), (10 ** 6, 0, 10 ** 6),
+                                                      (0, 0, 10 ** 6), (10 ** 6, 0, 0)])
+def test_kernels_compute_the_rows_themselves(monkeypatch, split_nodes, lanes2, rows):
     """A kernel that failed every block would pass the tests above (the
     interpreter runs a failed block again): each shape's kernel, called
     directly on a program of inputs alone, succeeds and writes the
     interpreter's values and per-sample gradients."""
     monkeypatch.setattr(native, "SPLIT_NODES", split_nodes)
     monkeypatch.setattr(native, "LANES2_NODES", lanes2)
+    monkeypatch.setattr(native, "ROWS_INS", rows)
     tapead.clear_guards()
     xs = [Value(0.1 * i) for i in range(3)]
     y = (xs[0] * xs[1]).exp() / (xs[2] * xs[2] + 1.0) + (xs[0] - xs[2]).tanh() * xs[1]
