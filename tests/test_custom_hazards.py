@@ -12,7 +12,7 @@ import tapead
 import tapead.custom as C
 from tapead import Value
 
-from conftest import collect_all, interrupt_at, on_fresh_tape
+from conftest import STEP, collect_all, interrupt_at, on_fresh_tape
 
 SEG = 1 << tapead._c.SHIFT
 
@@ -20,8 +20,10 @@ SEG = 1 << tapead._c.SHIFT
 def softplus(x):
     out = Value(math.log1p(math.exp(x.data)), (x,), "softplus")
 
-    def _backward():
-        x.grad += out.grad / (1 + math.exp(-x.data))
+    def _backward():        # (three lines: where the interpreter sends line events only, three places)
+        s = 1 + math.exp(-x.data)
+        g = out.grad / s
+        x.grad += g
     out._backward = _backward
     return out
 
@@ -48,7 +50,7 @@ def test_ctrl_c_anywhere_in_a_backward_through_a_rule():
                 k += 1
         finally:
             sys.unraisablehook = old_hook
-        assert k > 8 and swallowed == []
+        assert k > (8 if STEP == "opcode" else 3) and swallowed == []
         assert x.grad == pytest.approx(3.0 * 2.0 / (1 + math.exp(-1.0)), rel=1e-15)
         del x, y
         pad = [Value(0.0) for _ in range(2 * SEG)]   # (the segments of the loop: not current)
