@@ -175,6 +175,9 @@ class Body:
         self.vi: Dict[int, int] = {}
         self.di: Dict[int, int] = {}
         self.helpers: Dict[str, int] = {}    # (dense) loop functions called: name -> op
+        # (not mem) adjoint rows written so far, True where the first write
+        # was "r = term" (not the interpreter's "r = 0.0; r += term"): see _add
+        self.written: Dict[str, bool] = {}
         self.stored: Set[int] = set()        # (dense) accumulators a dot's loop stores whole
         self.uniform: List[str] = []
         self.rows: List[str] = []
@@ -317,7 +320,20 @@ class Body:
             r = self.row("du" if C.uni[k] else "d", k)
             if vec:
                 vec[0].append(f"TA_V4ADDTO(&{r}, {vec[1]});")
-            return f"{r} += {expr};"
+            if self.mem or r in self.written:
+                return f"{r} += {expr};"
+            # The interpreter's adjoint starts at +0.0 and adds each term;
+            # here the first term is assigned (one add fewer a term).  The
+            # two differ only where every term so far is a zero: there
+            # 0.0 + t is +0.0 and t may be -0.0 (or a signalling NaN seed,
+            # which the first arithmetic quiets to the same bits).  A -0.0
+            # adjoint times a partial, or added to a sum, gives the
+            # interpreter's bits up to the sign of a zero again, and an
+            # adjoint that starts at +0.0 is never -0.0 (round to nearest:
+            # x + -x is +0.0), so _grad's "+ 0.0" on the way out makes them
+            # the interpreter's bits.
+            self.written[r] = True
+            return f"{r} = {expr};"
         i = len(self.fold)
         self.fold.append((i, f"A[{C.dloc[k]}]", factor))
         if vec:
@@ -331,10 +347,9 @@ class Body:
             out.append("memset(D, 0, TA_ND * TA_W * sizeof *D);")
         elif self.mem:               # every adjoint row at once (one statement, not one a node)
             out.append(f"memset(D, 0, {C.n} * TA_W * sizeof *D);")
-        for k in range(C.n):
+        for k in range(C.n):     # declared here, set by their first term (_add) or _read
             if not self.mem and C.dloc[k] != NONE and C.loc[k] != NONE and (not C.uni[k] or ps):
-                name = "du" if C.uni[k] else "d"
-                out.append(f"{self.decl(name, k)}TA_LANES({self.row(name, k)} = 0.0);")
+                out.append(self.decl("du" if C.uni[k] else "d", k).strip())
         for j, o in enumerate(C.out):                      # seeds
             s = self._add(o, f"TA_SEED({j})")
             if s:
@@ -342,7 +357,7 @@ class Body:
         for k, x, y, op, t0, nt in reversed(C.ins):
             if C.dloc[k] == NONE:
                 continue
-            g = self.row("d", k)
+            g = self._read("d", k)
             if op != IDOT and self.dense and self._rows_only(k) and self._row_targets(k):
                 bin_ = _kind(op) == "BIN"
                 ax, ay = self._target_ptr(x), self._target_ptr(y) if bin_ else "NULL"
@@ -391,10 +406,9 @@ class Body:
                     if d == "pdy" and _kind(C.op[k]) != "BIN":
                         continue
                     if C.dloc[x] != NONE:
-                        out.append(f"TA_LANES({self.row('du', x)} += {self.partial(k, d)} * "
-                                   f"{self.row('du', k)});")
-            grads = [f"TA_GRAD({j}, {'0.0' if k == NONE else self.row('du' if C.uni[k] else 'd', k)});"
-                     for j, k in enumerate(C.wrt)]
+                        g = self._read("du", k)
+                        out.append(f"TA_LANES({self._add(x, f'{self.partial(k, d)} * {g}')});")
+            grads = [f"TA_GRAD({j}, {self._grad(k)});" for j, k in enumerate(C.wrt)]
             if self.dense:                                 # a row's gradients in one pass
                 out.append("TA_LANES(" + " ".join(grads) + ");")
             else:
@@ -404,7 +418,7 @@ class Body:
             if k != NONE and not C.uni[k]:
                 i = len(self.fold)
                 self.fold.append((i, f"Gb[{j}]", None))
-                out.append(f"TA_LANES(TA_ACC({i}, {self.row('d', k)}));")
+                out.append(f"TA_LANES(TA_ACC({i}, {self._read('d', k)}));")
         end = self.block_end
         for k in reversed(C.uops):                         # batch.c: ta_rv_uniform, summed
             if C.dloc[k] == NONE:
@@ -418,6 +432,22 @@ class Body:
         for j, k in enumerate(C.wrt):
             v = "0.0" if k == NONE else f"A[{C.dloc[k]}]" if C.uni[k] else f"Gb[{j}]"
             end.append(f"parts[{j}] = {v};")
+
+    def _read(self, name: str, k: int) -> str:
+        """Node k's adjoint row (name "d" or "du") about to be read: set to
+        0.0 first if no term was added to it (not mem: _add)."""
+        r = self.row(name, k)
+        if not self.mem and r not in self.written:
+            self.written[r] = False
+            self.rows.append(f"TA_LANES({r} = 0.0);")
+        return r
+
+    def _grad(self, k: int) -> str:
+        """(ps) The gradient of wrt node k at lane l, as the interpreter's bits (_add)."""
+        if k == NONE:
+            return "0.0"
+        r = self._read("du" if self.code.uni[k] else "d", k)
+        return f"{r} + 0.0" if self.written.get(r) else r
 
     def _factor(self, k: int, other: int, g: str, vec: Optional[List[str]] = None) -> Optional[str]:
         """One operand k of a dot's product: batch.c's ta_rv_factor (vec: as _add)."""
@@ -469,9 +499,11 @@ class CTarget(Target):
         else:      # several rows' statements side by side: independent chains in flight
             rows = f"#define TA_W {self.lanes}\n#define TA_LANES(...)" + "".join(
                 f" {{ const int l = {i}; __VA_ARGS__; }}" for i in range(self.lanes)) + """
-/* past a chunk's last row, a lane recomputes the row s and writes nothing */
-#define TA_ROW (s + l < c1 ? s + l : s)
-#define TA_REAL (s + l < c1)
+/* the rows loop runs while every lane has a row (TA_TAIL 0), then once
+ * more if the chunk has rows left (TA_TAIL 1): there a lane past the
+ * chunk's last row recomputes the row s and writes nothing */
+#define TA_ROW (TA_TAIL && s + l >= c1 ? s : s + l)
+#define TA_REAL (!TA_TAIL || s + l < c1)
 """
         return """\
 /* generated by tapead.codegen (CTarget): see tapead/codegen.py */
@@ -512,9 +544,13 @@ static int ta_kernel_{mode}(const ta_run_t *R, const double *U, uint64_t r0, uin
                      f"        c1 = c0 + {code.ch} < r1 ? c0 + {code.ch} : r1;")
         if nacc:
             lines.append(f"        memset(acc, 0, {nacc * 4} * sizeof *acc);")
-        lines.append(f"        for (s = c0; s < c1; s += {self.lanes}) {{")
-        lines += ["            " + s for s in b.rows]
-        lines.append("        }")
+        body = ["            " + s for s in b.rows]
+        if self.lanes == 1:
+            lines += [f"        for (s = c0; s < c1; s++) {{"] + body + ["        }"]
+        else:     # the body twice: no lane's row is checked but in the chunk's last pass
+            lines += ["#define TA_TAIL 0", f"        for (s = c0; s + {self.lanes} <= c1; s += {self.lanes}) {{"]
+            lines += body + ["        }", "#undef TA_TAIL", "#define TA_TAIL 1", "        if (s < c1) {"]
+            lines += body + ["        }", "#undef TA_TAIL"]
         for i, dest, factor in b.fold:
             sm = f"((acc[{4 * i}] + acc[{4 * i + 1}]) + (acc[{4 * i + 2}] + acc[{4 * i + 3}]))"
             lines.append(f"        {dest} += {factor + ' * ' if factor else ''}{sm};")
@@ -594,7 +630,7 @@ static int ta_kernel_{mode}(const ta_run_t *R, const double *U, uint64_t r0, uin
 }}
 """)
         self.nscratch = code.ndu + code.nwrt + 2 * nodes * W + 2 * nodes + 4 * nacc + 1
-        pre = self.prelude() + _FRAME
+        pre = self.prelude() + "#define TA_TAIL 1\n" + _FRAME       # every pass checks its lanes
         funcs = [f"TA_PART int {name}(const ta_frame *F)\n{{\n    TA_FRAME\n{text}\n    return bad;\n}}\n"
                  for text, name in parts.items()]
         decls = "".join(f"TA_PART int {name}(const ta_frame *F);\n" for name in parts.values())

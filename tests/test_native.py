@@ -136,6 +136,43 @@ def test_two_lane_kernels_bit_for_bit(monkeypatch):
     assert same(runs(slow, X[:7], pv), runs(fast, X[:7], pv))
 
 
+@pytest.mark.parametrize("lanes2", [False, True])
+def test_zero_and_nonfinite_adjoints_bit_for_bit(monkeypatch, lanes2):
+    """A generated adjoint starts at its first term, the interpreter's at
+    +0.0 plus it (codegen.Body._add): they differ in the sign of a zero, or
+    a signalling NaN seed's quiet bit, until the gradient is written.  Rows
+    and seeds of zeros of either sign, infinities and NaNs (a signalling one
+    among them), through ops whose partials are zeros of either sign: the
+    interpreter's bits, per sample and summed, a NaN's sign and payload
+    aside (IEEE 754 leaves them to the operand order, which the
+    interpreter's vector loops and the generated code choose apart)."""
+    monkeypatch.setattr(native, "LANES2_NODES", 10 ** 6 if lanes2 else 0)
+    x, y, w = Value(1.0), Value(2.0), Value(-3.0)
+    a = (x * w).relu() * -1.0                 # partials -0.0 / +0.0 by row
+    b = a * y + abs(y) * (w * x)
+    c = tapead.maximum(b, a) - x * 0.0
+    outs, wrt = [a, b, c, x * y], [x, y, w]
+    slow, fast = pair(outs, [x, y], wrt)
+    assert fast.native
+    vals = [0.0, -0.0, 1.0, -2.0, float("inf"), float("-inf"), float("nan")]
+    X = np.array([(u, v) for u in vals for v in vals] * 3)
+    snan = np.frombuffer(np.uint64(0x7FF0000000000001).tobytes(), dtype=np.float64)[0]
+    seeds = np.array([-0.0, 0.0, snan, -1.0, float("inf"), 2.0, -0.0])
+    rows = np.resize(np.array([[-0.0, 0.0, snan, 1.0], [0.0, -0.0, -0.0, -0.0],
+                               [float("nan"), -0.0, 0.0, float("-inf")]]), (len(X), 4))
+    for p in (slow, fast):
+        p.results = [p.grad(X, seed=seeds[:4], per_sample=True), p.grad(X, seed=seeds[3:], per_sample=True),
+                     p.grad(X, seed=rows, per_sample=True), p.grad(X, seed=rows),
+                     p.grad(X, seed=seeds[:4]), p.grad(X[:1], seed=rows[:1], per_sample=True)]
+    for u, v in zip(slow.results, fast.results):
+        for a_, b_ in zip(u, v):
+            nan = np.isnan(a_)
+            assert (nan == np.isnan(b_)).all() and a_[~nan].tobytes() == b_[~nan].tobytes()
+    zeros = fast.results[2][1]
+    assert (np.signbit(zeros) & (zeros == 0)).sum() == 0   # the interpreter never gives -0.0 here
+    assert (zeros == 0).sum() > 10
+
+
 @pytest.mark.parametrize("seed", [4, 5])
 def test_split_kernels_bit_for_bit(monkeypatch, seed):
     """Large programs get the split shape (CTarget(split=...): functions of a
