@@ -248,7 +248,7 @@ class Program:
         self._p = box[0]          # valid while self._box lives
         self._params = []
         self._dims = tuple(_prog.prog_size(self._p, w) for w in (
-            "inputs", "outputs", "wrt", "params", "nodes"))
+            "inputs", "outputs", "wrt", "params", "nodes", "block"))
 
     @property
     def n_inputs(self) -> int:
@@ -338,16 +338,13 @@ class Program:
             import tapead
             Y, G = tapead.cuda.run(self, X, seed, grad, params, device, parts=parts, row0=row0)
             return Y, G
+        # (a call's Python is most of a small batch's time: each step here was measured)
         np = _np()
-        nin, nout, nwrt, npar, _ = self._dims
+        nin, nout, nwrt, npar, _, block = self._dims
         X = _rows(X, nin)
         B = X.shape[0]
-        r: Dict[str, Any] = {"B": B, "nin": nin, "nout": nout, "nwrt": nwrt, "npar": npar,
-                             "threads": self._threads(threads, B)}
         Y = np.empty((B, nout))
-        r["X"], r["Y"] = X, Y
-        if params is not None:
-            r["params"] = self._param_values(params)
+        pv = None if params is None else self._param_values(params)
         G = P = sp = None
         if grad is not None:
             if seed is None:
@@ -355,17 +352,13 @@ class Program:
             else:
                 sp = _c_array(seed, np.float64)
                 _check_seed(sp.shape, B, nout)
-            r["seed"], r["seedmode"] = sp, 1 if sp.ndim == 1 else 2
             if grad == "per_sample":
                 G = np.empty((B, nwrt))     # (C writes every entry: 0.0 where wrt is not reached)
-                r["per_sample"] = 1
             else:
                 G = np.zeros(nwrt)
-                block = _prog.prog_size(self._p, "block")
                 P = np.empty((-(-B // block), nwrt))
-                r["parts"], r["nblocks"] = P, P.shape[0]
-            r["G"] = G
-        _prog.prog_run(self._p, r, row0)
+        _prog.prog_run(self._p, X, B, nin, Y, nout, sp, G, nwrt, grad == "per_sample", P, pv, npar,
+                       self._threads(threads, B), row0)
         return Y, (P if parts else G)
 
     def __call__(self, X: ArrayLike, threads: Optional[int] = None,

@@ -75,16 +75,26 @@ def prog_follow(p: Any) -> bool:
     return lib.ta_prog_follow(p) == 0
 
 
-def prog_run(p: Any, fields: Dict[str, Any], row0: int) -> None:
-    """Run program p (csrc/cdef.h: ta_run_t, numpy arrays for its pointers,
-    ints for the rest); a failure raises, naming its row (row0: the first
-    row's number in the message)."""
-    # (the struct filled from a dict in one call: a setattr a field took 40% longer)
-    keep = {k: (f64(x) if hasattr(x, "dtype") else x) for k, x in fields.items()}
-    r: Any = ffi.new("ta_run_t *", keep)
+def prog_run(p: Any, X: Any, B: int, nin: int, Y: Any, nout: int, seed: Any, G: Any,
+             nwrt: int, per_sample: bool, parts: Any, params: Any, npar: int, threads: int,
+             row0: int) -> None:
+    """Run program p (csrc/cdef.h: ta_run_t): X (B x nin) and Y (B x nout)
+    contiguous float64 numpy arrays; seed None (outputs only), (nout,) or
+    (B, nout); G the gradients, per_sample (B x nwrt) or summed (nwrt) with
+    parts their blocks' sums; params None (the program's own) or (npar,).  A
+    failure raises, naming its row (row0: the first row's number in the
+    message)."""
+    # (the struct filled from a list in one call, ta_run_t's fields in order:
+    # a setattr a field took 40% longer; None is a NULL pointer)
+    fb = ffi.from_buffer
+    r: Any = ffi.new("ta_run_t *", [
+        fb("double[]", X), B, nin, fb("double[]", Y), nout,
+        ffi.NULL if seed is None else fb("double[]", seed), 0 if seed is None else seed.ndim,
+        ffi.NULL if G is None else fb("double[]", G), nwrt, 1 if per_sample else 0,
+        ffi.NULL if parts is None else fb("double[]", parts), 0 if parts is None else parts.shape[0],
+        ffi.NULL if params is None else fb("double[]", params), npar, threads])
     f: Any = ffi.new("ta_fail_t *")
     st = lib.ta_prog_run(p, r, f)
-    del keep
     if st:
         raise _run_error(st, f, row0)
 
