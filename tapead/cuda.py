@@ -590,7 +590,7 @@ def _run(cp: Any, prog: Any, X: Any, seed: Any, grad: Optional[str], params: Any
         Xd = X
     else:
         Xd = cp.ascontiguousarray(cp.asarray(X, dtype=cp.float64))
-    nin, nout, nwrt, npar, _ = prog._dims
+    nin, nout, nwrt, npar = prog._dims[:4]
     _check_rows(Xd.shape, nin)
     B = Xd.shape[0]
     rt = cp.cuda.runtime
