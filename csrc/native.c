@@ -35,6 +35,7 @@ int ta_native_install(void) { return TA_ENONATIVE; }
 #include "tapead.h"
 #include "ops.h"
 #include "nn.h"
+#include "native_prog.h"
 
 typedef struct {
     PyObject_HEAD
@@ -1565,6 +1566,10 @@ static PyMethodDef va_module_methods[] = {
     {"owners", va_owners, METH_VARARGS, "owners(per_thread, made, every, tl): the owner type"},
     {"adopt", va_adopt, METH_VARARGS, "adopt(h, n, own=None): Values taking over the holds of a held list"},
     {"dots", va_dots, METH_VARARGS, "dots(dot, linear): the fast tapead.dot and tapead.linear"},
+    {"program_box", vp_box_type, METH_NOARGS, "program_box(): the type of a Program's box (native_prog.c)"},
+    {"run", (PyCFunction)(void (*)(void))vp_run, METH_FASTCALL,
+     "run(box, X, B, nin, Y, nout, seed, seedmode, G, nwrt, per_sample, parts, nblocks, params, npar, "
+     "threads): a Program's call (native_prog.c)"},
     {NULL, NULL, 0, NULL}
 };
 

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 from . import _c, custom as _custom, nodedata as _nd
 from ._c import OP, OP_KINDS, OP_NAMES
-from ._c import holds as _holds
+from ._c import holds as _holds, program as _cprog
 from ._c.status import error
 from .errors import TapeadError
 from ._opsurface import *   # the op codes (ADD, MUL, RELU, ...), generated from csrc/ops.def
@@ -785,6 +785,7 @@ def _native_front() -> Any:
     _native.set_hooks(error, _real, _restore, _other, _nd.set_attr, _custom.ta_custom_rule,
                       _custom.grads_value)
     _custom.bind_native(_native)
+    _cprog.bind_native(_native)
     return t
 
 

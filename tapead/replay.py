@@ -242,10 +242,10 @@ class Program:
         self._native = NativeState(self, native)
 
     def _own(self, box: Any) -> None:
-        """Take the C program in box (_prog.prog_new, prog_load); its sizes
-        are read once (they never change)."""
-        self._box = box
-        self._p = box[0]          # valid while self._box lives
+        """Take the C program in box, an (owner, ta_prog **) pair
+        (_prog.prog_new, prog_load); its sizes are read once (they never change)."""
+        self._box = box[0]
+        self._p = box[1][0]       # valid while self._box (the owner) lives
         self._params = []
         self._dims = tuple(_prog.prog_size(self._p, w) for w in (
             "inputs", "outputs", "wrt", "params", "nodes", "block"))
@@ -357,7 +357,7 @@ class Program:
             else:
                 G = np.zeros(nwrt)
                 P = np.empty((-(-B // block), nwrt))
-        _prog.prog_run(self._p, X, B, nin, Y, nout, sp, G, nwrt, grad == "per_sample", P, pv, npar,
+        _prog.prog_run(self._box, self._p, X, B, nin, Y, nout, sp, G, nwrt, grad == "per_sample", P, pv, npar,
                        self._threads(threads, B), row0)
         return Y, (P if parts else G)
 

@@ -728,3 +728,52 @@ def test_per_sample_gradients_fill_every_entry():
         _, G = prog.grad(X, per_sample=True, threads=threads)
         assert G[:, 0].tolist() == X[:, 0].tolist() and G[:, 1].tolist() == [0.0] * 3001
         assert G[:, 2].tolist() == [2.0] * 3001
+
+
+@pytest.mark.skipif(tapead.FRONT != "native", reason="the native front's call (csrc/native_prog.c)")
+def test_native_run_checks_what_it_is_handed():
+    """On the native front a Program's call is one C call (csrc/native_prog.c:
+    run), which reaches the program only through its box and checks every
+    array against the counts it is given: whatever Python hands it, an
+    exception, never a crash, and the arrays it was given untouched."""
+    import sys
+    run = sys.modules["tapead._native"].run
+    box_type = sys.modules["tapead._native"].program_box()
+    x, w = Value(0.5), Value(2.0)
+    p = tapead.compile([(w * x).exp()], [x], wrt=[w])
+    box = p._box
+    assert type(box) is box_type
+    X, Y, G, P = np.ones((4, 1)), np.zeros((4, 1)), np.zeros(1), np.zeros((1, 1))
+    seed = np.ones(1)
+
+    def args(**kw):
+        a = dict(box=box, X=X, B=4, nin=1, Y=Y, nout=1, seed=seed, seedmode=1, G=G, nwrt=1,
+                 per_sample=0, parts=P, nblocks=1, params=None, npar=1, threads=1)
+        a.update(kw)
+        return list(a.values())
+
+    assert run(*args()) is None and Y[0, 0] == math.exp(2.0) and G[0] == 4 * math.exp(2.0)
+    Y[:] = 7.0
+    for kw, err in [({"box": 12345}, TypeError), ({"box": box_type()}, ValueError),
+                    ({"X": X.astype(np.float32)}, ValueError), ({"X": np.ones((4, 2))[:, :1]}, (ValueError, BufferError)),
+                    ({"X": np.ones((3, 1))}, ValueError), ({"Y": np.ones(4)[::1].view()[:3]}, ValueError),
+                    ({"B": 5}, ValueError), ({"B": -1}, ValueError), ({"B": 2 ** 70}, ValueError),
+                    ({"nin": "1"}, TypeError), ({"seed": None}, ValueError), ({"seedmode": 0}, ValueError),
+                    ({"G": np.zeros(2)}, ValueError), ({"parts": b"12345678"}, (ValueError, BufferError)),
+                    ({"params": np.zeros(3)}, ValueError), ({"threads": 2 ** 40}, ValueError),
+                    ({"X": "abcdefgh"}, TypeError)]:
+        with pytest.raises(err):
+            run(*args(**kw))
+    ro = np.zeros((4, 1)); ro.flags.writeable = False
+    with pytest.raises((ValueError, BufferError)):
+        run(*args(Y=ro))
+    with pytest.raises(TypeError):
+        run(box)
+    assert (Y == 7.0).all() and not ro.any()
+    # counts the buffers agree with but the program does not: C's own check (TA_EARG)
+    st = run(*args(X=np.ones((4, 2)), nin=2))
+    assert st is not None and st[0] == tapead._c.lib.TA_EARG and (Y == 7.0).all()
+    # a failing row: the Program's error, naming the row
+    bad = np.array([[0.0], [1.0], [400.0], [1.0]])
+    with pytest.raises(OverflowError, match="row 2"):
+        p(bad)

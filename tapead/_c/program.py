@@ -20,10 +20,27 @@ def guard_count() -> int:
     return lib.ta_guard_count()
 
 
-def _prog_box() -> Any:
-    """An empty box a C call puts a new program in, owned before the call
-    (csrc/cdef.h: ta_prog_drop)."""
-    return ffi.gc(ffi.new("ta_prog *[1]"), lib.ta_prog_drop)
+# The native front's program boxes and calls (csrc/native_prog.c), bound
+# by bind_native; None on the cffi front and PyPy
+_box_type: Any = None
+_native_run: Any = None
+
+
+def bind_native(native: Any) -> None:
+    """Make programs in native's boxes and run them through native.run."""
+    global _box_type, _native_run
+    _box_type, _native_run = native.program_box(), native.run
+
+
+def _prog_box() -> Tuple[Any, Any]:
+    """(owner, ta_prog **): an empty box a C call puts a new program in,
+    owned before the call, which frees the program when it dies (the
+    native front's box, csrc/native_prog.c; else csrc/cdef.h: ta_prog_drop)."""
+    if _box_type is not None:
+        b = _box_type()
+        return b, ffi.cast("ta_prog **", b.address)
+    box = ffi.gc(ffi.new("ta_prog *[1]"), lib.ta_prog_drop)
+    return box, box
 
 
 def _ptr(a: Any, ctype: str = "double[]") -> Any:
@@ -33,14 +50,15 @@ def _ptr(a: Any, ctype: str = "double[]") -> Any:
 
 
 def prog_new(oid: Any, nout: int, iid: Any, nin: int, wid: Any, nwrt: int) -> Any:
-    """A new program's box (its program is box[0]); None for arguments C
-    refuses (TA_EARG: no outputs, inputs or wrt not leaves, inputs repeated)."""
-    p = _prog_box()
+    """A new program's (owner, box) (_prog_box: its program is box[0]); None
+    for arguments C refuses (TA_EARG: no outputs, inputs or wrt not leaves,
+    inputs repeated)."""
+    owner, p = _prog_box()
     st = lib.ta_prog_new(oid, nout, iid, nin, wid, nwrt, p)
     if st == lib.TA_EARG:
         return None
     check(st)
-    return p
+    return owner, p
 
 
 _PS = {"inputs": lib.TA_PS_INPUTS, "outputs": lib.TA_PS_OUTPUTS, "wrt": lib.TA_PS_WRT,
@@ -75,15 +93,29 @@ def prog_follow(p: Any) -> bool:
     return lib.ta_prog_follow(p) == 0
 
 
-def prog_run(p: Any, X: Any, B: int, nin: int, Y: Any, nout: int, seed: Any, G: Any,
+class _Failed:
+    """A failure as native.run returns it, read as a ta_fail_t."""
+
+    def __init__(self, t: Tuple[Any, ...]) -> None:
+        self.row, self.op, self.x, self.y, self.guard, self.kind, self.outcome = t[1:]
+
+
+def prog_run(owner: Any, p: Any, X: Any, B: int, nin: int, Y: Any, nout: int, seed: Any, G: Any,
              nwrt: int, per_sample: bool, parts: Any, params: Any, npar: int, threads: int,
              row0: int) -> None:
-    """Run program p (csrc/cdef.h: ta_run_t): X (B x nin) and Y (B x nout)
-    contiguous float64 numpy arrays; seed None (outputs only), (nout,) or
-    (B, nout); G the gradients, per_sample (B x nwrt) or summed (nwrt) with
-    parts their blocks' sums; params None (the program's own) or (npar,).  A
-    failure raises, naming its row (row0: the first row's number in the
-    message)."""
+    """Run program p (owner: its box's owner, _prog_box; csrc/cdef.h:
+    ta_run_t): X (B x nin) and Y (B x nout) contiguous float64 numpy arrays;
+    seed None (outputs only), (nout,) or (B, nout); G the gradients,
+    per_sample (B x nwrt) or summed (nwrt) with parts their blocks' sums;
+    params None (the program's own) or (npar,).  A failure raises, naming
+    its row (row0: the first row's number in the message)."""
+    if _native_run is not None:      # the native front: one C call (csrc/native_prog.c)
+        res = _native_run(owner, X, B, nin, Y, nout, seed, 0 if seed is None else seed.ndim, G,
+                          nwrt, 1 if per_sample else 0, parts, 0 if parts is None else parts.shape[0],
+                          params, npar, threads)
+        if res is not None:
+            raise _run_error(res[0], _Failed(res), row0)
+        return
     # (the struct filled from a list in one call, ta_run_t's fields in order:
     # a setattr a field took 40% longer; None is a NULL pointer)
     fb = ffi.from_buffer
@@ -150,16 +182,17 @@ def prog_flat(p: Any, sizes: Dict[str, int], arrs: Dict[str, Any]) -> None:
 
 
 def prog_load(sizes: Dict[str, int], arrs: Dict[str, Any], params: Any) -> Any:
-    """A program's box from its flat form (prog_flat) and parameter values, every field
-    checked in C; None for a form C refuses (TA_EARG)."""
+    """A program's (owner, box) (as prog_new's) from its flat form
+    (prog_flat) and parameter values, every field checked in C; None for a
+    form C refuses (TA_EARG)."""
     f, keep = _flat(sizes, arrs)
-    p = _prog_box()
+    owner, p = _prog_box()
     st = lib.ta_prog_load(f, f64(params), p)
     del keep
     if st == lib.TA_EARG:
         return None
     check(st)
-    return p
+    return owner, p
 
 
 # The execution code's arrays (ta_codeview_t): name, numpy type, size field.
