@@ -1,7 +1,7 @@
 """A representative workout of the C core, small enough for valgrind memcheck.
 
 Records, sweeps, reclaims (many segments), errors, no_grad, optim, jvp,
-wengert and bulk interop; run by .ci/run under valgrind.
+wengert, bulk interop and a Program; run by .ci/run under valgrind.
 """
 import numpy as np
 
@@ -39,7 +39,20 @@ vs = tapead.values(np.linspace(0, 1, 5000))
 tapead.data(vs)
 tapead.grads(vs)
 tapead.to_dot(w)
-del s, z, vs
+# a Program: made, run (on the native front one C call over the arrays,
+# csrc/native_prog.c), a failing row, pickled and run again, then freed
+u, v = tapead.Value(0.3), tapead.Value(-0.2)
+prog = tapead.compile([(u * v).exp() + u.relu()], [u], wrt=[u, v], native=False)
+prog.grad(np.linspace(-1, 1, 300).reshape(-1, 1))
+prog.grad(np.linspace(-1, 1, 300).reshape(-1, 1), per_sample=True, threads=2)
+try:
+    prog(np.array([[0.5], [-1e6]]))
+    raise AssertionError("the row should fail")
+except OverflowError:
+    pass
+import pickle
+pickle.loads(pickle.dumps(prog)).grad(np.ones((3, 1)), params=np.array([0.5]))
+del s, z, vs, prog
 tapead.collect()
 assert tapead._c.lib.ta_validate() == 0
 print("valgrind smoke ok", tapead.tape_stats()["nodes"])

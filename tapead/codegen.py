@@ -68,7 +68,8 @@ summed over rows) or ``"ps"`` (per-sample gradients)
     ``TA_V4ROWS`` statements, a dot over vectors of four rows, with
     ``TA_V4L``, ``TA_V4S``, ``TA_V4ST``, ``TA_V4MUL``, ``TA_V4ADD``,
     ``TA_V4ADDTO``, ``TA_V4ACC``: load, splat, store, multiply, add, add to
-    a row, add to accumulator i's four lanes).  A CUDA target
+    a row, add to accumulator i's four lanes; and ``TA_VZ()`` after each
+    such statement: clear the vector registers' upper halves).  A CUDA target
     defines the same names (``TA_W`` 1, ``l`` 0, the row from the thread
     index) and reduces ``TA_ACC`` its own way; it includes ops.h as
     ``CTarget`` does (``include_dir()``) so its kernel computes with the same rules.
@@ -273,7 +274,7 @@ class Body:
                     vterms = "".join(f" m_ = TA_V4MUL({self.vval(C.tp[t])}, {self.vval(C.tq[t])});"
                                      f" r_ = TA_V4ADD(r_, m_);" for t in range(t0, t0 + nt))
                     out.append(f"TA_V4ROWS(ta_v4 r_ = {self.vval(x)}, m_;{vterms}"
-                               f" TA_V4ST(&{self.row('v', k)}, r_));")
+                               f" TA_V4ST(&{self.row('v', k)}, r_)); TA_VZ();")
                 else:
                     out.append(f"{self.decl('v', k)}TA_LANES(double r_ = {self.val(x)}, m_;{terms}"
                                f" {self.row('v', k)} = r_);")
@@ -395,7 +396,7 @@ class Body:
                 self.stored.update(int(i) for i in accs)
                 out.append("{ " + "".join(f"ta_v4 a{i}_ = TA_V4Z; " for i in accs)
                            + f"TA_V4ROWS(const ta_v4 g_4 = TA_V4L(&{g}); " + " ".join(vterms) + "); "
-                           + "".join(f"TA_V4ST(acc + {4 * int(i)}, a{i}_); " for i in accs) + "}")
+                           + "".join(f"TA_V4ST(acc + {4 * int(i)}, a{i}_); " for i in accs) + "} TA_VZ();")
             else:
                 out += [f"TA_LANES({s});" for s in terms]
         if ps:
@@ -681,6 +682,16 @@ class RowsTarget(CTarget):
 typedef double ta_v4 __attribute__((vector_size(32)));
 typedef double ta_v4u __attribute__((vector_size(32), aligned(8), may_alias));
 typedef long long ta_i4 __attribute__((vector_size(32)));
+/* After each statement on vectors (Body: dense), the upper halves of the
+ * vector registers are cleared (vzeroupper), as GCC does itself only from -O2 on: with them
+ * left dirty, code built without AVX that runs next (libm's exp, the
+ * interpreter, Python) paid for it on every instruction, here 10-25x on a
+ * loop of exp calls (docs/native.md, part 7). */
+#if defined(__AVX__)
+#define TA_VZ() __builtin_ia32_vzeroupper()
+#else
+#define TA_VZ() ((void)0)
+#endif
 #define TA_V4ROWS(...) for (g_ = 0; g_ < n_; g_ += 4u) { const uint64_t l = g_; \\
     const long long gl_ = (long long)g_, nl_ = (long long)n_; \\
     const ta_i4 mk_ = (ta_i4){gl_, gl_ + 1, gl_ + 2, gl_ + 3} < (ta_i4){nl_, nl_, nl_, nl_}; (void)mk_; \\

@@ -293,6 +293,64 @@ def test_kernels_compute_the_rows_themselves(monkeypatch, split_nodes, lanes2, r
     assert same((Y, G), slow.grad(X, seed=seed, per_sample=True))
 
 
+def _avx_shim(tmp_path):
+    """ta_then_ymm(k, R, U, r0, r1, parts, scratch): calls the kernel k, then
+    reads XINUSE (xgetbv 1): 1 if the vector registers' upper halves are
+    left in use (dirty), else 0; None where that cannot be read here."""
+    cpu = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
+    if not (native.avx2() and " xgetbv1" in cpu):
+        return None
+    src = tmp_path / "shim.c"
+    src.write_text("""
+#include <stdint.h>
+typedef int (*kern)(const void *, const double *, uint64_t, uint64_t, double *, double *);
+int ta_then_ymm(kern k, const void *R, const double *U, uint64_t r0, uint64_t r1, double *parts,
+                double *scratch)
+{
+    uint32_t lo, hi;
+    if (k(R, U, r0, r1, parts, scratch) != 0) return -1;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(1));
+    return (lo >> 2) & 1;   /* XINUSE bit 2: the AVX state (upper halves) */
+}
+""")
+    so = tmp_path / "shim.so"
+    subprocess.run((native.compiler() or ["cc"]) + ["-O2", "-fPIC", "-shared", "-o", str(so), str(src)],
+                   check=True)
+    f = ctypes.CDLL(str(so)).ta_then_ymm
+    f.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Run)] + [ctypes.c_void_p] + [ctypes.c_uint64] * 2 \
+        + [ctypes.c_void_p] * 2
+    f.restype = ctypes.c_int
+    return f
+
+
+def test_rows_kernels_leave_the_vector_registers_clean(tmp_path):
+    """A rows kernel (built for AVX2, at -O1, where GCC does not clear the
+    vector registers' upper halves itself) returns with them clear: left
+    dirty, code built without AVX that runs next (libm, the interpreter,
+    Python) ran 10-25x slower on this machine (docs/native.md, part 7)."""
+    shim = _avx_shim(tmp_path)
+    if shim is None:
+        pytest.skip("no AVX2 or no xgetbv 1 here")
+    tapead.clear_guards()
+    import tapead.nn as tnn
+    random.seed(4)
+    model = tnn.MLP(3, [8, 8, 1])
+    xs = [Value(0.0), Value(0.0), Value(0.0)]
+    out = model(xs).tanh()
+    slow = tapead.compile([out], xs, wrt=model.parameters(), native=False)
+    code = Code.of(slow)
+    assert isinstance(native.shape(code), RowsTarget)
+    address, nscratch = native.kernel(code)
+    B = 13
+    X = np.random.default_rng(0).uniform(-1, 1, size=(B, 3))
+    Y, G, seed = np.zeros((B, 1)), np.zeros((B, len(slow.params))), np.ones(1)
+    scratch, U = np.zeros(nscratch), np.zeros(code.nu + 1)
+    for mode in (0, 1):                       # values only; per-sample gradients
+        run = _Run(X=X.ctypes.data, B=B, nin=3, Y=Y.ctypes.data, nout=1, seed=seed.ctypes.data,
+                   seedmode=mode, G=G.ctypes.data, nwrt=G.shape[1], per_sample=1, threads=1)
+        assert shim(address, ctypes.byref(run), U.ctypes.data, 0, B, None, scratch.ctypes.data) == 0
+
+
 def test_bodies_follow_the_interpreters_code():
     """Every row instruction is in the body; summed parameter adjoints fold
     into their uniform adjoint, per-sample ones are rows."""
