@@ -89,13 +89,16 @@ static unsigned long long vp_mul(long long a, long long b)
 }
 
 /* o's buffer into b, checked: n float64s, C-contiguous, aligned, writable
- * if out.  0, or -1 with an exception set (b then holds nothing). */
+ * if out.  An empty buffer may start anywhere: numpy calls an empty array
+ * aligned at any address (one unpickled from a Dask message, say), and C
+ * reads nothing from it.  0, or -1 with an exception set (b then holds
+ * nothing). */
 static int vp_array(PyObject *o, Py_buffer *b, unsigned long long n, int out, const char *what)
 {
     int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (out ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(o, b, flags) < 0) return -1;
     if (b->itemsize != 8 || !b->format || strcmp(b->format, "d") != 0
-        || (uintptr_t)b->buf % sizeof(double) != 0 || n > (unsigned long long)PY_SSIZE_T_MAX / 8
+        || (n && (uintptr_t)b->buf % sizeof(double) != 0) || n > (unsigned long long)PY_SSIZE_T_MAX / 8
         || b->len != (Py_ssize_t)(n * 8)) {
         PyBuffer_Release(b);
         PyErr_Format(PyExc_ValueError, "run: %s is not an aligned, C-contiguous float64 array of "
