@@ -68,8 +68,10 @@ summed over rows) or ``"ps"`` (per-sample gradients)
     ``TA_V4ROWS`` statements, a dot over vectors of four rows, with
     ``TA_V4L``, ``TA_V4S``, ``TA_V4ST``, ``TA_V4MUL``, ``TA_V4ADD``,
     ``TA_V4ADDTO``, ``TA_V4ACC``: load, splat, store, multiply, add, add to
-    a row, add to accumulator i's four lanes; and ``TA_VZ()`` after each
-    such statement: clear the vector registers' upper halves).  A CUDA target
+    a row, add to accumulator i's four lanes, those with accumulators in
+    ``TA_V4SUMS`` loops (the chunk's lane masks, ``TA_MASKS()``); and
+    ``TA_VZ()`` after each such statement: clear the vector registers'
+    upper halves; a layer's dots are fused, several to a loop).  A CUDA target
     defines the same names (``TA_W`` 1, ``l`` 0, the row from the thread
     index) and reduces ``TA_ACC`` its own way; it includes ops.h as
     ``CTarget`` does (``include_dir()``) so its kernel computes with the same rules.
@@ -85,7 +87,7 @@ from __future__ import annotations
 import os
 import re
 import struct
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tuple
 
 from ._c import OP, OP_KINDS
 from ._c import program as _prog
@@ -266,25 +268,28 @@ class Body:
         for j, k in enumerate(C.inp):
             if k != NONE:
                 out.append(f"{self.decl('v', k)}TA_LANES({self.row('v', k)} = TA_IN({j}));")
+        items: List[Any] = []                # (dense) fused by _fuse_forward
         for k, x, y, op, t0, nt in C.ins:
             if op == IDOT:
                 terms = "".join(f" fwd_MUL({self.val(C.tp[t])}, {self.val(C.tq[t])}, &m_);"
                                 f" fwd_ADD(r_, m_, &r_);" for t in range(t0, t0 + nt))
                 if self.dense:           # vectors of four rows (RowsTarget)
-                    vterms = "".join(f" m_ = TA_V4MUL({self.vval(C.tp[t])}, {self.vval(C.tq[t])});"
-                                     f" r_ = TA_V4ADD(r_, m_);" for t in range(t0, t0 + nt))
-                    out.append(f"TA_V4ROWS(ta_v4 r_ = {self.vval(x)}, m_;{vterms}"
-                               f" TA_V4ST(&{self.row('v', k)}, r_)); TA_VZ();")
+                    ops = [x] + [o for t in range(t0, t0 + nt) for o in (C.tp[t], C.tq[t])]
+                    items.append(_FDot(k, self.row("v", k), self.vval(x),
+                                       [(self.vval(C.tp[t]), self.vval(C.tq[t])) for t in range(t0, t0 + nt)],
+                                       {o for o in ops if not C.uni[o]}))
                 else:
-                    out.append(f"{self.decl('v', k)}TA_LANES(double r_ = {self.val(x)}, m_;{terms}"
-                               f" {self.row('v', k)} = r_);")
+                    items.append(_Stmt(f"{self.decl('v', k)}TA_LANES(double r_ = {self.val(x)}, m_;{terms}"
+                                       f" {self.row('v', k)} = r_);"))
             elif self.dense and self._rows_only(k):       # the op's loop: a function (helpers())
                 name = self._helper("f", op)
-                out.append(f"bad |= {name}({self._ptr(x)}, {self._ptr(y if _kind(op) == 'BIN' else x)}, "
-                           f"{self._c(k)}, {self._ptr(k)}, n_);")
+                items.append(_Stmt(f"bad |= {name}({self._ptr(x)}, {self._ptr(y if _kind(op) == 'BIN' else x)}, "
+                                   f"{self._c(k)}, {self._ptr(k)}, n_);",
+                                   {x, y} if _kind(op) == "BIN" else {x}, {k}))
             else:
-                out.append(f"{self.decl('v', k)}TA_LANES(bad |= fwd_{_NAMES[op]}"
-                           f"({self.val(x)}, {self._second(k, y)}, &{self.row('v', k)}));")
+                items.append(_Stmt(f"{self.decl('v', k)}TA_LANES(bad |= fwd_{_NAMES[op]}"
+                                   f"({self.val(x)}, {self._second(k, y)}, &{self.row('v', k)}));"))
+        out += _fuse_forward(items)
         for a, b, c, kind, cst, outcome in C.guards:
             if C.uni[a] and (cst or C.uni[b]):
                 continue                                  # checked once per call (batch.c)
@@ -355,6 +360,8 @@ class Body:
             s = self._add(o, f"TA_SEED({j})")
             if s:
                 out.append(f"TA_LANES({s});")
+        items: List[Any] = []                # (dense, summed) fused by _fuse_reverse
+        fuse = self.dense and not ps
         for k, x, y, op, t0, nt in reversed(C.ins):
             if C.dloc[k] == NONE:
                 continue
@@ -363,9 +370,21 @@ class Body:
                 bin_ = _kind(op) == "BIN"
                 ax, ay = self._target_ptr(x), self._target_ptr(y) if bin_ else "NULL"
                 if ax != "NULL" or ay != "NULL":
-                    out.append(f"{self._helper('r', op)}({self._ptr(x)}, {self._ptr(y if bin_ else x)}, "
-                               f"{self._c(k)}, {self._ptr(k)}, &{g[:-len(' + l]')]}], {ax}, {ay}, n_);")
+                    call = (f"{self._helper('r', op)}({self._ptr(x)}, {self._ptr(y if bin_ else x)}, "
+                            f"{self._c(k)}, {self._ptr(k)}, &{g[:-len(' + l]')]}], {ax}, {ay}, n_);")
+                    if fuse:         # adjoint rows only: row nodes' (summed, _row_targets)
+                        items.append(_Stmt(call, {k}, {o for o, t in ((x, ax), (y, ay)) if t != "NULL"}))
+                    else:
+                        out.append(call)
                 continue
+            if op == IDOT and fuse:
+                layer = self._layer_dot(k, x, t0, nt, g)
+                if layer:
+                    items.append(layer)
+                    continue
+            if items:
+                out += _fuse_reverse(items)
+                items.clear()
             if op != IDOT:
                 parts = [self._add(x, f"dx_ * {g}")]
                 if _kind(op) == "BIN":
@@ -395,10 +414,11 @@ class Body:
                 accs = re.findall(r"TA_V4ACC\((\d+),", " ".join(vterms))
                 self.stored.update(int(i) for i in accs)
                 out.append("{ " + "".join(f"ta_v4 a{i}_ = TA_V4Z; " for i in accs)
-                           + f"TA_V4ROWS(const ta_v4 g_4 = TA_V4L(&{g}); " + " ".join(vterms) + "); "
+                           + f"TA_V4SUMS(const ta_v4 g_4 = TA_V4L(&{g}); " + " ".join(vterms) + "); "
                            + "".join(f"TA_V4ST(acc + {4 * int(i)}, a{i}_); " for i in accs) + "} TA_VZ();")
             else:
                 out += [f"TA_LANES({s});" for s in terms]
+        out += _fuse_reverse(items)
         if ps:
             for k in reversed(C.uops):                     # batch.c: ta_rv_uniform, per sample
                 if C.dloc[k] == NONE:
@@ -434,6 +454,37 @@ class Body:
             v = "0.0" if k == NONE else f"A[{C.dloc[k]}]" if C.uni[k] else f"Gb[{j}]"
             end.append(f"parts[{j}] = {v};")
 
+    def _layer_dot(self, k: int, x: int, t0: int, nt: int, g: str) -> Optional["_RDot"]:
+        """(dense, summed) Dot k's reverse as a _RDot if it is a layer's:
+        each product a uniform w times a row x, the xs distinct, the start
+        uniform or without an adjoint; else None (and nothing allocated).
+        Its accumulators are allocated as the statement form's would be."""
+        C = self.code
+        cols = []
+        for t in range(t0 + nt - 1, t0 - 1, -1):
+            p, q = C.tp[t], C.tq[t]
+            if bool(C.uni[p]) == bool(C.uni[q]):
+                return None
+            cols.append((p, q) if C.uni[p] else (q, p))
+        if len({xr for _, xr in cols}) < len(cols) or (not C.uni[x] and C.dloc[x] != NONE):
+            return None
+        start = None
+        out: List[Tuple[int, str, Optional[int], Optional[str], str]] = []
+        for t, (w, xr) in zip(range(t0 + nt - 1, t0 - 1, -1), cols):
+            if t == t0 and C.dloc[x] != NONE:
+                start = len(self.fold)
+                self._add(x, f"dx_ * {g}", vec=([], "TA_V4MUL(TA_V4S(dx_), g_4)"))
+            acc, drow = None, None
+            for k1 in (C.tp[t], C.tq[t]):              # the statement form's order (_reverse)
+                n0 = len(self.fold)
+                if k1 == w and self._factor(w, xr, g, []):
+                    acc = n0
+                elif k1 == xr and self._factor(xr, w, g, []):
+                    drow = self.row("d", xr)
+            out.append((xr, self.vval(xr), acc, drow, f"TA_V4S(U[{C.loc[w]}])"))
+        self.stored.update(i for i in [start] + [c[2] for c in out] if i is not None)
+        return _RDot(k, g, start, out)
+
     def _read(self, name: str, k: int) -> str:
         """Node k's adjoint row (name "d" or "du") about to be read: set to
         0.0 first if no term was added to it (not mem: _add)."""
@@ -459,6 +510,162 @@ class Body:
             return self._add(k, g, factor=f"U[{C.loc[other]}]", vec=None if vec is None else (vec, "g_4"))
         return self._add(k, f"{self.val(other)} * {g}",
                          vec=None if vec is None else (vec, f"TA_V4MUL({self.vval(other)}, g_4)"))
+
+
+# ------------------------------------------------------- fused dots (dense)
+# A network's layer is a run of dots over the same rows.  RowsTarget runs a
+# dot as one loop over the chunk's rows; a layer's dots, fused, share their
+# loads and give the CPU several independent sums at once.  Each sum keeps
+# its own order of operations (forward: each dot's terms in order; reverse:
+# each adjoint row's terms dot by dot, each accumulator's rows in order), so
+# the bits are the interpreter's.  Statements move only across statements
+# whose rows they neither read nor write.
+
+# Measured on the demo's network (16 x 16 layers; docs/native.md, issue 26
+# part 8): a loop's start and end cost more than spilling its sums, so the
+# reverse takes a whole layer a loop (up to _RBLOCK dots, _RTILE // dots
+# products each: a layer of 16 in 8 loops; 4 dots a loop, 32 loops, were
+# 6-9% slower, and no fusion 10% slower); the forward takes _FBLOCK dots a
+# loop (2: 3-7% slower; 6 or 8: the same as 4).
+_FBLOCK = 4
+_RBLOCK = 16
+_RTILE = 32
+
+
+class _Stmt:
+    """(dense) A statement of a sweep and the nodes whose rows it reads and
+    writes; reads None: nothing moves across it."""
+
+    def __init__(self, text: str, reads: Optional[Set[int]] = None,
+                 writes: Optional[Set[int]] = None) -> None:
+        self.text, self.reads, self.writes = text, reads, writes or set()
+
+
+class _FDot:
+    """(dense) A forward dot: node k's row := start + p0 * q0 + p1 * q1 + ...
+    (vector expressions), reading the rows of the nodes in reads."""
+
+    def __init__(self, k: int, row: str, start: str, terms: List[Tuple[str, str]],
+                 reads: Set[int]) -> None:
+        self.k, self.row, self.start, self.terms, self.reads = k, row, start, terms, reads
+
+
+def _fuse(items: List[Any], kind: type, conflict: Callable[[List[Any], List[_Stmt], Any], bool],
+          movable: Callable[[List[Any], _Stmt], bool],
+          emit: Callable[[List[Any], List[_Stmt]], List[str]]) -> List[str]:
+    """items' statements in order, each run of dots of kind fused: a dot
+    joins the run unless conflict(run, moved, dot); a statement inside a
+    run moves (into moved, which emit places with the run) if movable(run,
+    statement), else it ends the run; a statement without rows ends it."""
+    out: List[str] = []
+    run: List[Any] = []
+    moved: List[_Stmt] = []
+    for it in items + [None]:
+        dot = isinstance(it, kind)
+        if dot and not (run and conflict(run, moved, it)):
+            run.append(it)
+        elif run and isinstance(it, _Stmt) and it.reads is not None and movable(run, it):
+            moved.append(it)
+        else:
+            out += emit(run, moved) if run else []
+            run, moved = ([it] if dot else []), []
+            if isinstance(it, _Stmt):
+                out.append(it.text)
+    return out
+
+
+def _fuse_forward(items: List[Any]) -> List[str]:
+    """The forward statements, runs of dots fused _FBLOCK at a time; the loop
+    calls between them (a layer's relus) move after the run, which never
+    reads their rows (a row is written once)."""
+    return _fuse(items, _FDot,
+                 lambda run, moved, d: bool(d.reads & ({e.k for e in run} | {w for t in moved for w in t.writes})),
+                 lambda run, t: True,
+                 lambda run, moved: ([_fdots(run[i:i + _FBLOCK]) for i in range(0, len(run), _FBLOCK)]
+                                     + [t.text for t in moved]))
+
+
+def _fdots(block: List[_FDot]) -> str:
+    """One loop over vectors of four rows computing block's dots, their terms interleaved."""
+    body = [f"ta_v4 r{j}_ = {d.start};" for j, d in enumerate(block)]
+    for t in range(max(len(d.terms) for d in block)):
+        body += [f"r{j}_ = TA_V4ADD(r{j}_, TA_V4MUL({d.terms[t][0]}, {d.terms[t][1]}));"
+                 for j, d in enumerate(block) if t < len(d.terms)]
+    body += [f"TA_V4ST(&{d.row}, r{j}_);" for j, d in enumerate(block)]
+    return f"TA_V4ROWS({' '.join(body)}); TA_VZ();"
+
+
+class _RDot:
+    """(dense, summed) A layer dot's reverse (Body._layer_dot): node k's
+    adjoint row g; start, the accumulator of its start's adjoint; per
+    product (the statement form's order) (x node, x's vector, w's
+    accumulator, x's adjoint row, w's vector), an accumulator or row None
+    where none is needed."""
+
+    def __init__(self, k: int, g: str, start: Optional[int],
+                 cols: List[Tuple[int, str, Optional[int], Optional[str], str]]) -> None:
+        self.k, self.g, self.start, self.cols = k, g, start, cols
+        self.key = tuple(c[0] for c in cols)
+        self.writes = {c[0] for c in cols if c[3] is not None}
+
+
+def _fuse_reverse(items: List[Any]) -> List[str]:
+    """The reverse statements, runs of layer dots over the same rows fused
+    _RBLOCK at a time; the loop calls between them (a layer's relus) move
+    before the run when they touch none of its rows."""
+    def writes(run: List[_RDot]) -> Set[int]:
+        return {w for d in run for w in d.writes}
+
+    def emit(run: List[_RDot], moved: List[_Stmt]) -> List[str]:
+        out = [t.text for t in moved]
+        for i in range(0, len(run), _RBLOCK):
+            blk = run[i:i + _RBLOCK]
+            out += _rdots(blk, max(1, _RTILE // len(blk)))
+        return out
+
+    return _fuse(items, _RDot,
+                 lambda run, moved, d: (d.key != run[0].key or d.k in writes(run)
+                                        or bool(d.writes & {e.k for e in run})),
+                 lambda run, t: not ((t.reads or set()) & writes(run)
+                                     or t.writes & ({e.k for e in run} | writes(run))),
+                 emit)
+
+
+def _rdots(block: List[_RDot], ncol: int) -> List[str]:
+    """Loops over vectors of four rows for block's reverse, each for ncol
+    products of every dot (their x rows read once a pass, their adjoint rows
+    added to dot by dot in registers), the starts in the first; each
+    accumulator summed in a local, stored at the loop's end (as the
+    statement form's)."""
+    out = []
+    cols = [c for c in range(len(block[0].cols))
+            if block[0].cols[c][3] is not None or any(d.cols[c][2] is not None for d in block)]
+    for c0 in range(0, max(len(cols), 1), ncol):
+        group = cols[c0:c0 + ncol]
+        accs = [d.start for d in block if d.start is not None] if c0 == 0 else []
+        pre = "double dx_, dy_; d_ADD(0.0, 0.0, 0.0, &dx_, &dy_); " if accs else ""
+        body = []
+        for c in group:
+            x, xv, _, drow, _ = block[0].cols[c]
+            body += [f"const ta_v4 x{x}_ = {xv};"] + ([f"ta_v4 d{x}_ = TA_V4L(&{drow});"] if drow else [])
+        for j, d in enumerate(block):
+            body.append(f"const ta_v4 g{j}_ = TA_V4L(&{d.g});")
+            if c0 == 0 and d.start is not None:
+                body.append(f"TA_V4ACC({d.start}, TA_V4MUL(TA_V4S(dx_), g{j}_));")
+            for c in group:
+                x, _, i, drow, w = d.cols[c]
+                if i is not None:
+                    accs.append(i)
+                    body.append(f"TA_V4ACC({i}, TA_V4MUL(x{x}_, g{j}_));")
+                if drow:
+                    body.append(f"d{x}_ = TA_V4ADD(d{x}_, TA_V4MUL({w}, g{j}_));")
+        for c in group:
+            x, _, _, drow, _ = block[0].cols[c]
+            body += [f"TA_V4ST(&{drow}, d{x}_);"] if drow else []
+        out.append("{ " + pre + "".join(f"ta_v4 a{i}_ = TA_V4Z; " for i in accs)
+                   + f"TA_V4SUMS({' '.join(body)}); "
+                   + "".join(f"TA_V4ST(acc + {4 * i}, a{i}_); " for i in accs) + "} TA_VZ();")
+    return out
 
 
 class Target:
@@ -692,10 +899,14 @@ typedef long long ta_i4 __attribute__((vector_size(32)));
 #else
 #define TA_VZ() ((void)0)
 #endif
-#define TA_V4ROWS(...) for (g_ = 0; g_ < n_; g_ += 4u) { const uint64_t l = g_; \\
-    const long long gl_ = (long long)g_, nl_ = (long long)n_; \\
-    const ta_i4 mk_ = (ta_i4){gl_, gl_ + 1, gl_ + 2, gl_ + 3} < (ta_i4){nl_, nl_, nl_, nl_}; (void)mk_; \\
-    __VA_ARGS__; }
+#define TA_V4ROWS(...) for (g_ = 0; g_ < n_; g_ += 4u) { const uint64_t l = g_; __VA_ARGS__; }
+/* the same where the statement adds to accumulators: mk_, the lanes that
+ * hold one of the chunk's rows, from the chunk's masks M_ (TA_MASKS, once a
+ * chunk: one load a pass, where computing it took nine instructions) */
+#define TA_V4SUMS(...) for (g_ = 0; g_ < n_; g_ += 4u) { const uint64_t l = g_; \\
+    const ta_i4 mk_ = M_[g_ >> 2]; __VA_ARGS__; }
+#define TA_MASKS() for (g_ = 0; g_ < n_; g_ += 4u) { const long long gl_ = (long long)g_, nl_ = (long long)n_; \\
+    M_[g_ >> 2] = (ta_i4){gl_, gl_ + 1, gl_ + 2, gl_ + 3} < (ta_i4){nl_, nl_, nl_, nl_}; }
 #define TA_V4L(p) (*(const ta_v4u *)(p))
 #define TA_V4S(x) ((ta_v4){(x), (x), (x), (x)})
 #define TA_V4ST(p, x) (*(ta_v4u *)(p) = (x))
@@ -773,9 +984,10 @@ static inline int ta_kernel_{mode}(const ta_run_t *R, const double *U, uint64_t 
     double *const restrict V = Gb + {code.nwrt}, *const restrict D = V + {nv * W};
     double *const restrict Q = D + {nd * W}, *const restrict acc = Q + {2 * code.n};
     uint64_t c0, c1, n_, g_, l_;
+    ta_i4 M_[(TA_W + 3) / 4];
     int bad = 0;
     (void)nin; (void)nout; (void)nwrt; (void)X; (void)seed; (void)Y; (void)G; (void)seedmode;
-    (void)acc; (void)A; (void)Gb; (void)parts; (void)V; (void)D; (void)Q; (void)g_; (void)l_;
+    (void)acc; (void)A; (void)Gb; (void)parts; (void)V; (void)D; (void)Q; (void)g_; (void)l_; (void)M_;
     {ind.join(b.uniform)}
     {f"memset(A, 0, {max(code.ndu + code.nwrt, 1)} * sizeof *A);" if mode == "sum" else ""}
     for (c0 = r0; c0 < r1; c0 = c1) {{
@@ -784,6 +996,7 @@ static inline int ta_kernel_{mode}(const ta_run_t *R, const double *U, uint64_t 
         {ind.join(_zero_runs([i for i in range(nacc) if i not in b.stored]))}
         {ind.join(forward)}
         if (bad) TA_FAILED;
+        {"TA_MASKS();" if mode != "fwd" else ""}
         {ind.join(b.rows[cut + 1:])}
         {ind.join(folds)}
     }}

@@ -256,6 +256,61 @@ def test_networks_get_the_rows_shape():
     assert str(e1.value) == str(e2.value)
 
 
+def layered(seed):
+    """(outputs, inputs, wrt) of random layers as codegen fuses them (runs of
+    dots b + w0*x0 + ... over the same rows, each followed by its relu or
+    tanh): widths that leave a partial block, a weight two neurons share, a
+    neuron whose products are written x*w, one that multiplies two rows or
+    takes a row twice (not fused: a barrier inside the run), and inputs in
+    wrt (so a layer adds to their adjoint rows)."""
+    tapead.clear_guards()
+    rng = random.Random(seed)
+    xs = [Value(0.0) for _ in range(3)]
+    params = []
+
+    def param():
+        params.append(Value(rng.uniform(-1, 1) if rng.random() < 0.9 else rng.choice([0.0, -0.0])))
+        return params[-1]
+
+    h = list(xs)
+    for width in rng.sample([5, 6, 4, 2, 7], 3):
+        shared = param()
+        out = []
+        for j in range(width):
+            ws = [shared if j < 2 and i == 0 else param() for i in range(len(h))]
+            terms = [(q, w) if j == 3 else (w, q) for w, q in zip(ws, h)]
+            if j == width - 1 and rng.random() < 0.5:
+                terms.append((h[0], h[-1]) if rng.random() < 0.5 else (param(), h[0]))
+            act = (lambda v: v.relu()) if rng.random() < 0.7 else (lambda v: v.tanh())
+            out.append(act(sum((a * b for a, b in terms), param())))
+        h = out
+    return [sum(h) * 0.5, h[0]], xs, params + [xs[0], xs[2]]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_fused_layers_bit_for_bit(monkeypatch, seed):
+    """A layer's dots fused (codegen: _fuse_forward, _fuse_reverse: four at a
+    time, each sum in its own order) give the interpreter's bits: values and
+    gradients in every way of running them, zeros of both signs among the
+    weights and inputs, infinities, and chunks with partial vectors."""
+    monkeypatch.setattr(native, "ROWS_INS", 0)
+    monkeypatch.setattr(native, "LANES2_NODES", 0)
+    outs, xs, wrt = layered(seed)
+    slow, fast = pair(outs, xs, wrt)
+    code = Code.of(fast)
+    t = native.shape(code)
+    src = "".join(t.units(code))
+    assert isinstance(t, RowsTarget) and "ta_v4 r3_" in src and "const ta_v4 g3_" in src, "nothing fused"
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-2, 2, size=(2 * code.ch + 7, 3)) * (rng.uniform(size=(2 * code.ch + 7, 3)) > 0.1)
+    X[::5] *= -1.0                                # zeros of both signs
+    X[5] = [np.inf, 1.0, 0.0]
+    pv = rng.uniform(-1, 1, size=len(slow.params)) * (rng.uniform(size=len(slow.params)) > 0.1)
+    pv[::7] *= -1.0                               # some of the zeros -0.0
+    assert same(runs(slow, X, pv), runs(fast, X, pv))
+    assert same(runs(slow, X[:7], pv), runs(fast, X[:7], pv))
+
+
 class _Run(ctypes.Structure):
     """csrc/cdef.h: ta_run_t"""
     _fields_ = [("X", ctypes.c_void_p), ("B", ctypes.c_uint64), ("nin", ctypes.c_uint32),
