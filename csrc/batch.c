@@ -65,8 +65,11 @@ static double ta_val_at(const ta_code *C, const ta_ws *W, uint32_t k, uint32_t s
 int ta_uniform_forward(const ta_prog *P, double *U, const double *params, ta_fail_t *f)
 {
     const ta_code *C = P->code;
+    /* (the tables in locals: with -fno-strict-aliasing each store to U would
+     * reload them, three loads more per parameter) */
+    const uint32_t *const loc = C->loc, *const par = P->par, npar = P->npar;
     uint32_t j;
-    for (j = 0; j < P->npar; j++) U[C->loc[P->par[j]]] = params[j];
+    for (j = 0; j < npar; j++) U[loc[par[j]]] = params[j];
     for (j = 0; j < C->nuops; j++) {
         uint32_t k = C->uops[j];
         int op = P->op[k], st;
