@@ -302,10 +302,11 @@ SPLIT_OPT = "-Og"
 # instruction (their nodes mostly in dots: a network) get the rows shape
 # (codegen.RowsTarget): the interpreter's loops over rows, a dot's terms in
 # vectors of four rows, without its dispatch, built at ROWS_OPT (and for AVX2
-# where the CPU has it).  The demo (984 nodes, 69 instructions): 0.70-0.81x
-# of the interpreter's time a call (its C call 0.55-0.70x), built in
-# 1.5-3.4 s, against the split shape's 1.8-1.9x; smaller networks 0.63-0.77x
-# (190-300 nodes, against 1.2-2.0x).  A program without dots builds more
+# where the CPU has it), a layer's dots fused.  The demo (984 nodes, 69
+# instructions): 0.49-0.62x of the interpreter's time a call (its C call
+# 0.40-0.53x), built in 1.1-2.0 s, against the split shape's 1.8-1.9x;
+# before the fusion (issue 26 part 6) smaller networks 0.63-0.77x (190-300
+# nodes, against 1.2-2.0x).  A program without dots builds more
 # slowly in it (fastest-autograd, 899 nodes: 3.2 s for 0.93x per sample,
 # where the split shape builds in 1.0-1.6 s for 1.2-1.25x), so it is kept
 # for programs of dots, and the split shape for the first call of large
