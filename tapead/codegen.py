@@ -181,6 +181,11 @@ class Body:
         # (not mem) adjoint rows written so far, True where the first write
         # was "r = term" (not the interpreter's "r = 0.0; r += term"): see _add
         self.written: Dict[str, bool] = {}
+        # (dense) adjoint rows some statement adds to other than a fused
+        # layer's (_add, _target_ptr), and those a fused layer's loop set by
+        # its first term: the rest are zeroed a chunk (_reverse)
+        self.added: Set[str] = set()
+        self.assigned: Set[str] = set()
         self.stored: Set[int] = set()        # (dense) accumulators a dot's loop stores whole
         self.uniform: List[str] = []
         self.rows: List[str] = []
@@ -190,6 +195,9 @@ class Body:
         if mode != "fwd":
             self._partials()
             self._reverse()
+            if dense:
+                self.rows[self.zero_at] = " ".join(_zero_runs(sorted(
+                    i for k, i in self.di.items() if self.row("d", k) not in self.assigned), "D", "TA_W"))
 
     # ---------------------------------------------------------- values
     def row(self, name: str, k: int) -> str:
@@ -243,7 +251,9 @@ class Body:
         C = self.code
         if C.dloc[k] == NONE:
             return "NULL"
-        return f"&{self.row('du' if C.uni[k] else 'd', k)[:-len(' + l]')]}]"
+        r = self.row("du" if C.uni[k] else "d", k)
+        self.added.add(r)
+        return f"&{r[:-len(' + l]')]}]"
 
     def _c(self, k: int) -> str:
         """The constant a CST op's rules get, else 0.0 (an UN op's second argument)."""
@@ -282,10 +292,9 @@ class Body:
                     items.append(_Stmt(f"{self.decl('v', k)}TA_LANES(double r_ = {self.val(x)}, m_;{terms}"
                                        f" {self.row('v', k)} = r_);"))
             elif self.dense and self._rows_only(k):       # the op's loop: a function (helpers())
-                name = self._helper("f", op)
-                items.append(_Stmt(f"bad |= {name}({self._ptr(x)}, {self._ptr(y if _kind(op) == 'BIN' else x)}, "
-                                   f"{self._c(k)}, {self._ptr(k)}, n_);",
-                                   {x, y} if _kind(op) == "BIN" else {x}, {k}))
+                call = _Call(True, self._helper("f", op), self._c(k),
+                             [self._ptr(x), self._ptr(y if _kind(op) == "BIN" else x), self._ptr(k)])
+                items.append(_Stmt(call.text(), {x, y} if _kind(op) == "BIN" else {x}, {k}, call))
             else:
                 items.append(_Stmt(f"{self.decl('v', k)}TA_LANES(bad |= fwd_{_NAMES[op]}"
                                    f"({self.val(x)}, {self._second(k, y)}, &{self.row('v', k)}));"))
@@ -324,6 +333,7 @@ class Body:
             return None
         if not C.uni[k] or self.mode == "ps":
             r = self.row("du" if C.uni[k] else "d", k)
+            self.added.add(r)
             if vec:
                 vec[0].append(f"TA_V4ADDTO(&{r}, {vec[1]});")
             if self.mem or r in self.written:
@@ -349,8 +359,9 @@ class Body:
     def _reverse(self) -> None:
         C, out = self.code, self.rows
         ps = self.mode == "ps"
-        if self.dense:               # every adjoint row at once (their number is known at the end)
-            out.append("memset(D, 0, TA_ND * TA_W * sizeof *D);")
+        if self.dense:               # the adjoint rows to zero, known at the end (__init__)
+            self.zero_at = len(out)
+            out.append("")
         elif self.mem:               # every adjoint row at once (one statement, not one a node)
             out.append(f"memset(D, 0, {C.n} * TA_W * sizeof *D);")
         for k in range(C.n):     # declared here, set by their first term (_add) or _read
@@ -370,12 +381,14 @@ class Body:
                 bin_ = _kind(op) == "BIN"
                 ax, ay = self._target_ptr(x), self._target_ptr(y) if bin_ else "NULL"
                 if ax != "NULL" or ay != "NULL":
-                    call = (f"{self._helper('r', op)}({self._ptr(x)}, {self._ptr(y if bin_ else x)}, "
-                            f"{self._c(k)}, {self._ptr(k)}, &{g[:-len(' + l]')]}], {ax}, {ay}, n_);")
+                    call = _Call(False, self._helper("r", op), self._c(k),
+                                 [self._ptr(x), self._ptr(y if bin_ else x), self._ptr(k),
+                                  f"&{g[:-len(' + l]')]}]", ax, ay])
                     if fuse:         # adjoint rows only: row nodes' (summed, _row_targets)
-                        items.append(_Stmt(call, {k}, {o for o, t in ((x, ax), (y, ay)) if t != "NULL"}))
+                        items.append(_Stmt(call.text(), {k}, {o for o, t in ((x, ax), (y, ay)) if t != "NULL"},
+                                           call))
                     else:
-                        out.append(call)
+                        out.append(call.text())
                 continue
             if op == IDOT and fuse:
                 layer = self._layer_dot(k, x, t0, nt, g)
@@ -383,7 +396,7 @@ class Body:
                     items.append(layer)
                     continue
             if items:
-                out += _fuse_reverse(items)
+                out += _fuse_reverse(items, self)
                 items.clear()
             if op != IDOT:
                 parts = [self._add(x, f"dx_ * {g}")]
@@ -418,7 +431,7 @@ class Body:
                            + "".join(f"TA_V4ST(acc + {4 * int(i)}, a{i}_); " for i in accs) + "} TA_VZ();")
             else:
                 out += [f"TA_LANES({s});" for s in terms]
-        out += _fuse_reverse(items)
+        out += _fuse_reverse(items, self)
         if ps:
             for k in reversed(C.uops):                     # batch.c: ta_rv_uniform, per sample
                 if C.dloc[k] == NONE:
@@ -474,13 +487,9 @@ class Body:
             if t == t0 and C.dloc[x] != NONE:
                 start = len(self.fold)
                 self._add(x, f"dx_ * {g}", vec=([], "TA_V4MUL(TA_V4S(dx_), g_4)"))
-            acc, drow = None, None
-            for k1 in (C.tp[t], C.tq[t]):              # the statement form's order (_reverse)
-                n0 = len(self.fold)
-                if k1 == w and self._factor(w, xr, g, []):
-                    acc = n0
-                elif k1 == xr and self._factor(xr, w, g, []):
-                    drow = self.row("d", xr)
+            n0 = len(self.fold)
+            acc = n0 if self._factor(w, xr, g, []) else None
+            drow = self.row("d", xr) if C.dloc[xr] != NONE else None      # (not _add: see added)
             out.append((xr, self.vval(xr), acc, drow, f"TA_V4S(U[{C.loc[w]}])"))
         self.stored.update(i for i in [start] + [c[2] for c in out] if i is not None)
         return _RDot(k, g, start, out)
@@ -532,13 +541,90 @@ _RBLOCK = 16
 _RTILE = 32
 
 
+class _Call:
+    """(dense) A call of an op's loop function (_loop): its rows' pointers
+    ("&V[i * TA_W]", "&D[i * TA_W]" or "NULL"; the constant after the
+    first two), for one row or, with strides (doubles), a run of rows."""
+
+    def __init__(self, bad: bool, name: str, c: str, ptrs: List[str]) -> None:
+        self.bad, self.name, self.c, self.ptrs = bad, name, c, ptrs
+
+    def text(self, rows: int = 1, strides: Optional[List[int]] = None) -> str:
+        st = [f"{d} * (int64_t)TA_W" if d else "0" for d in strides or [0] * len(self.ptrs)]
+        args = self.ptrs[:2] + [self.c] + self.ptrs[2:] + ["n_", str(rows)] + st
+        return f"{'bad |= ' if self.bad else ''}{self.name}({', '.join(args)});"
+
+    def rows(self) -> List[Optional[Tuple[str, int]]]:
+        """Each pointer as (array, row), or None for NULL."""
+        out: List[Optional[Tuple[str, int]]] = []
+        for p in self.ptrs:
+            m = re.fullmatch(r"&([VD])\[(\d+) \* TA_W\]", p)
+            out.append((m.group(1), int(m.group(2))) if m else None)
+        return out
+
+
 class _Stmt:
     """(dense) A statement of a sweep and the nodes whose rows it reads and
-    writes; reads None: nothing moves across it."""
+    writes; reads None: nothing moves across it.  call: the loop call it is,
+    if it is one (_merged)."""
 
     def __init__(self, text: str, reads: Optional[Set[int]] = None,
-                 writes: Optional[Set[int]] = None) -> None:
-        self.text, self.reads, self.writes = text, reads, writes or set()
+                 writes: Optional[Set[int]] = None, call: Optional[_Call] = None) -> None:
+        self.text, self.reads, self.writes, self.call = text, reads, writes or set(), call
+
+
+def _merged(stmts: List[_Stmt]) -> List[str]:
+    """stmts' texts, each run of calls of one loop function whose rows step
+    evenly (a layer's relus) as one call over the run's rows; only where no
+    row one of them writes is a row another reads (the rows run in order,
+    but the functions' pointers are restrict)."""
+    out: List[str] = []
+    i = 0
+    while i < len(stmts):
+        c = stmts[i].call
+        j = i + 1
+        if c is not None:
+            r0 = c.rows()
+            steps: Optional[List[int]] = None
+            while j < len(stmts):
+                d = stmts[j].call
+                if d is None or (d.bad, d.name, d.c) != (c.bad, c.name, c.c):
+                    break
+                rj = d.rows()
+                if any((a is None) != (b is None) or (a and b and a[0] != b[0]) for a, b in zip(r0, rj)):
+                    break
+                st = [b[1] - a[1] if a and b else 0 for a, b in zip(r0, rj)]   # rows from call i
+                if steps is None:
+                    steps = st
+                elif st != [d * (j - i) for d in steps]:
+                    break
+                j += 1
+            if j - i > 1 and steps is not None:
+                written = _rows_of(stmts[i:j], c, steps, out=True)
+                if not written & _rows_of(stmts[i:j], c, steps, out=False):
+                    out.append(c.text(j - i, steps))
+                    i = j
+                    continue
+            j = i + 1
+        out.append(stmts[i].text)
+        i = j
+    return out
+
+
+def _rows_of(stmts: List[_Stmt], c: _Call, steps: List[int], out: bool) -> Set[Tuple[str, int]]:
+    """The (array, row) pairs a merged run of calls writes (out) or reads:
+    the forward function writes its third pointer (r), the reverse its fifth
+    and sixth (ax, ay)."""
+    first = 2 if c.bad else 4
+    picks = [p for p in range(len(c.ptrs)) if (p >= first) == out]
+    rows = c.rows()
+    res: Set[Tuple[str, int]] = set()
+    for k in range(len(stmts)):
+        for p in picks:
+            r = rows[p]
+            if r is not None:
+                res.add((r[0], r[1] + k * steps[p]))
+    return res
 
 
 class _FDot:
@@ -582,7 +668,7 @@ def _fuse_forward(items: List[Any]) -> List[str]:
                  lambda run, moved, d: bool(d.reads & ({e.k for e in run} | {w for t in moved for w in t.writes})),
                  lambda run, t: True,
                  lambda run, moved: ([_fdots(run[i:i + _FBLOCK]) for i in range(0, len(run), _FBLOCK)]
-                                     + [t.text for t in moved]))
+                                     + _merged(moved)))
 
 
 def _fdots(block: List[_FDot]) -> str:
@@ -609,18 +695,19 @@ class _RDot:
         self.writes = {c[0] for c in cols if c[3] is not None}
 
 
-def _fuse_reverse(items: List[Any]) -> List[str]:
+def _fuse_reverse(items: List[Any], body: "Body") -> List[str]:
     """The reverse statements, runs of layer dots over the same rows fused
     _RBLOCK at a time; the loop calls between them (a layer's relus) move
-    before the run when they touch none of its rows."""
+    before the run when they touch none of its rows.  body: whose adjoint
+    rows (Body.added, Body.assigned: see _rdots)."""
     def writes(run: List[_RDot]) -> Set[int]:
         return {w for d in run for w in d.writes}
 
     def emit(run: List[_RDot], moved: List[_Stmt]) -> List[str]:
-        out = [t.text for t in moved]
+        out = _merged(moved)
         for i in range(0, len(run), _RBLOCK):
             blk = run[i:i + _RBLOCK]
-            out += _rdots(blk, max(1, _RTILE // len(blk)))
+            out += _rdots(blk, max(1, _RTILE // len(blk)), body)
         return out
 
     return _fuse(items, _RDot,
@@ -631,12 +718,15 @@ def _fuse_reverse(items: List[Any]) -> List[str]:
                  emit)
 
 
-def _rdots(block: List[_RDot], ncol: int) -> List[str]:
+def _rdots(block: List[_RDot], ncol: int, body: "Body") -> List[str]:
     """Loops over vectors of four rows for block's reverse, each for ncol
     products of every dot (their x rows read once a pass, their adjoint rows
     added to dot by dot in registers), the starts in the first; each
     accumulator summed in a local, stored at the loop's end (as the
-    statement form's)."""
+    statement form's).  An adjoint row nothing has written yet (not in
+    body.added or body.assigned) starts at its first term, not at a zeroed
+    row plus it (Body._add: the same bits out, up to the sign of a zero
+    adjoint, which every sum it reaches makes +0.0), and is not zeroed."""
     out = []
     cols = [c for c in range(len(block[0].cols))
             if block[0].cols[c][3] is not None or any(d.cols[c][2] is not None for d in block)]
@@ -644,26 +734,35 @@ def _rdots(block: List[_RDot], ncol: int) -> List[str]:
         group = cols[c0:c0 + ncol]
         accs = [d.start for d in block if d.start is not None] if c0 == 0 else []
         pre = "double dx_, dy_; d_ADD(0.0, 0.0, 0.0, &dx_, &dy_); " if accs else ""
-        body = []
+        code = []
+        fresh = set()
         for c in group:
             x, xv, _, drow, _ = block[0].cols[c]
-            body += [f"const ta_v4 x{x}_ = {xv};"] + ([f"ta_v4 d{x}_ = TA_V4L(&{drow});"] if drow else [])
+            code.append(f"const ta_v4 x{x}_ = {xv};")
+            if drow and drow not in body.added and drow not in body.assigned:
+                fresh.add(drow)
+                body.assigned.add(drow)
+                code.append(f"ta_v4 d{x}_;")
+            elif drow:
+                code.append(f"ta_v4 d{x}_ = TA_V4L(&{drow});")
         for j, d in enumerate(block):
-            body.append(f"const ta_v4 g{j}_ = TA_V4L(&{d.g});")
+            code.append(f"const ta_v4 g{j}_ = TA_V4L(&{d.g});")
             if c0 == 0 and d.start is not None:
-                body.append(f"TA_V4ACC({d.start}, TA_V4MUL(TA_V4S(dx_), g{j}_));")
+                code.append(f"TA_V4ACC({d.start}, TA_V4MUL(TA_V4S(dx_), g{j}_));")
             for c in group:
                 x, _, i, drow, w = d.cols[c]
                 if i is not None:
                     accs.append(i)
-                    body.append(f"TA_V4ACC({i}, TA_V4MUL(x{x}_, g{j}_));")
+                    code.append(f"TA_V4ACC({i}, TA_V4MUL(x{x}_, g{j}_));")
                 if drow:
-                    body.append(f"d{x}_ = TA_V4ADD(d{x}_, TA_V4MUL({w}, g{j}_));")
+                    term = f"TA_V4MUL({w}, g{j}_)"
+                    code.append(f"d{x}_ = {term};" if j == 0 and drow in fresh
+                                else f"d{x}_ = TA_V4ADD(d{x}_, {term});")
         for c in group:
             x, _, _, drow, _ = block[0].cols[c]
-            body += [f"TA_V4ST(&{drow}, d{x}_);"] if drow else []
+            code += [f"TA_V4ST(&{drow}, d{x}_);"] if drow else []
         out.append("{ " + pre + "".join(f"ta_v4 a{i}_ = TA_V4Z; " for i in accs)
-                   + f"TA_V4SUMS({' '.join(body)}); "
+                   + f"TA_V4SUMS({' '.join(code)}); "
                    + "".join(f"TA_V4ST(acc + {4 * i}, a{i}_); " for i in accs) + "} TA_VZ();")
     return out
 
@@ -1042,33 +1141,45 @@ _LOOP_ATTR = """\
 def _loop(name: str, op: int) -> Tuple[str, str]:
     """(declaration, body) of RowsTarget's loop function name (ta_f_OP: the
     op forward over n rows; ta_r_OP: its reverse step, adding to the rows ax
-    and ay, either NULL)."""
+    and ay, either NULL), for `rows` such rows at once, each pointer moving
+    by its stride (doubles) from one to the next (_Call: a run of calls as
+    one)."""
     op_name, kind = _NAMES[op], _kind(op)
-    second = "y[s]" if kind == "BIN" else "c" if kind == "CST" else "0.0"
+    second = "yk[s]" if kind == "BIN" else "c" if kind == "CST" else "0.0"
     if name.startswith("ta_f_"):
-        return (f"TA_LOOP int {name}(const double *restrict x, const double *restrict y, double c, "
-                f"double *restrict r, uint64_t n)",
-                f"{{\n    int bad = 0;\n    uint64_t s;\n    (void)y; (void)c;\n"
-                f"    for (s = 0; s < n; s++) bad |= fwd_{op_name}(x[s], {second}, &r[s]);\n"
+        return (f"TA_LOOP int {name}(const double *x, const double *y, double c, double *r, uint64_t n, "
+                f"uint64_t rows, int64_t sx, int64_t sy, int64_t sr)",
+                f"{{\n    int bad = 0;\n    uint64_t s, k;\n    (void)y; (void)c;\n"
+                f"    for (k = 0; k < rows; k++) {{\n"
+                f"        const double *restrict xk = x + (int64_t)k * sx, *restrict yk = y + (int64_t)k * sy;\n"
+                f"        double *restrict rk = r + (int64_t)k * sr;\n        (void)yk;\n"
+                f"        for (s = 0; s < n; s++) bad |= fwd_{op_name}(xk[s], {second}, &rk[s]);\n    }}\n"
                 f"    return bad;\n}}\n")
-    step = f"double dx, dy; d_{op_name}(x[s], {second}, r[s], &dx, &dy);"
+    step = f"double dx, dy; d_{op_name}(xk[s], {second}, rk[s], &dx, &dy);"
     return (f"TA_LOOP void {name}(const double *x, const double *y, double c, const double *r, "
-            f"const double *g, double *ax, double *ay, uint64_t n)",
-            f"{{\n    uint64_t s;\n    (void)y; (void)c;\n"
-            f"    if (ax && ay) for (s = 0; s < n; s++) {{ {step} ax[s] += dx * g[s]; ay[s] += dy * g[s]; }}\n"
-            f"    else if (ax) for (s = 0; s < n; s++) {{ {step} ax[s] += dx * g[s]; }}\n"
-            f"    else for (s = 0; s < n; s++) {{ {step} ay[s] += dy * g[s]; }}\n}}\n")
+            f"const double *g, double *ax, double *ay, uint64_t n, uint64_t rows, int64_t sx, int64_t sy, "
+            f"int64_t sr, int64_t sg, int64_t sax, int64_t say)",
+            f"{{\n    uint64_t s, k;\n    (void)y; (void)c;\n"
+            f"    for (k = 0; k < rows; k++) {{\n"
+            f"        const double *xk = x + (int64_t)k * sx, *yk = y + (int64_t)k * sy;\n"
+            f"        const double *rk = r + (int64_t)k * sr, *gk = g + (int64_t)k * sg;\n"
+            f"        double *axk = ax ? ax + (int64_t)k * sax : NULL, *ayk = ay ? ay + (int64_t)k * say : NULL;\n"
+            f"        (void)yk;\n"
+            f"        if (axk && ayk) for (s = 0; s < n; s++) {{ {step} axk[s] += dx * gk[s]; ayk[s] += dy * gk[s]; }}\n"
+            f"        else if (axk) for (s = 0; s < n; s++) {{ {step} axk[s] += dx * gk[s]; }}\n"
+            f"        else for (s = 0; s < n; s++) {{ {step} ayk[s] += dy * gk[s]; }}\n    }}\n}}\n")
 
 
-def _zero_runs(accs: List[int]) -> List[str]:
-    """Statements zeroing accumulators accs (ascending; four lanes each), a memset a run."""
+def _zero_runs(idx: List[int], base: str = "acc", width: str = "4") -> List[str]:
+    """Statements zeroing items idx (ascending) of base, width doubles each
+    (accumulators: four lanes; adjoint rows: TA_W), a memset a run."""
     out: List[str] = []
     i = 0
-    while i < len(accs):
+    while i < len(idx):
         j = i
-        while j + 1 < len(accs) and accs[j + 1] == accs[j] + 1:
+        while j + 1 < len(idx) and idx[j + 1] == idx[j] + 1:
             j += 1
-        out.append(f"memset(acc + {4 * accs[i]}, 0, {4 * (j - i + 1)} * sizeof *acc);")
+        out.append(f"memset({base} + {width} * {idx[i]}, 0, {width} * {j - i + 1} * sizeof *{base});")
         i = j + 1
     return out
 
