@@ -303,8 +303,8 @@ SPLIT_OPT = "-Og"
 # (codegen.RowsTarget): the interpreter's loops over rows, a dot's terms in
 # vectors of four rows, without its dispatch, built at ROWS_OPT (and for AVX2
 # where the CPU has it), a layer's dots fused.  The demo (984 nodes, 69
-# instructions): 0.49-0.62x of the interpreter's time a call (its C call
-# 0.40-0.53x), built in 1.1-2.0 s, against the split shape's 1.8-1.9x;
+# instructions): 0.52-0.58x of the interpreter's time a call (its C call
+# 0.45-0.49x), built in 1.5-1.9 s, against the split shape's 1.8-1.9x;
 # before the fusion (issue 26 part 6) smaller networks 0.63-0.77x (190-300
 # nodes, against 1.2-2.0x).  A program without dots builds more
 # slowly in it (fastest-autograd, 899 nodes: 3.2 s for 0.93x per sample,
