@@ -242,18 +242,18 @@ class Body:
         ops = [C.a[k]] + ([C.b[k]] if _kind(C.op[k]) == "BIN" else [])
         return all(C.dloc[o] == NONE or not C.uni[o] or self.mode == "ps" for o in ops)
 
-    def _ptr(self, k: int) -> str:
-        """(dense) The first lane of node k's value row."""
-        return f"&{self.row('v', k)[:-len(' + l]')]}]"
+    def _ptr(self, k: int) -> "_Ref":
+        """(dense) Node k's value row."""
+        self.row("v", k)
+        return ("V", self.vi[k])
 
-    def _target_ptr(self, k: int) -> str:
-        """(dense) The first lane of the row node k's adjoint goes to, or NULL."""
+    def _target_ptr(self, k: int) -> Optional["_Ref"]:
+        """(dense) The row node k's adjoint goes to, or None."""
         C = self.code
         if C.dloc[k] == NONE:
-            return "NULL"
-        r = self.row("du" if C.uni[k] else "d", k)
-        self.added.add(r)
-        return f"&{r[:-len(' + l]')]}]"
+            return None
+        self.added.add(self.row("du" if C.uni[k] else "d", k))
+        return ("D", self.di[k])
 
     def _c(self, k: int) -> str:
         """The constant a CST op's rules get, else 0.0 (an UN op's second argument)."""
@@ -379,14 +379,12 @@ class Body:
             g = self._read("d", k)
             if op != IDOT and self.dense and self._rows_only(k) and self._row_targets(k):
                 bin_ = _kind(op) == "BIN"
-                ax, ay = self._target_ptr(x), self._target_ptr(y) if bin_ else "NULL"
-                if ax != "NULL" or ay != "NULL":
+                ax, ay = self._target_ptr(x), self._target_ptr(y) if bin_ else None
+                if ax or ay:
                     call = _Call(False, self._helper("r", op), self._c(k),
-                                 [self._ptr(x), self._ptr(y if bin_ else x), self._ptr(k),
-                                  f"&{g[:-len(' + l]')]}]", ax, ay])
+                                 [self._ptr(x), self._ptr(y if bin_ else x), self._ptr(k), ("D", self.di[k]), ax, ay])
                     if fuse:         # adjoint rows only: row nodes' (summed, _row_targets)
-                        items.append(_Stmt(call.text(), {k}, {o for o, t in ((x, ax), (y, ay)) if t != "NULL"},
-                                           call))
+                        items.append(_Stmt(call.text(), {k}, {o for o, t in ((x, ax), (y, ay)) if t}, call))
                     else:
                         out.append(call.text())
                 continue
@@ -541,26 +539,22 @@ _RBLOCK = 16
 _RTILE = 32
 
 
-class _Call:
-    """(dense) A call of an op's loop function (_loop): its rows' pointers
-    ("&V[i * TA_W]", "&D[i * TA_W]" or "NULL"; the constant after the
-    first two), for one row or, with strides (doubles), a run of rows."""
+_Ref = Tuple[str, int]     # (dense) a row: ("V" or "D", its index)
 
-    def __init__(self, bad: bool, name: str, c: str, ptrs: List[str]) -> None:
+
+class _Call:
+    """(dense) A call of an op's loop function (_loop): the rows its
+    pointers point to (None: NULL; the constant goes after the first two),
+    for one row or, with strides (rows), a run of rows."""
+
+    def __init__(self, bad: bool, name: str, c: str, ptrs: List[Optional[_Ref]]) -> None:
         self.bad, self.name, self.c, self.ptrs = bad, name, c, ptrs
 
     def text(self, rows: int = 1, strides: Optional[List[int]] = None) -> str:
-        st = [f"{d} * (int64_t)TA_W" if d else "0" for d in strides or [0] * len(self.ptrs)]
-        args = self.ptrs[:2] + [self.c] + self.ptrs[2:] + ["n_", str(rows)] + st
+        p = [f"&{r[0]}[{r[1]} * TA_W]" if r else "NULL" for r in self.ptrs]
+        st = [f"{d} * (int64_t)TA_W" if d else "0" for d in strides or [0] * len(p)]
+        args = p[:2] + [self.c] + p[2:] + ["n_", str(rows)] + st
         return f"{'bad |= ' if self.bad else ''}{self.name}({', '.join(args)});"
-
-    def rows(self) -> List[Optional[Tuple[str, int]]]:
-        """Each pointer as (array, row), or None for NULL."""
-        out: List[Optional[Tuple[str, int]]] = []
-        for p in self.ptrs:
-            m = re.fullmatch(r"&([VD])\[(\d+) \* TA_W\]", p)
-            out.append((m.group(1), int(m.group(2))) if m else None)
-        return out
 
 
 class _Stmt:
@@ -584,13 +578,13 @@ def _merged(stmts: List[_Stmt]) -> List[str]:
         c = stmts[i].call
         j = i + 1
         if c is not None:
-            r0 = c.rows()
+            r0 = c.ptrs
             steps: Optional[List[int]] = None
             while j < len(stmts):
                 d = stmts[j].call
                 if d is None or (d.bad, d.name, d.c) != (c.bad, c.name, c.c):
                     break
-                rj = d.rows()
+                rj = d.ptrs
                 if any((a is None) != (b is None) or (a and b and a[0] != b[0]) for a, b in zip(r0, rj)):
                     break
                 st = [b[1] - a[1] if a and b else 0 for a, b in zip(r0, rj)]   # rows from call i
@@ -611,14 +605,14 @@ def _merged(stmts: List[_Stmt]) -> List[str]:
     return out
 
 
-def _rows_of(stmts: List[_Stmt], c: _Call, steps: List[int], out: bool) -> Set[Tuple[str, int]]:
+def _rows_of(stmts: List[_Stmt], c: _Call, steps: List[int], out: bool) -> Set[_Ref]:
     """The (array, row) pairs a merged run of calls writes (out) or reads:
     the forward function writes its third pointer (r), the reverse its fifth
     and sixth (ax, ay)."""
     first = 2 if c.bad else 4
     picks = [p for p in range(len(c.ptrs)) if (p >= first) == out]
-    rows = c.rows()
-    res: Set[Tuple[str, int]] = set()
+    rows = c.ptrs
+    res: Set[_Ref] = set()
     for k in range(len(stmts)):
         for p in picks:
             r = rows[p]

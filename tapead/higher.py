@@ -13,7 +13,6 @@ any Value's .grad: they return their results instead of accumulating.
 """
 from __future__ import annotations
 
-from types import ModuleType
 from typing import TYPE_CHECKING, Any, Iterable, List, SupportsFloat, Tuple, Union
 
 if TYPE_CHECKING:
@@ -26,16 +25,12 @@ from ._c import higher as _ch
 from ._c.holds import held_list
 from .arrays import floats
 from .engine import Value, handles, node_ids
+from .replay import _np
 
 
 def _ids(values: Union[Value, Iterable[Value]], what: str) -> Tuple[Any, int]:
     vals, ids = node_ids(values, what)
     return ids, len(vals)
-
-
-def _np() -> ModuleType:
-    import numpy
-    return numpy
 
 
 def grad(outputs: Union[Value, Iterable[Value]], inputs: Union[Value, Iterable[Value]],
