@@ -276,68 +276,17 @@ def _load(path: str, k: str) -> int:
         return _loaded[k][1]
 
 
-# Programs up to this many nodes get two rows' statements side by side
-# (codegen.CTarget(lanes=2)): one row's chain of dependent operations leaves
-# the core waiting on latency, two independent chains overlap.  Measured
-# (docs/native.md): 0.67x -> 0.53x of the interpreter at 26 nodes; at 112
-# nodes mixed (per sample a loss, summed a gain, in the same runs), and the
-# build twice as long (1.1-1.3 s at 112 nodes against 0.5 s; 0.7 s at 52)
-LANES2_NODES = 64
-
-
-# Programs past this many nodes get the split shape (codegen.CTarget(split=
-# SPLIT)): functions of SPLIT statements over values in memory, the forward
-# sweep shared by the three modes, compiled at SPLIT_OPT by several compilers
-# at once.  One long function per mode costs the compiler time that grows
-# faster than the program (register allocation): docs/native.md.  The split
-# kernel runs 1.2-1.4x the interpreter's time, the straight one 0.8-1.1x up
-# to ~250 nodes, but its build passes ~0.8 s there (0.6-0.8 s at 214 nodes,
-# 0.8-1.1 s at 254, 4-7 s at 899; split: 0.3-0.6 s)
-SPLIT_NODES = 192
-SPLIT = 50
-SPLIT_OPT = "-Og"
-
-
-# Programs past LANES2_NODES with at least ROWS_INS nodes per row
-# instruction (their nodes mostly in dots: a network) get the rows shape
-# (codegen.RowsTarget): the interpreter's loops over rows, a dot's terms in
-# vectors of four rows, without its dispatch, built at ROWS_OPT (and for AVX2
-# where the CPU has it), a layer's dots fused.  The demo (984 nodes, 69
-# instructions): 0.52-0.58x of the interpreter's time a call (its C call
-# 0.45-0.49x), built in 1.5-1.9 s, against the split shape's 1.8-1.9x;
-# before the fusion (issue 26 part 6) smaller networks 0.63-0.77x (190-300
-# nodes, against 1.2-2.0x).  A program without dots builds more
-# slowly in it (fastest-autograd, 899 nodes: 3.2 s for 0.93x per sample,
-# where the split shape builds in 1.0-1.6 s for 1.2-1.25x), so it is kept
-# for programs of dots, and the split shape for the first call of large
-# programs of ops (docs/native.md)
-ROWS_INS = 4
-ROWS_OPT = "-O1 -fno-tree-bit-ccp"     # bit-CCP took 40% of the build, for no speed measured
-
-
-def shape(code: "codegen.Code") -> "codegen.CTarget":
-    """The CPU target for code, by its size (the bounds above)."""
-    if code.n > LANES2_NODES and len(code.ins) * ROWS_INS <= code.n:
-        return codegen.RowsTarget()
-    if code.n > SPLIT_NODES:
-        return codegen.CTarget(split=SPLIT)
-    return codegen.CTarget(lanes=2 if code.n <= LANES2_NODES else 1)
-
-
-def kernel(code: "codegen.Code") -> Tuple[int, int]:
-    """(address, scratch doubles) of the CPU kernel for code, built or found
-    in the cache and loaded.  CompilerError if it cannot be built."""
-    t = shape(code)
-    if isinstance(t, codegen.RowsTarget):
-        source, opt = t.units(code, jobs()), ROWS_OPT + (" -mavx2" if avx2() else "")
-    elif t.split:
-        source, opt = t.units(code, jobs()), SPLIT_OPT
-    else:
-        source, opt = t.units(code), "-O1"
+def kernel(code: "codegen.Code", shape: Union[None, str, "codegen.Shape"] = None) -> Tuple[int, int]:
+    """(address, scratch doubles) of the CPU kernel for code in shape (None:
+    codegen.choose's), built or found in the cache and loaded.
+    CompilerError if it cannot be built."""
+    s = codegen.shape(shape or codegen.choose(code))
+    source, nscratch = codegen.source(code, s, jobs())
+    opt = s.opt + (" -mavx2" if s.avx2 and avx2() else "")
     for attempt in (0, 1):
         path = build(source, opt)
         try:
-            return _load(path, os.path.basename(path)), t.nscratch
+            return _load(path, os.path.basename(path)), nscratch
         except OSError as e:            # deleted by another process's eviction, or unloadable
             if attempt:
                 raise CompilerError(f"the kernel {path!r} could not be loaded: {e}") from e
@@ -366,12 +315,12 @@ class NativeState:
     it was unpickled (a failed build then falls back, where it lands,
     instead of raising).  (It keeps no reference to the Program: no cycle.)"""
 
-    def __init__(self, prog: Any, mode: Optional[bool], landed: bool = False) -> None:
+    def __init__(self, prog: Any, mode: Union[None, bool, str, "codegen.Shape"], landed: bool = False) -> None:
         self.mode = mode
         self.why = "native=False" if mode is False else NONE_REASON if mode is None else ""
         if mode:
             try:
-                address, nscratch = kernel(codegen.Code.of(prog))
+                address, nscratch = kernel(codegen.Code.of(prog), None if mode is True else mode or None)
             except CompilerError as e:
                 if not landed:
                     raise

@@ -62,20 +62,19 @@ def programs():
 def sources():
     """(program, shape, part) -> source text."""
     from tapead import codegen
-    from tapead.cuda import CUDATarget
     res = {}
     for name, prog in programs().items():
         code = codegen.Code.of(prog)
-        shapes = {"lanes1": codegen.CTarget(lanes=1), "lanes2": codegen.CTarget(lanes=2),
-                  "lanes4": codegen.CTarget(lanes=4), "split": codegen.CTarget(split=50),
-                  "rows": codegen.RowsTarget()}
+        shapes = {"lanes1": codegen.CPrinter(lanes=1), "lanes2": codegen.CPrinter(lanes=2),
+                  "lanes4": codegen.CPrinter(lanes=4), "split": codegen.SplitPrinter(50),
+                  "rows": codegen.RowsPrinter()}
         for sname, t in shapes.items():
             units = t.units(code, 3) if sname in ("split", "rows") else t.units(code)
             for i, text in enumerate(units):
                 res[(name, sname, f"unit{i}")] = text
             res[(name, sname, "nscratch")] = str(t.nscratch)
         for mode in ("fwd", "ps"):
-            res[(name, "cuda", mode)] = CUDATarget(mode).source(code)
+            res[(name, "cuda", mode)] = codegen.CUDAPrinter(mode).source(code)
     return res
 
 

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 import tapead
-from tapead import GuardError, Value, native
-from tapead.codegen import Body, Code, CTarget, RowsTarget
+from tapead import GuardError, Value, codegen, native
+from tapead.codegen import Code
 from opcases import math_ops
 
 pytestmark = pytest.mark.skipif(native.compiler() is None, reason="no C compiler")
@@ -86,10 +86,11 @@ def random_graph(seed, nin=3, npar=3, n=70):
     return outs, xs, list(ws) + [xs[1], unused]
 
 
-def pair(outs, xs, wrt, **kw):
-    """The same graph compiled twice: (interpreted, native)."""
-    return (tapead.compile(outs, xs, wrt=wrt, native=False, **kw),
-            tapead.compile(outs, xs, wrt=wrt, native=True, **kw))
+def pair(outs, xs, wrt, shape=True):
+    """The same graph compiled twice: (interpreted, native in shape: True, the
+    one chosen for it, or a name in tapead.codegen.SHAPES)."""
+    return (tapead.compile(outs, xs, wrt=wrt, native=False),
+            tapead.compile(outs, xs, wrt=wrt, native=shape))
 
 
 def same(a, b):
@@ -122,37 +123,35 @@ def test_random_programs_bit_for_bit(seed):
     assert same(runs(slow, X, pv), runs(fast, X, pv))
 
 
-def test_two_lane_kernels_bit_for_bit(monkeypatch):
-    """Small programs get two rows' statements side by side (CTarget(lanes=2));
+def test_two_lane_kernels_bit_for_bit():
+    """Small programs get two rows' statements side by side (shape "lanes2");
     forced onto a random graph of every op: the interpreter's bits in every
     way of running it, odd row counts included (a chunk's last row alone)."""
-    monkeypatch.setattr(native, "LANES2_NODES", 10 ** 6)
     outs, xs, wrt = random_graph(3)
-    slow, fast = pair(outs, xs, wrt)
-    assert fast.native and "#define TA_W 2" in CTarget(lanes=2).prelude()
+    slow, fast = pair(outs, xs, wrt, "lanes2")
+    assert fast.native and "#define TA_W 2" in codegen.source(Code.of(fast), "lanes2")[0][0]
     X = np.random.default_rng(3).uniform(-2, 2, size=(1031, len(xs)))
     pv = np.random.default_rng(12).uniform(-1, 1, size=len(slow.params))
     assert same(runs(slow, X, pv), runs(fast, X, pv))
     assert same(runs(slow, X[:7], pv), runs(fast, X[:7], pv))
 
 
-@pytest.mark.parametrize("lanes2", [False, True])
-def test_zero_and_nonfinite_adjoints_bit_for_bit(monkeypatch, lanes2):
+@pytest.mark.parametrize("shape", ["row", "lanes2"])
+def test_zero_and_nonfinite_adjoints_bit_for_bit(shape):
     """A generated adjoint starts at its first term, the interpreter's at
-    +0.0 plus it (codegen.Body._add): they differ in the sign of a zero, or
+    +0.0 plus it (codegen.schedule.first_writes): they differ in the sign of a zero, or
     a signalling NaN seed's quiet bit, until the gradient is written.  Rows
     and seeds of zeros of either sign, infinities and NaNs (a signalling one
     among them), through ops whose partials are zeros of either sign: the
     interpreter's bits, per sample and summed, a NaN's sign and payload
     aside (IEEE 754 leaves them to the operand order, which the
     interpreter's vector loops and the generated code choose apart)."""
-    monkeypatch.setattr(native, "LANES2_NODES", 10 ** 6 if lanes2 else 0)
     x, y, w = Value(1.0), Value(2.0), Value(-3.0)
     a = (x * w).relu() * -1.0                 # partials -0.0 / +0.0 by row
     b = a * y + abs(y) * (w * x)
     c = tapead.maximum(b, a) - x * 0.0
     outs, wrt = [a, b, c, x * y], [x, y, w]
-    slow, fast = pair(outs, [x, y], wrt)
+    slow, fast = pair(outs, [x, y], wrt, shape)
     assert fast.native
     vals = [0.0, -0.0, 1.0, -2.0, float("inf"), float("-inf"), float("nan")]
     X = np.array([(u, v) for u in vals for v in vals] * 3)
@@ -174,45 +173,41 @@ def test_zero_and_nonfinite_adjoints_bit_for_bit(monkeypatch, lanes2):
 
 
 @pytest.mark.parametrize("seed", [4, 5])
-def test_split_kernels_bit_for_bit(monkeypatch, seed):
-    """Large programs get the split shape (CTarget(split=...): functions of a
-    few statements over values in memory, several translation units built at
-    once); forced onto random graphs of every op with parts of 1 and 7
-    statements and three units: the interpreter's bits in every way of
-    running them, and its failures."""
-    monkeypatch.setattr(native, "SPLIT_NODES", 0)
-    monkeypatch.setattr(native, "SPLIT", 1 if seed == 4 else 7)
-    monkeypatch.setattr(native, "jobs", lambda: 3)
+def test_split_kernels_bit_for_bit(seed):
+    """Large programs get the split shape (functions of a few statements over
+    values in memory, several translation units built at once); forced onto
+    random graphs of every op with parts of 1 and 7 statements and three
+    units: the interpreter's bits in every way of running them, and its
+    failures."""
+    split = codegen.SHAPES["split"]._replace(part=1 if seed == 4 else 7, units=3)
     outs, xs, wrt = random_graph(seed)
-    slow, fast = pair(outs, xs, wrt)
+    slow, fast = pair(outs, xs, wrt, split)
     assert fast.native
-    units = CTarget(split=native.SPLIT).units(Code.of(fast), 3)
+    units = codegen.source(Code.of(fast), split)[0]
     assert len(units) == 3 and "TA_FRAME" in units[0]
     X = np.random.default_rng(seed).uniform(-2, 2, size=(2503, len(xs)))
     pv = np.random.default_rng(seed + 9).uniform(-1, 1, size=len(slow.params))
     assert same(runs(slow, X, pv), runs(fast, X, pv))
-    test_failures_are_the_interpreters()
+    failures_are_the_interpreters(split)
 
 
 @pytest.mark.parametrize("seed", [6, 7])
-def test_rows_kernels_bit_for_bit(monkeypatch, seed):
-    """The rows shape (RowsTarget: each instruction a loop over a chunk's
+def test_rows_kernels_bit_for_bit(seed):
+    """The rows shape (each instruction a loop over a chunk's
     rows, a dot's terms in vectors of four rows, the lanes past a chunk's end
     masked out of the sums), forced onto random graphs of every op: the
     interpreter's bits in every way of running them (row counts that leave
     a partial chunk and a partial vector: 2503, 7, 5, 3), and its failures."""
-    monkeypatch.setattr(native, "ROWS_INS", 0)
-    monkeypatch.setattr(native, "LANES2_NODES", 0)
-    monkeypatch.setattr(native, "jobs", lambda: 2 if seed == 6 else 1)
+    rows = codegen.SHAPES["rows"]._replace(units=2 if seed == 6 else 1)
     outs, xs, wrt = random_graph(seed)
-    slow, fast = pair(outs, xs, wrt)
-    assert fast.native and isinstance(native.shape(Code.of(fast)), RowsTarget)
+    slow, fast = pair(outs, xs, wrt, rows)
+    assert fast.native
     X = np.random.default_rng(seed).uniform(-2, 2, size=(2503, len(xs)))
     pv = np.random.default_rng(seed + 9).uniform(-1, 1, size=len(slow.params))
     assert same(runs(slow, X, pv), runs(fast, X, pv))
     assert same(runs(slow, X[:7], pv), runs(fast, X[:7], pv))
-    test_failures_are_the_interpreters()
-    test_uniform_guard_and_no_wrt()
+    failures_are_the_interpreters(rows)
+    uniform_guard_and_no_wrt(rows)
 
 
 def test_networks_get_the_rows_shape():
@@ -233,7 +228,7 @@ def test_networks_get_the_rows_shape():
     assert h < 3.0                            # a row guard
     slow, fast = pair([out, h], xs, params)
     code = Code.of(fast)
-    assert code.n > native.LANES2_NODES and isinstance(native.shape(code), RowsTarget)
+    assert code.n > codegen.LANES2_NODES and codegen.choose(code) == "rows"
     B = 1024 + 3 * code.ch + 21               # a partial chunk: 21 rows, then 3 lanes past its end
     X = np.random.default_rng(5).uniform(-1, 1, size=(B, 3))
     pv = np.random.default_rng(6).uniform(-1, 1, size=len(params))
@@ -288,19 +283,16 @@ def layered(seed):
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_fused_layers_bit_for_bit(monkeypatch, seed):
-    """A layer's dots fused (codegen: _fuse_forward, _fuse_reverse: four at a
-    time, each sum in its own order) give the interpreter's bits: values and
-    gradients in every way of running them, zeros of both signs among the
-    weights and inputs, infinities, and chunks with partial vectors."""
-    monkeypatch.setattr(native, "ROWS_INS", 0)
-    monkeypatch.setattr(native, "LANES2_NODES", 0)
+def test_fused_layers_bit_for_bit(seed):
+    """A layer's dots fused (codegen.schedule: fuse_forward, fuse_reverse:
+    four at a time, each sum in its own order) give the interpreter's bits:
+    values and gradients in every way of running them, zeros of both signs
+    among the weights and inputs, infinities, and chunks with partial vectors."""
     outs, xs, wrt = layered(seed)
-    slow, fast = pair(outs, xs, wrt)
+    slow, fast = pair(outs, xs, wrt, "rows")
     code = Code.of(fast)
-    t = native.shape(code)
-    src = "".join(t.units(code))
-    assert isinstance(t, RowsTarget) and "ta_v4 r3_" in src and "const ta_v4 g3_" in src, "nothing fused"
+    src = "".join(codegen.source(code, "rows")[0])
+    assert "ta_v4 r3_" in src and "const ta_v4 g3_" in src, "nothing fused"
     rng = np.random.default_rng(seed)
     X = rng.uniform(-2, 2, size=(2 * code.ch + 7, 3)) * (rng.uniform(size=(2 * code.ch + 7, 3)) > 0.1)
     X[::5] *= -1.0                                # zeros of both signs
@@ -321,21 +313,17 @@ class _Run(ctypes.Structure):
                 ("params", ctypes.c_void_p), ("npar", ctypes.c_uint32), ("threads", ctypes.c_int)]
 
 
-@pytest.mark.parametrize("split_nodes, lanes2, rows", [(10 ** 6, 10 ** 6, 10 ** 6), (10 ** 6, 0, 10 ** 6),
-                                                      (0, 0, 10 ** 6), (10 ** 6, 0, 0)])
-def test_kernels_compute_the_rows_themselves(monkeypatch, split_nodes, lanes2, rows):
+@pytest.mark.parametrize("shape", sorted(codegen.SHAPES))
+def test_kernels_compute_the_rows_themselves(shape):
     """A kernel that failed every block would pass the tests above (the
     interpreter runs a failed block again): each shape's kernel, called
     directly on a program of inputs alone, succeeds and writes the
     interpreter's values and per-sample gradients."""
-    monkeypatch.setattr(native, "SPLIT_NODES", split_nodes)
-    monkeypatch.setattr(native, "LANES2_NODES", lanes2)
-    monkeypatch.setattr(native, "ROWS_INS", rows)
     tapead.clear_guards()
     xs = [Value(0.1 * i) for i in range(3)]
     y = (xs[0] * xs[1]).exp() / (xs[2] * xs[2] + 1.0) + (xs[0] - xs[2]).tanh() * xs[1]
     slow = tapead.compile([y, y * y], xs, wrt=xs, native=False)
-    address, nscratch = native.kernel(Code.of(slow))
+    address, nscratch = native.kernel(Code.of(slow), shape)
     B = 37
     X = np.random.default_rng(0).uniform(-1, 1, size=(B, 3))
     Y, G, seed = np.zeros((B, 2)), np.zeros((B, 3)), np.array([1.0, 0.5])
@@ -394,7 +382,7 @@ def test_rows_kernels_leave_the_vector_registers_clean(tmp_path):
     out = model(xs).tanh()
     slow = tapead.compile([out], xs, wrt=model.parameters(), native=False)
     code = Code.of(slow)
-    assert isinstance(native.shape(code), RowsTarget)
+    assert codegen.choose(code) == "rows"
     address, nscratch = native.kernel(code)
     B = 13
     X = np.random.default_rng(0).uniform(-1, 1, size=(B, 3))
@@ -406,28 +394,18 @@ def test_rows_kernels_leave_the_vector_registers_clean(tmp_path):
         assert shim(address, ctypes.byref(run), U.ctypes.data, 0, B, None, scratch.ctypes.data) == 0
 
 
-def test_bodies_follow_the_interpreters_code():
-    """Every row instruction is in the body; summed parameter adjoints fold
-    into their uniform adjoint, per-sample ones are rows."""
-    outs, xs, wrt = random_graph(5, n=30)
-    p = tapead.compile(outs, xs, wrt=wrt, native=False)
-    code = Code.of(p)
-    text = {m: "\n".join(Body(code, m).rows) for m in ("fwd", "sum", "ps")}
-    for k, *_ in code.ins:
-        assert f"double v{k}[TA_W]" in text["fwd"]
-    assert "TA_ACC" in text["sum"] and "TA_ACC" not in text["ps"] and "TA_GRAD" in text["ps"]
-    with pytest.raises(ValueError):
-        Body(code, "backward")
-
-
 def test_failures_are_the_interpreters():
+    failures_are_the_interpreters(True)
+
+
+def failures_are_the_interpreters(shape):
     """A row where an op fails or a guard flips: the same exception, message and row."""
     tapead.clear_guards()
     x, z, w = Value(0.5), Value(0.5), Value(2.0)
     z3 = z * 3
     assert x > 0.1 and x < z3             # guards: with a constant, and between rows
     y = (x * w).log() + z.sqrt()
-    slow, fast = pair([y], [x, z], [w])
+    slow, fast = pair([y], [x, z], [w], shape)
     X = np.full((3000, 2), 0.5)
     for row, col, v in ((1777, 0, -1.0), (2049, 1, -4.0), (5, 0, 0.05), (2500, 0, 1.6)):
         Xb = X.copy(); Xb[row, col] = v
@@ -442,11 +420,15 @@ def test_failures_are_the_interpreters():
 
 
 def test_uniform_guard_and_no_wrt():
+    uniform_guard_and_no_wrt(True)
+
+
+def uniform_guard_and_no_wrt(shape):
     tapead.clear_guards()                 # (earlier tests' guards would bind this graph too)
     w = Value(1.5); x = Value(0.0)
     assert w > 1.0
     y = (w * x + w).tanh()
-    slow, fast = pair([y], [x], [])
+    slow, fast = pair([y], [x], [], shape)
     X = np.linspace(-3, 3, 1001).reshape(-1, 1)
     assert same((slow(X), slow.grad(X)), (fast(X), fast.grad(X)))
     with pytest.raises(GuardError) as e1:
