@@ -66,8 +66,7 @@ def sources():
     for name, prog in programs().items():
         code = codegen.Code.of(prog)
         shapes = {"lanes1": codegen.CPrinter(lanes=1), "lanes2": codegen.CPrinter(lanes=2),
-                  "lanes4": codegen.CPrinter(lanes=4), "split": codegen.SplitPrinter(50),
-                  "rows": codegen.RowsPrinter()}
+                  "split": codegen.SplitPrinter(50), "rows": codegen.RowsPrinter()}
         for sname, t in shapes.items():
             units = t.units(code, 3) if sname in ("split", "rows") else t.units(code)
             for i, text in enumerate(units):

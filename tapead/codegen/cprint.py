@@ -357,6 +357,8 @@ class CPrinter:
     in order, so summed gradients are its bits too."""
 
     def __init__(self, lanes: int = 1) -> None:
+        if lanes not in (1, 2):      # (four rows side by side measured no faster than two: docs/native.md)
+            raise ValueError(f"lanes must be 1 or 2, not {lanes!r}")
         self.lanes = lanes
         self.nscratch = 0
 
