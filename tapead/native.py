@@ -45,9 +45,9 @@ class CompilerError(RuntimeError):
     """Generated code could not be built: no C compiler, or it failed (the message says which and why)."""
 
 
-_ABI = 1                    # csrc/cdef.h: TA_KERNEL_ABI
+_ABI = 2                    # csrc/cdef.h: TA_KERNEL_ABI
 _lock = threading.Lock()
-_loaded: Dict[str, Tuple[Any, int]] = {}        # key -> (the ctypes library, the kernel's address)
+_loaded: Dict[str, Tuple[Any, Tuple[int, int]]] = {}   # key -> (the ctypes library, its two functions' addresses)
 _versions: Dict[Tuple[str, ...], str] = {}      # compiler argv -> its --version output
 
 
@@ -267,26 +267,28 @@ def build(source: Union[str, List[str]], opt: str = "-O1") -> str:
     return path
 
 
-def _load(path: str, k: str) -> int:
+def _load(path: str, k: str) -> Tuple[int, int]:
     import ctypes
     with _lock:
         if k not in _loaded:
             lib = ctypes.CDLL(path)
-            _loaded[k] = (lib, ctypes.cast(lib.ta_kernel, ctypes.c_void_p).value or 0)
+            _loaded[k] = (lib, (ctypes.cast(lib.ta_kernel, ctypes.c_void_p).value or 0,
+                                ctypes.cast(lib.ta_uniform, ctypes.c_void_p).value or 0))
         return _loaded[k][1]
 
 
-def kernel(code: "codegen.Code", shape: Union[None, str, "codegen.Shape"] = None) -> Tuple[int, int]:
-    """(address, scratch doubles) of the CPU kernel for code in shape (None:
-    codegen.choose's), built or found in the cache and loaded.
-    CompilerError if it cannot be built."""
+def kernel(code: "codegen.Code", shape: Union[None, str, "codegen.Shape"] = None) -> Tuple[int, int, int]:
+    """(the kernel's address, its uniform values' function's, scratch doubles)
+    for code in shape (None: codegen.choose's), built or found in the cache
+    and loaded (csrc/cdef.h: ta_kernel_fn, ta_uniform_fn).  CompilerError if
+    it cannot be built."""
     s = codegen.shape(shape or codegen.choose(code))
     source, nscratch = codegen.source(code, s, jobs())
     opt = s.opt + (" -mavx2" if s.avx2 and avx2() else "")
     for attempt in (0, 1):
         path = build(source, opt)
         try:
-            return _load(path, os.path.basename(path)), nscratch
+            return _load(path, os.path.basename(path)) + (nscratch,)
         except OSError as e:            # deleted by another process's eviction, or unloadable
             if attempt:
                 raise CompilerError(f"the kernel {path!r} could not be loaded: {e}") from e
@@ -320,14 +322,14 @@ class NativeState:
         self.why = "native=False" if mode is False else NONE_REASON if mode is None else ""
         if mode:
             try:
-                address, nscratch = kernel(codegen.Code.of(prog), None if mode is True else mode or None)
+                address, uniform, nscratch = kernel(codegen.Code.of(prog), None if mode is True else mode or None)
             except CompilerError as e:
                 if not landed:
                     raise
                 self.why = f"native=True, but the build failed where it was unpickled: {e}"
                 return
             from ._c import program as _prog
-            _prog.prog_set_kernel(prog._p, address, nscratch)
+            _prog.prog_set_kernel(prog._p, address, uniform, nscratch)
 
     def describe(self, running_native: bool) -> str:
         if running_native:

@@ -323,7 +323,7 @@ def test_kernels_compute_the_rows_themselves(shape):
     xs = [Value(0.1 * i) for i in range(3)]
     y = (xs[0] * xs[1]).exp() / (xs[2] * xs[2] + 1.0) + (xs[0] - xs[2]).tanh() * xs[1]
     slow = tapead.compile([y, y * y], xs, wrt=xs, native=False)
-    address, nscratch = native.kernel(Code.of(slow), shape)
+    address, _, nscratch = native.kernel(Code.of(slow), shape)
     B = 37
     X = np.random.default_rng(0).uniform(-1, 1, size=(B, 3))
     Y, G, seed = np.zeros((B, 2)), np.zeros((B, 3)), np.array([1.0, 0.5])
@@ -383,7 +383,7 @@ def test_rows_kernels_leave_the_vector_registers_clean(tmp_path):
     slow = tapead.compile([out], xs, wrt=model.parameters(), native=False)
     code = Code.of(slow)
     assert codegen.choose(code) == "rows"
-    address, nscratch = native.kernel(code)
+    address, _, nscratch = native.kernel(code)
     B = 13
     X = np.random.default_rng(0).uniform(-1, 1, size=(B, 3))
     Y, G, seed = np.zeros((B, 1)), np.zeros((B, len(slow.params))), np.ones(1)
@@ -504,3 +504,80 @@ def test_dask_runs_native_programs():
         Y, G = tapead.dask.grad(fast, D, per_sample=per_sample)
         got = (Y.compute(scheduler="threads"), G.compute(scheduler="threads"))
         assert same(got, slow.grad(X, per_sample=per_sample))
+
+
+def uniform_network(seed):
+    """(outputs, inputs, wrt) of a program whose work is mostly uniform: a
+    small network over parameters alone (its dots fused in generated code:
+    codegen.schedule.uniform_dots), a dot that must not fuse (its product
+    read twice), a uniform op that can fail (log), and a row part reading
+    the network's output."""
+    tapead.clear_guards()
+    rng = random.Random(seed)
+    ws = [Value(rng.uniform(-1, 1) if rng.random() < 0.9 else rng.choice([0.0, -0.0])) for _ in range(40)]
+    h = ws[:5]
+    for width in (6, 4):
+        h = [sum((ws[rng.randrange(40)] * v for v in h), ws[rng.randrange(40)]).tanh() for _ in range(width)]
+    m = ws[0] * ws[1]
+    twice = (ws[2] + m) * m                                   # a product read twice: no dot
+    u = sum(h) + twice + (ws[3] * ws[3] + 1.5).log()
+    x = Value(0.0)
+    y = (x * u).sin() + u * h[0]
+    return [y, u], [x], ws + [x]
+
+
+@pytest.mark.parametrize("shape", sorted(codegen.SHAPES))
+def test_uniform_dots_bit_for_bit(shape):
+    """A kernel computes the uniform values itself (cdef.h: ta_uniform_fn),
+    each uniform dot as one loop (in memory storages, and its reverse too):
+    the interpreter's bits in every way of running it, values of uniform
+    nodes inside a dot included (the interpreter reads them where a block
+    fails), and a uniform op's failure named as the interpreter names it."""
+    outs, xs, wrt = uniform_network(8)
+    slow, fast = pair(outs, xs, wrt, shape)
+    code = Code.of(fast)
+    dots = codegen.schedule.uniform_dots(code)
+    assert len(dots) >= 10 and all(len(d.terms) >= 4 for d in dots.values())
+    X = np.random.default_rng(8).uniform(-2, 2, size=(1031, 1))
+    pv = np.random.default_rng(9).uniform(-1, 1, size=len(slow.params))
+    assert same(runs(slow, X, pv), runs(fast, X, pv))
+    bad = pv.copy()
+    bad[3] = 0.0                               # ws[3] * ws[3] + 1.5 stays positive: no failure
+    assert same(slow.grad(X, params=bad), fast.grad(X, params=bad))
+    i = [k for k, p in enumerate(wrt) if p is wrt[3]][0]
+    bad[i] = float("nan")                      # log(nan) is nan, not a failure either
+    assert same(slow.grad(X, params=bad), fast.grad(X, params=bad))
+
+
+def test_uniform_failures_are_the_interpreters():
+    tapead.clear_guards()
+    w, x = Value(2.0), Value(0.5)
+    u = sum((w * w for _ in range(5)), w) - 10.0              # a uniform dot, then a node that turns negative
+    y = u.log() * x
+    slow, fast = pair([y], [x], [w], "split")
+    X = np.ones((7, 1))
+    assert same(slow.grad(X), fast.grad(X))
+    for p in (slow, fast):
+        with pytest.raises(ValueError) as e:
+            p.grad(X, params=[1.0])
+        p.message = str(e.value)
+    assert slow.message == fast.message and "row 0" in fast.message
+
+
+def test_a_fused_uniform_forward_stores_every_uniform_value():
+    """The uniform values a kernel computes with its dots fused (split, rows)
+    are every one the unfused statements compute (row by row shapes), the
+    products and partial sums inside a dot included: where a block fails,
+    the interpreter runs it again on them."""
+    outs, xs, wrt = uniform_network(9)
+    slow = tapead.compile(outs, xs, wrt=wrt, native=False)
+    code = Code.of(slow)
+    fn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+    pv = np.ascontiguousarray(slow.params)
+    got = {}
+    for shape in ("lanes2", "split", "rows"):
+        U = np.full(code.nu + 1, np.nan)
+        assert fn(native.kernel(code, shape)[1])(U.ctypes.data, pv.ctypes.data) == 0
+        got[shape] = U
+    assert not np.isnan(got["lanes2"][:code.nu]).any()
+    assert got["split"].tobytes() == got["lanes2"].tobytes() == got["rows"].tobytes()

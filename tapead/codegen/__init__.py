@@ -117,7 +117,7 @@ def printer(s: Shape) -> Any:
 
 def choose(code: Code) -> str:
     """The CPU shape for code, by its size (the bounds above)."""
-    if code.n > LANES2_NODES and len(code.ins) * ROWS_INS <= code.n:
+    if code.n > LANES2_NODES and 0 < len(code.ins) * ROWS_INS <= code.n:
         return "rows"
     if code.n > SPLIT_NODES:
         return "split"

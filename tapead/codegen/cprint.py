@@ -32,9 +32,9 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from .code import NAMES, NONE, Code, literal
 from .lower import (Acc, Check, Dest, Dot, DotRev, Fold, Forward, Grads, Guard, Input, Op, OpRev, Output,
-                    Param, Part, Partial, RevStart, Reverse, Row, Seed, UGuard, UOp, URev, URevSum, WrtSum,
-                    Zero, forward, reverse)
-from .schedule import first_writes, split
+                    Param, Part, Partial, RevStart, Reverse, Row, Seed, UDot, UDotRev, UGuard, UOp, URev, URevSum,
+                    WrtSum, Zero, forward, reverse, uniform_forward)
+from .schedule import first_writes, fuse_uniform, split, uniform_dots
 
 __all__ = ["Names", "Locals", "Frame", "Printer", "CPrinter", "SplitPrinter", "DISPATCH", "VISIBILITY"]
 
@@ -61,6 +61,10 @@ class Names:
     def declares_partials(self) -> bool:
         return False
 
+    def adj_index(self, k: int) -> int:
+        """i where node k's adjoint row is D[i * TA_W + l] (a storage in memory)."""
+        raise NotImplementedError
+
 
 class Locals(Names):
     """Each node's rows a local array (v<k>, d<k>, du<k>), its partials locals."""
@@ -83,6 +87,9 @@ class Frame(Names):
 
     def row(self, name: str, k: int) -> str:
         return f"{'V' if name == 'v' else 'D'}[{k} * TA_W + l]"
+
+    def adj_index(self, k: int) -> int:
+        return k
 
 
 # ------------------------------------------------------------ statements
@@ -163,6 +170,33 @@ class Printer:
 
     def p_UGuard(self, s: UGuard) -> List[str]:
         return [self.compare(s.g) + ";"]
+
+    def p_UDot(self, s: UDot) -> List[str]:
+        L = self.code.loc
+        table = ", ".join(f"{L[p]}, {L[q]}, {L[m]}, {L[t]}" for p, q, m, t in s.terms)
+        return [f"{{ static const uint32_t t_[] = {{{table}}}; double r_ = U[{L[s.x]}]; uint32_t i_; "
+                f"for (i_ = 0; i_ < {4 * len(s.terms)}u; i_ += 4u) {{ double m_; "
+                f"fwd_MUL(U[t_[i_]], U[t_[i_ + 1u]], &m_); U[t_[i_ + 2u]] = m_; "
+                f"fwd_ADD(r_, m_, &r_); U[t_[i_ + 3u]] = r_; }} }}"]
+
+    def p_UDotRev(self, s: UDotRev) -> List[str]:
+        """(The bits: lower.UDotRev.)  A term's adjoint index NONE where it needs none."""
+        C = self.code
+        if s.sum:
+            def idx(n: int) -> int:
+                return C.dloc[n] if n >= 0 else NONE
+            at, g = "A[{}]", f"A[{C.dloc[s.k]}]"
+        else:
+            def idx(n: int) -> int:
+                return self.names.adj_index(n) if n >= 0 else NONE
+            at, g = "D[{} * TA_W + l]", f"D[{self.names.adj_index(s.k)} * TA_W + l]"
+        table = ", ".join(f"{C.loc[p]}, {C.loc[q]}, {idx(ap)}u, {idx(aq)}u" for p, q, ap, aq in s.terms)
+        start = f"if (i_ == 0u) {at.format(idx(s.x))} += g_; " if s.x >= 0 else ""
+        text = (f"{{ static const uint32_t t_[] = {{{table}}}; const double g_ = 0.0 + {g}; "
+                f"uint32_t i_ = {4 * len(s.terms)}u; while (i_ > 0u) {{ i_ -= 4u; {start}"
+                f"if (t_[i_ + 2u] != {NONE}u) {at.format('t_[i_ + 2u]')} += U[t_[i_ + 1u]] * g_; "
+                f"if (t_[i_ + 3u] != {NONE}u) {at.format('t_[i_ + 3u]')} += U[t_[i_]] * g_; }} }}")
+        return [text if s.sum else f"TA_LANES({text});"]
 
     def p_Partial(self, s: Partial) -> List[str]:
         C, n = self.code, self.names
@@ -251,7 +285,10 @@ class Sweeps:
     """A mode's statements, lowered and scheduled for a storage: uniform (the
     partials), rows (forward, then the reverse), fold, block_end."""
 
-    def __init__(self, code: Code, mode: str, fw: Forward, locals_: bool) -> None:
+    def __init__(self, code: Code, mode: str, fw: Forward, locals_: bool,
+                 dots: Optional[Dict[int, UDot]] = None) -> None:
+        """locals_: the storage is Locals (first writes marked); dots: the
+        uniform dots to fuse (a storage in memory: schedule.uniform_dots)."""
         self.mode = mode
         self.forward = fw.stmts
         self.cut = fw.check
@@ -263,6 +300,10 @@ class Sweeps:
             rv = reverse(code, mode)
             self.fold, self.partials, self.end = rv.fold, rv.partials, rv.end
             self.reverse = first_writes(rv.stmts) if locals_ else rv.stmts
+            if dots:
+                self.partials = fuse_uniform(self.partials, dots, code, mode == "sum")
+                self.end = fuse_uniform(self.end, dots, code, True)
+                self.reverse = fuse_uniform(self.reverse, dots, code, False)
 
 
 # ------------------------------------------------------------ the CPU's kernels
@@ -273,6 +314,49 @@ VISIBILITY = """\
 #define TA_PART
 #endif
 """
+
+# A generated function holds at most this many statements: a compiler's time
+# grows faster than the function's length (register allocation), linearly
+# with the number of functions.
+FN_STATEMENTS = 200
+
+
+def functions(prefix: str, lines: List[str], params: str, args: str) -> Tuple[List[str], str, List[str]]:
+    """lines (statements over the names in params) cut into functions of at
+    most FN_STATEMENTS: (their definitions, their prototypes, the statements
+    calling them in order, each or-ing its status into bad)."""
+    defs, protos, calls = [], [], []
+    for i in range(0, len(lines), FN_STATEMENTS):
+        sig = f"TA_PART int {prefix}{i // FN_STATEMENTS}({params})"
+        defs.append(sig + "\n{\n    int bad = 0;\n" + "".join("    " + t + "\n" for t in lines[i:i + FN_STATEMENTS])
+                    + "    return bad;\n}\n")
+        protos.append(sig + ";\n")
+        calls.append(f"bad |= {prefix}{i // FN_STATEMENTS}({args});")
+    return defs, "".join(protos), calls
+
+
+def uniform_library(code: Code, dots: Dict[int, UDot]) -> Tuple[List[str], str]:
+    """The kernel library's uniform values (cdef.h: ta_uniform_fn), computed as
+    batch.c's ta_uniform_forward computes them, every uniform node's value
+    (dots fused): (its part functions, the text of ta_uniform with their
+    prototypes, for the first unit)."""
+    stmts = uniform_forward(code)
+    if dots:
+        stmts = fuse_uniform(stmts, dots, code, True)
+    pr = Printer(code, Frame(code))
+    lines = [t for s in stmts if not isinstance(s, Check) for t in pr.lines(s)]
+    defs, protos, calls = functions("ta_u", lines, "double *restrict U, const double *restrict par", "U, par")
+    top = ("\nint ta_uniform(double *U, const double *par)\n{\n    int bad = 0;\n"
+           + "".join("    " + t + "\n" for t in calls) + "    (void)U; (void)par;\n    return bad;\n}\n")
+    return defs, protos + top
+
+
+def deal(units: List[str], funcs: List[str]) -> List[str]:
+    """units with funcs dealt out among them in turn (each gets some of each kind)."""
+    out = list(units)
+    for i, f in enumerate(funcs):
+        out[i % len(out)] += f
+    return out
 
 # A CPU kernel's rows: TA_ROW, the row lane l computes (TA_REAL: a row of
 # the call's, not a lane past its end recomputing one); each printer defines
@@ -288,12 +372,13 @@ static inline double TA_BITS(uint64_t u) { double d; memcpy(&d, &u, sizeof d); r
 """
 
 
-def prelude(what: str, includes: List[str], rows: str, io: str = _CPU_IO) -> str:
+def prelude(what: str, includes: List[str], rows: str, io: str = "") -> str:
     """A translation unit's prelude: what made it, the headers it includes,
-    the rows macros of its shape, then the names the statements use (a
-    CPU's, or a target's own)."""
+    the rows macros of its shape, then the names the statements use (io: a
+    target's own; by default the CPU's, and TA_PART for the functions that
+    only the kernel's units call)."""
     return (f"/* generated by tapead.codegen ({what}): see tapead/codegen/__init__.py */\n"
-            + "".join(f'#include "{h}"\n' for h in includes) + rows + io)
+            + "".join(f'#include "{h}"\n' for h in includes) + rows + (io or _CPU_IO + VISIBILITY))
 
 
 def kernel(signature: str, decls: List[str], once: List[str], loop: str, body: List[str],
@@ -407,12 +492,13 @@ class CPrinter:
         is then the scratch it needs (doubles)."""
         self.nscratch = 0
         fw = forward(code)
+        parts, top = uniform_library(code, {})
         return [self.prelude() + self._kernel(code, "fwd", fw) + self._kernel(code, "sum", fw)
-                + self._kernel(code, "ps", fw) + DISPATCH]
+                + self._kernel(code, "ps", fw) + DISPATCH + "".join(parts) + top]
 
 
 # the split shape's frame: what each part function reads, from one struct
-_FRAME = VISIBILITY + """\
+_FRAME = """\
 typedef struct {
     const ta_run_t *R; const double *U;
     double *V, *D, *Q, *acc, *A, *Gb, *parts;
@@ -451,6 +537,7 @@ class SplitPrinter(CPrinter):
         parts: Dict[Tuple[Any, ...], int] = {}       # a run of statements -> its function's number
         kernels, nacc = [], 0
         fw = forward(code)
+        dots = uniform_dots(code)
 
         def call(items: List[Tuple[Any, str]]) -> List[str]:
             return [f"bad |= ta_p{num}(&F);" for num in split(items, self.part, parts)]
@@ -468,7 +555,7 @@ class SplitPrinter(CPrinter):
             return items
 
         for mode in ("fwd", "sum", "ps"):
-            sw = Sweeps(code, mode, fw, False)
+            sw = Sweeps(code, mode, fw, False, dots)
             pr = Printer(code, Frame(code))
             pr.mode = mode
             nacc = max(nacc, len(sw.fold))
@@ -493,7 +580,7 @@ class SplitPrinter(CPrinter):
         funcs = ["TA_PART int ta_p%d(const ta_frame *F)\n{\n    TA_FRAME\n%s\n    return bad;\n}\n"
                  % (num, "\n".join("    " + t for _, t in run)) for run, num in parts.items()]
         decl = "".join(f"TA_PART int ta_p{num}(const ta_frame *F);\n" for num in range(len(parts)))
-        n = max(1, min(n, len(funcs)))
-        units = [funcs[i::n] for i in range(n)]          # dealt out: each unit gets parts of each kind
-        return [pre + decl + "".join(kernels) + DISPATCH + "".join(units[0])] + [
-            pre + "".join(u) for u in units[1:] if u]
+        uparts, utop = uniform_library(code, dots)
+        n = max(1, min(n, len(funcs) + len(uparts)))
+        units = [pre + decl + "".join(kernels) + DISPATCH + utop] + [pre] * (n - 1)
+        return deal(units, funcs + uparts)

@@ -43,7 +43,7 @@ from typing import Any, List, Optional, Tuple, Union
 from .code import IDOT, NONE, Code
 
 __all__ = ["Row", "Acc", "Dest", "Input", "Op", "Dot", "Guard", "Check", "Output", "Param", "UOp",
-           "UGuard", "Partial", "RevStart", "Seed", "Zero", "OpRev", "DotTerm", "DotRev", "URev",
+           "UGuard", "UDot", "UDotRev", "Partial", "RevStart", "Seed", "Zero", "OpRev", "DotTerm", "DotRev", "URev",
            "Grads", "WrtSum", "URevSum", "Part", "Fold", "Forward", "Reverse", "forward", "reverse",
            "uniform_forward"]
 
@@ -138,6 +138,17 @@ class UGuard:
 
 
 @dataclass(frozen=True)
+class UDot:
+    """(A kernel that computes the uniform values itself) a dot among the
+    uniform nodes (schedule.uniform_dots): U[k] := U[x] + U[p0] * U[q0] + ...,
+    each term (p, q, m, s) storing its product U[m] and partial sum U[s] (the
+    last s is k), as the unfused nodes would."""
+    k: int
+    x: int
+    terms: Tuple[Tuple[int, int, int, int], ...]
+
+
+@dataclass(frozen=True)
 class Partial:
     """Uniform node k's partials pdx, pdy (d_OP at its values), once per call."""
     k: int
@@ -227,6 +238,21 @@ class URevSum:
     k: int
     x: int
     y: int
+
+
+@dataclass(frozen=True)
+class UDotRev:
+    """The reverse of a uniform dot (schedule.uniform_dots), for its nodes'
+    reverse steps: g := 0.0 + its adjoint (what each of its products' and
+    partial sums' adjoint is: 0.0 + 1.0 * the next's), then, last product
+    first, p's adjoint += U[q] * g and q's += U[p] * g, the start's += g
+    with the first product's.  terms: (p, q, p's adjoint, q's), an adjoint
+    -1 where none is needed; x: the start, -1 if it needs no adjoint.  Summed
+    (sum: on the block's uniform adjoints A) or per sample (on rows)."""
+    k: int
+    x: int
+    terms: Tuple[Tuple[int, int, int, int], ...]
+    sum: bool
 
 
 @dataclass(frozen=True)
@@ -372,7 +398,7 @@ def reverse(code: Code, mode: str) -> Reverse:
 
 def reads(s: Any) -> Tuple[int, ...]:
     """The adjoint rows statement s reads (the nodes)."""
-    if isinstance(s, (OpRev, DotRev, URev, WrtSum)):
+    if isinstance(s, (OpRev, DotRev, URev, WrtSum)) or isinstance(s, UDotRev) and not s.sum:
         return (s.k,)
     if isinstance(s, Grads):
         return tuple(k for _, k, _ in s.items if k != NONE)
@@ -380,7 +406,10 @@ def reads(s: Any) -> Tuple[int, ...]:
 
 
 def dests(s: Any) -> Tuple[Dest, ...]:
-    """The adjoint terms statement s adds, in order."""
+    """The adjoint terms statement s adds, in order (a uniform dot's per
+    sample: the rows it adds to, as udot_rows lists them)."""
+    if isinstance(s, UDotRev):
+        return () if s.sum else tuple(Row(k) for k in udot_rows(s))
     if isinstance(s, (Seed, URev)):
         return (s.dest,)
     if isinstance(s, OpRev):
@@ -399,3 +428,13 @@ def with_dests(s: Any, ds: List[Dest]) -> Any:
     if isinstance(s, DotRev):
         return replace(s, terms=tuple(replace(t, dest=d) for t, d in zip(s.terms, ds)))
     return s
+
+
+def udot_rows(s: UDotRev) -> List[int]:
+    """The nodes a uniform dot's reverse adds to, in the order it adds to them."""
+    out = []
+    for i in range(len(s.terms) - 1, -1, -1):
+        if i == 0 and s.x >= 0:
+            out.append(s.x)
+        out += [a for a in s.terms[i][2:] if a >= 0]
+    return out

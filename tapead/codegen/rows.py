@@ -21,9 +21,11 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 from .code import NAMES, Code
-from .cprint import DISPATCH, RUN_DECLS, SIGNATURE, VISIBILITY, Names, Printer, Sweeps, block_init, chunks, kernel, prelude
+from .cprint import (DISPATCH, RUN_DECLS, SIGNATURE, Names, Printer, Sweeps, block_init, chunks, deal, kernel,
+                     prelude, uniform_library)
 from .lower import Acc, Dot, DotRev, Forward, Grads, Op, OpRev, RevStart, Row, forward
-from .schedule import (Barrier, Dense, FDot, LoopCall, RDot, fuse_forward, fuse_reverse, layer_dot)
+from .schedule import (Barrier, Dense, FDot, LoopCall, RDot, fuse_forward, fuse_reverse, layer_dot,
+                       uniform_dots)
 
 __all__ = ["RowsPrinter"]
 
@@ -39,6 +41,9 @@ class DenseNames(Names):
         if name == "v":
             return f"V[{self.dense.v(k)} * TA_W + l]"
         return f"D[{self.dense.d(k)} * TA_W + l]"
+
+    def adj_index(self, k: int) -> int:
+        return self.dense.d(k)
 
 
 class RowsStatements(Printer):
@@ -371,7 +376,7 @@ class RowsPrinter:
 
     def _sweeps(self, code: Code, mode: str, fw: Forward) -> Tuple[RowsStatements, Sweeps, List[str], List[str]]:
         """Mode's statements printed: (printer, sweeps, forward lines, the rest)."""
-        sw = Sweeps(code, mode, fw, False)
+        sw = Sweeps(code, mode, fw, False, self.dots)
         dense = Dense(code)
         dense.number(sw.forward + sw.reverse)
         pr = RowsStatements(code, dense)
@@ -440,17 +445,19 @@ TA_PART int ta_rows_forward(const ta_run_t *R, const double *U, double *const re
         """One unit per mode (compiled at once when n > 1), the first with the dispatch."""
         self.nscratch = 0
         self.helpers: Dict[str, int] = {}
+        self.dots = uniform_dots(code)
         fw = forward(code)
         fwfn = self._forward(code, fw)
         ks = [self._kernel(code, m, fw) for m in ("fwd", "sum", "ps")]
         decls = "".join(f"TA_PART int ta_kernel_{m}(const ta_run_t *R, const double *U, uint64_t r0, "
                         f"uint64_t r1, double *parts, double *scratch);\n" for m in ("fwd", "sum", "ps"))
         helpers = [loop_function(name, op) for name, op in sorted(self.helpers.items())]
-        pre = (self.prelude() + VISIBILITY + _LOOP_ATTR + "".join(h[0] + ";\n" for h in helpers)
+        pre = (self.prelude() + _LOOP_ATTR + "".join(h[0] + ";\n" for h in helpers)
                + "TA_PART int ta_rows_forward(const ta_run_t *R, const double *U, "
                "double *const restrict V, uint64_t c0, uint64_t n_);\n")
         defs = "".join(h[0] + "\n" + h[1] for h in helpers)
+        uparts, utop = uniform_library(code, self.dots)
         if n <= 1:
-            return [pre + defs + fwfn + "".join(ks) + DISPATCH]
-        return [pre + decls + defs + fwfn + ks[0] + DISPATCH, pre + ks[1], pre + ks[2]]
+            return [pre + defs + fwfn + "".join(ks) + DISPATCH + utop + "".join(uparts)]
+        return deal([pre + decls + defs + fwfn + ks[0] + DISPATCH + utop, pre + ks[1], pre + ks[2]], uparts)
 

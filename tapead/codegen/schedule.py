@@ -23,11 +23,12 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
-from .code import NONE, Code
-from .code import literal
-from .lower import Acc, Dot, DotRev, Grads, Guard, Input, Op, Output, Row, Zero, dests, reads, with_dests
+from .._c import OP
+from .code import NONE, Code, literal
+from .lower import (Acc, Dot, DotRev, Grads, Guard, Input, Op, Output, Row, UDot, UDotRev, UOp, URev, URevSum,
+                    Zero, dests, reads, with_dests)
 
-__all__ = ["first_writes", "Dense", "split", "LoopCall", "FDot", "RDot", "layer_dot", "fuse_forward",
+__all__ = ["first_writes", "Dense", "uniform_dots", "fused_nodes", "fuse_uniform", "split", "LoopCall", "FDot", "RDot", "layer_dot", "fuse_forward",
            "fuse_reverse", "merged", "FBLOCK", "RBLOCK", "RTILE"]
 
 
@@ -110,6 +111,87 @@ class Dense:
                 for dd in dests(s):
                     if isinstance(dd, Row):
                         self.d(dd.k)
+
+
+# ------------------------------------------------------------ uniform dots
+def uniform_dots(code: Code) -> Dict[int, UDot]:
+    """The dots among the uniform nodes, by their last node: a run of
+    ADD(acc, MUL(p, q)) uniform nodes (csrc/code.c finds the same among row
+    nodes) whose products and partial sums nothing else reads, next to one
+    another among the uniform nodes (so nothing between them adds to the
+    adjoints they add to: fused, the reverse adds its terms at once, in the
+    unfused order).  A GPT's weighted sums over parameters are such dots."""
+    C = code
+    ADD, MUL = OP["ADD"], OP["MUL"]
+    uses = [0] * C.n
+    for k in range(C.n):
+        kind = C.kind(k)
+        if kind not in ("LEAF", "NARY"):
+            uses[C.a[k]] += 1
+            if kind == "BIN":
+                uses[C.b[k]] += 1
+    pinned = set(C.out)
+    for a, b, _, _, cst, _ in C.guards:
+        pinned.add(a)
+        if not cst:
+            pinned.add(b)
+    pos = {k: i for i, k in enumerate(C.uops)}
+    dotadd: Set[int] = set()
+    gone: Set[int] = set()
+    for k in C.uops:
+        if C.op[k] != ADD:
+            continue
+        x, m = C.a[k], C.b[k]
+        if (C.op[m] != MUL or uses[m] != 1 or m in pinned or m == x or not C.uni[m]
+                or pos.get(m) != pos[k] - 1):
+            continue
+        dotadd.add(k)
+        gone.add(m)
+        if x in dotadd and uses[x] == 1 and x not in pinned and pos[x] == pos[m] - 1:
+            gone.add(x)
+    out: Dict[int, UDot] = {}
+    for k in C.uops:
+        if k in dotadd and k not in gone:
+            terms = []
+            s = k
+            while True:
+                m = C.b[s]
+                terms.append((C.a[m], C.b[m], m, s))
+                s = C.a[s]
+                if s not in gone:
+                    break
+            out[k] = UDot(k, s, tuple(reversed(terms)))
+    return out
+
+
+def fused_nodes(dots: Dict[int, UDot]) -> Set[int]:
+    """Every node of the dots (their products and partial sums, heads included)."""
+    return {n for d in dots.values() for t in d.terms for n in (t[2], t[3])}
+
+
+def fuse_uniform(stmts: List[Any], dots: Dict[int, UDot], code: Code, sum_: bool) -> List[Any]:
+    """stmts (the uniform forward's UOps, or the reverse's URevSum / URev,
+    or the partials) with each dot's statements replaced by one at its last
+    node (a UDot, a UDotRev) or, partials, left out (a dot needs none)."""
+    nodes = fused_nodes(dots)
+    out: List[Any] = []
+    done: Set[int] = set()
+    for s in stmts:
+        k = getattr(s, "k", None)
+        if k is None or k not in nodes:
+            out.append(s)
+            continue
+        d = dots.get(k)
+        if d is None or k in done:
+            continue
+        done.add(k)
+        if isinstance(s, UOp):
+            out.append(d)
+        elif isinstance(s, (URevSum, URev)):
+            def adj(n: int) -> int:
+                return n if code.dloc[n] != NONE else -1
+            out.append(UDotRev(d.k, adj(d.x), tuple((p, q, adj(p), adj(q)) for p, q, _, _ in d.terms), sum_))
+    return out
 
 
 # ------------------------------------------------------------ split
