@@ -164,7 +164,7 @@ def main():
         assert same(interp.grad(Xy, seed=seed, params=w), nat.grad(Xy, seed=seed, params=w))
         ti, tn = paired(lambda: interp.grad(Xy, seed=seed, params=w, threads=1),
                         lambda: nat.grad(Xy, seed=seed, params=w, threads=1), 100, reps)
-        shape = type(native.shape(codegen.Code.of(nat))).__name__
+        shape = codegen.choose(codegen.Code.of(nat))
         print(f"\n2. demo batched step ({interp.nodes} nodes, 100 rows, {shape}, build {build:.1f} s): "
               f"interpreter {ti * 1e6:7.1f} us   native {tn * 1e6:7.1f} us   ratio {tn / ti:5.2f}x  "
               f"(target <= 0.6x)")

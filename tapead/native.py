@@ -277,12 +277,11 @@ def _load(path: str, k: str) -> Tuple[int, int]:
         return _loaded[k][1]
 
 
-def kernel(code: "codegen.Code", shape: Union[None, str, "codegen.Shape"] = None) -> Tuple[int, int, int]:
+def kernel(code: "codegen.Code", shape: Union[str, "codegen.Shape"]) -> Tuple[int, int, int]:
     """(the kernel's address, its uniform values' function's, scratch doubles)
-    for code in shape (None: codegen.choose's), built or found in the cache
-    and loaded (csrc/cdef.h: ta_kernel_fn, ta_uniform_fn).  CompilerError if
-    it cannot be built."""
-    s = codegen.shape(shape or codegen.choose(code))
+    for code in shape, built or found in the cache and loaded (csrc/cdef.h:
+    ta_kernel_fn, ta_uniform_fn).  CompilerError if it cannot be built."""
+    s = codegen.shape(shape)
     source, nscratch = codegen.source(code, s, jobs())
     opt = s.opt + (" -mavx2" if s.avx2 and avx2() else "")
     for attempt in (0, 1):
@@ -321,8 +320,13 @@ class NativeState:
         self.mode = mode
         self.why = "native=False" if mode is False else NONE_REASON if mode is None else ""
         if mode:
+            code = codegen.Code.of(prog)
+            shape = codegen.choose(code) if mode is True or mode is False else mode
+            if shape is None:
+                self.why = "native=True, but " + codegen.why_not(code)
+                return
             try:
-                address, uniform, nscratch = kernel(codegen.Code.of(prog), None if mode is True else mode or None)
+                address, uniform, nscratch = kernel(code, shape)
             except CompilerError as e:
                 if not landed:
                     raise

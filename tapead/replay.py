@@ -443,10 +443,11 @@ def compile(outputs: Union[Value, Iterable[Value]], inputs: Union[Value, Iterabl
     native: True runs it with generated C code (tapead.native), built now
     with the C compiler, or found in the kernel cache (CompilerError, a
     RuntimeError, if it cannot be built), in the kernel shape chosen for its
-    size, or in the one named ("lanes2", "row", "split", "rows":
-    tapead.codegen); False and None (the default) with the interpreter,
-    never slower, first call included (generated code pays only for small
-    programs over many rows: docs/native.md).
+    size (or, where none is faster, by the interpreter, as repr says), or in
+    the one named ("lanes2", "rows", "split": tapead.codegen); False and
+    None (the default) with the interpreter, never slower, first call
+    included (generated code pays for small programs over many rows,
+    networks and programs of parameters: docs/native.md).
     The results are the same bits either way; ``repr(prog)`` says which runs.
 
     >>> import numpy as np; from tapead import Value, compile

@@ -9,7 +9,7 @@ must not change unless a change means it to.
 Programs: micrograd's demo step (a network: 337 parameters, 100 rows), a
 European call's price and Greeks, the fastest-autograd graph at 60 ops (past
 the split size), and a small program with guards, uniform nodes and
-parameters.  Shapes: every CPU shape and the generated CUDA."""
+parameters.  Shapes: every CPU shape (tapead.codegen.SHAPES) and the generated CUDA."""
 import hashlib
 import json
 import os
@@ -65,8 +65,7 @@ def sources():
     res = {}
     for name, prog in programs().items():
         code = codegen.Code.of(prog)
-        shapes = {"lanes1": codegen.CPrinter(lanes=1), "lanes2": codegen.CPrinter(lanes=2),
-                  "split": codegen.SplitPrinter(50), "rows": codegen.RowsPrinter()}
+        shapes = {name: codegen.printer(s) for name, s in codegen.SHAPES.items()}
         for sname, t in shapes.items():
             units = t.units(code, 3) if sname in ("split", "rows") else t.units(code)
             for i, text in enumerate(units):

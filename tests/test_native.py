@@ -110,10 +110,10 @@ def runs(p, X, pv):
             p.grad(X, per_sample=True, params=pv), p(X[:5]), p.grad(X[:3]))
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_random_programs_bit_for_bit(seed):
+@pytest.mark.parametrize("seed, shape", [(1, "rows"), (2, "split")])
+def test_random_programs_bit_for_bit(seed, shape):
     outs, xs, wrt = random_graph(seed)
-    slow, fast = pair(outs, xs, wrt)
+    slow, fast = pair(outs, xs, wrt, shape)
     assert not slow.native and fast.native
     from tapead._c import OP
     names = {name for name, code in OP.items() if code in set(slow._flat_form()["op"].tolist())}
@@ -136,7 +136,7 @@ def test_two_lane_kernels_bit_for_bit():
     assert same(runs(slow, X[:7], pv), runs(fast, X[:7], pv))
 
 
-@pytest.mark.parametrize("shape", ["row", "lanes2"])
+@pytest.mark.parametrize("shape", ["lanes2", "split", "rows"])
 def test_zero_and_nonfinite_adjoints_bit_for_bit(shape):
     """A generated adjoint starts at its first term, the interpreter's at
     +0.0 plus it (codegen.schedule.first_writes): they differ in the sign of a zero, or
@@ -383,7 +383,7 @@ def test_rows_kernels_leave_the_vector_registers_clean(tmp_path):
     slow = tapead.compile([out], xs, wrt=model.parameters(), native=False)
     code = Code.of(slow)
     assert codegen.choose(code) == "rows"
-    address, _, nscratch = native.kernel(code)
+    address, _, nscratch = native.kernel(code, "rows")
     B = 13
     X = np.random.default_rng(0).uniform(-1, 1, size=(B, 3))
     Y, G, seed = np.zeros((B, 1)), np.zeros((B, len(slow.params))), np.ones(1)
@@ -436,6 +436,17 @@ def uniform_guard_and_no_wrt(shape):
     with pytest.raises(GuardError) as e2:
         fast(X, params=[0.5])
     assert str(e1.value) == str(e2.value)
+
+
+def test_programs_of_row_operations_stay_in_the_interpreter():
+    """native=True on a program no shape runs faster than the interpreter
+    (many row operations, not a network, few uniform ones) runs it in the
+    interpreter and says why; named, a shape builds it all the same."""
+    outs, xs, wrt = random_graph(1)
+    p = tapead.compile(outs, xs, wrt=wrt, native=True)
+    assert codegen.choose(Code.of(p)) is None
+    assert not p.native and "runs='interpreter' (native=True, but a program of" in repr(p)
+    assert tapead.compile(outs, xs, wrt=wrt, native="split").native
 
 
 def test_repr_pickle_and_fallbacks(monkeypatch):

@@ -15,30 +15,36 @@ the results are the same bits:
     cuda.py      the CUDA printer (one thread a row)
 
 The imports go one way, down that list.  The CPU's shapes, and which a
-Program gets (``choose``):
+Program gets with native=True (``choose``; a shape can also be named):
 
-========  ===================================  =======================================
-shape     what                                 chosen when
-========  ===================================  =======================================
-lanes2    two rows' statements side by side    at most LANES2_NODES nodes
-row       one row at a time, straight-line     up to SPLIT_NODES nodes
-split     functions of SPLIT statements over   past SPLIT_NODES nodes
-          values in memory
-rows      each statement a loop over a chunk   past LANES2_NODES nodes, at least ROWS_INS
-          of rows, dots in vectors of four     nodes a row instruction (a network)
-========  ===================================  =======================================
+========  ========================================  ======================================
+shape     what                                      chosen when
+========  ========================================  ======================================
+lanes2    two rows' statements side by side,        at most LANES2_NODES nodes
+          straight-line
+rows      each statement a loop over a chunk of     past LANES2_NODES nodes, at least
+          rows, dots in vectors of four             ROWS_INS nodes a row instruction
+                                                    (a network)
+split     functions of SPLIT statements over        more uniform nodes than row
+          values in memory                          instructions (a program of parameters)
+========  ========================================  ======================================
+
+Any other program runs in the interpreter even with native=True (repr says
+so): for programs of many row operations generated code measured no faster
+than the interpreter, which runs each operation as a loop over many rows,
+and its build grows with the program (docs/native.md).
 
     >>> import tapead
     >>> x = tapead.Value(0.5); w = tapead.Value(2.0); y = (w * x).exp()
     >>> p = tapead.compile(y, [x], wrt=[w], native=False)
     >>> code = Code.of(p); choose(code)
     'lanes2'
-    >>> "fwd_EXP" in source(code, "row")[0][0]
+    >>> "fwd_EXP" in source(code, "lanes2")[0][0]
     True
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, NamedTuple, Tuple, Union
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Union
 
 from .code import IDOT, KINDS, NAMES, NONE, Code, include_dir, literal
 from .cprint import CPrinter, SplitPrinter
@@ -46,7 +52,7 @@ from .cuda import CUDAPrinter
 from .rows import RowsPrinter
 
 __all__ = ["Code", "IDOT", "KINDS", "NAMES", "NONE", "include_dir", "literal", "Shape", "SHAPES", "shape", "printer",
-           "choose", "source",
+           "choose", "why_not", "source",
            "CPrinter", "SplitPrinter", "RowsPrinter", "CUDAPrinter"]
 
 
@@ -65,32 +71,30 @@ class Shape(NamedTuple):
 
 # Programs up to this many nodes get two rows' statements side by side: one
 # row's chain of dependent operations leaves the core waiting on latency,
-# two independent chains overlap.  Measured (docs/native.md): 0.67x ->
-# 0.53x of the interpreter at 26 nodes; at 112 nodes mixed, and the build
-# twice as long (1.1-1.3 s at 112 nodes against 0.5 s; 0.7 s at 52).
+# two independent chains overlap.  Measured (docs/native.md): a European
+# call's price and Greeks (18 nodes) 0.72-0.76x of the interpreter's time;
+# random graphs of 3-8 nodes 0.68-0.70x, of 112 nodes 0.93-0.95x built in
+# 0.6-0.9 s, of 212 nodes 1.08x built in 3.6 s; one row at a time was
+# slower than the interpreter at every size (0.82x at 3 nodes, 1.13x at 112,
+# 2x on the European call).
 LANES2_NODES = 64
 
-# Programs past this many nodes get the split shape: one long function per
-# mode costs the compiler time that grows faster than the program (register
-# allocation).  The split kernel runs 1.2-1.4x the interpreter's time, the
-# straight one 0.8-1.1x up to ~250 nodes, but its build passes ~0.8 s
-# there (0.6-0.8 s at 214 nodes, 0.8-1.1 s at 254, 4-7 s at 899; split:
-# 0.3-0.6 s).
-SPLIT_NODES = 192
-SPLIT = 50
-
 # Programs past LANES2_NODES with at least ROWS_INS nodes per row instruction
-# (their nodes mostly in dots: a network) get the rows shape.  The demo (984
-# nodes, 69 instructions): 0.52-0.58x of the interpreter's time a call,
-# built in 1.5-1.9 s, against the split shape's 1.8-1.9x.  A program
-# without dots builds more slowly in it (fastest-autograd, 899 nodes: 3.2 s
-# for 0.93x per sample, where the split shape builds in 1.0-1.6 s for
-# 1.2-1.25x), so it is kept for programs of dots.
+# (their nodes mostly in dots: a network) get the rows shape: the demo (984
+# nodes, 69 instructions) 0.52-0.58x of the interpreter's time a call, built
+# in 1.5-1.9 s.  Programs of operations were slower in it (fastest-autograd:
+# 1.22x at 1,012 nodes, 2.32x at 5,012 built in 31 s).
 ROWS_INS = 4
+
+# Programs whose work is mostly uniform (computed once a call from the
+# parameters: a GPT's loss over its parameters) get the split shape, its
+# uniform dots fused: examples/gpt.py's loss for one name (40,005 nodes)
+# 0.37x of the interpreter's time, built in 6-8 s.  SPLIT statements a
+# function.
+SPLIT = 50
 
 SHAPES: Dict[str, Shape] = {s.name: s for s in (
     Shape("lanes2", "-O1"),
-    Shape("row", "-O1"),
     Shape("split", "-Og", part=SPLIT),
     # bit-CCP took 40% of the rows shape's build, for no speed measured
     Shape("rows", "-O1 -fno-tree-bit-ccp", avx2=True),
@@ -112,16 +116,26 @@ def printer(s: Shape) -> Any:
         return RowsPrinter()
     if s.name == "split":
         return SplitPrinter(s.part)
-    return CPrinter(lanes=2 if s.name == "lanes2" else 1)
+    return CPrinter(lanes=2)
 
 
-def choose(code: Code) -> str:
-    """The CPU shape for code, by its size (the bounds above)."""
-    if code.n > LANES2_NODES and 0 < len(code.ins) * ROWS_INS <= code.n:
-        return "rows"
-    if code.n > SPLIT_NODES:
+def choose(code: Code) -> Optional[str]:
+    """The CPU shape for code by the rules above, or None where generated code
+    would not be faster than the interpreter."""
+    if code.n <= LANES2_NODES:
+        return "lanes2"
+    if len(code.uops) > len(code.ins):
         return "split"
-    return "lanes2" if code.n <= LANES2_NODES else "row"
+    if len(code.ins) * ROWS_INS <= code.n:
+        return "rows"
+    return None
+
+
+def why_not(code: Code) -> str:
+    """Why choose(code) is None, for a Program's repr."""
+    return (f"a program of {code.n} nodes in {len(code.ins)} row operations and {len(code.uops)} "
+            f"uniform ones is not one generated code runs faster than the interpreter (docs/native.md); "
+            f"a shape named ({', '.join(map(repr, SHAPES))}) builds it all the same")
 
 
 def source(code: Code, s: Union[str, Shape], units: int = 1) -> Tuple[List[str], int]:
