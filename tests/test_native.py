@@ -526,9 +526,11 @@ def uniform_network(seed):
     tapead.clear_guards()
     rng = random.Random(seed)
     ws = [Value(rng.uniform(-1, 1) if rng.random() < 0.9 else rng.choice([0.0, -0.0])) for _ in range(40)]
+    ws += [Value(0.0) for _ in range(20)]          # more parameters than a list's table bound (wrt, params)
     h = ws[:5]
     for width in (6, 4):
         h = [sum((ws[rng.randrange(40)] * v for v in h), ws[rng.randrange(40)]).tanh() for _ in range(width)]
+    h += [sum(ws[rng.randrange(40)] * v for v in h) for _ in range(3)]    # dots from 0 (sum's start)
     m = ws[0] * ws[1]
     twice = (ws[2] + m) * m                                   # a product read twice: no dot
     u = sum(h) + twice + (ws[3] * ws[3] + 1.5).log()
@@ -549,6 +551,7 @@ def test_uniform_dots_bit_for_bit(shape):
     code = Code.of(fast)
     dots = codegen.schedule.uniform_dots(code)
     assert len(dots) >= 10 and all(len(d.terms) >= 4 for d in dots.values())
+    assert sum(d.x < 0 for d in dots.values()) == 3
     X = np.random.default_rng(8).uniform(-2, 2, size=(1031, 1))
     pv = np.random.default_rng(9).uniform(-1, 1, size=len(slow.params))
     assert same(runs(slow, X, pv), runs(fast, X, pv))

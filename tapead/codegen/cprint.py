@@ -32,7 +32,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from .code import NAMES, NONE, Code, literal
 from .lower import (Acc, Check, Dest, Dot, DotRev, Fold, Forward, Grads, Guard, Input, Op, OpRev, Output,
-                    Param, Part, Partial, RevStart, Reverse, Row, Seed, UDot, UDotRev, UGuard, UOp, URev, URevSum,
+                    Params, Parts, Partial, RevStart, Reverse, Row, Seed, UDot, UDotRev, UGuard, UOp, URev, URevSum,
                     WrtSum, Zero, forward, reverse, uniform_forward)
 from .schedule import first_writes, fuse_uniform, split, uniform_dots
 
@@ -160,8 +160,18 @@ class Printer:
     def p_Output(self, s: Output) -> List[str]:
         return [f"TA_LANES(TA_OUT({s.j}, {self.val(s.k)}));"]
 
-    def p_Param(self, s: Param) -> List[str]:
-        return [f"U[{self.code.loc[s.k]}] = par[{s.j}];"]
+    tables = False      # long lists of items as loops over tables (a storage in memory sets it)
+
+    def table(self, items: List[Any], body: str, kind: str = "uint32_t") -> str:
+        """One statement: body (over t_[j_]) for j_ in 0 .. len(items) - 1, items a static table."""
+        return (f"{{ static const {kind} t_[] = {{{', '.join(map(str, items))}}}; uint32_t j_; "
+                f"for (j_ = 0; j_ < {len(items)}u; j_++) {body} }}")
+
+    def p_Params(self, s: Params) -> List[str]:
+        L = self.code.loc
+        if self.tables and len(s.items) > TABLE_ITEMS:
+            return [self.table([L[k] for _, k in s.items], "U[t_[j_]] = par[j_];")]
+        return [f"U[{L[k]}] = par[{j}];" for j, k in s.items]
 
     def p_UOp(self, s: UOp) -> List[str]:
         C = self.code
@@ -174,7 +184,8 @@ class Printer:
     def p_UDot(self, s: UDot) -> List[str]:
         L = self.code.loc
         table = ", ".join(f"{L[p]}, {L[q]}, {L[m]}, {L[t]}" for p, q, m, t in s.terms)
-        return [f"{{ static const uint32_t t_[] = {{{table}}}; double r_ = U[{L[s.x]}]; uint32_t i_; "
+        start = f"U[{L[s.x]}]" if s.x >= 0 else literal(s.c)
+        return [f"{{ static const uint32_t t_[] = {{{table}}}; double r_ = {start}; uint32_t i_; "
                 f"for (i_ = 0; i_ < {4 * len(s.terms)}u; i_ += 4u) {{ double m_; "
                 f"fwd_MUL(U[t_[i_]], U[t_[i_ + 1u]], &m_); U[t_[i_ + 2u]] = m_; "
                 f"fwd_ADD(r_, m_, &r_); U[t_[i_ + 3u]] = r_; }} }}"]
@@ -249,7 +260,14 @@ class Printer:
         return f"{self.adj(k)} + 0.0" if plus0 else self.adj(k)
 
     def p_Grads(self, s: Grads) -> List[str]:
+        if self.tables and len(s.items) > TABLE_ITEMS:
+            return [f"TA_LANES({self.grads_table(s)});"]
         return [f"TA_LANES(TA_GRAD({j}, {self.grad(k, p)}));" for j, k, p in s.items]
+
+    def grads_table(self, s: Grads) -> str:
+        """(A storage in memory, where no first write is an assignment) s as one loop over a table."""
+        idx = [self.names.adj_index(k) if k != NONE else NONE for _, k, _ in s.items]
+        return self.table([f"{i}u" for i in idx], f"TA_GRAD(j_, t_[j_] != {NONE}u ? D[t_[j_] * TA_W + l] : 0.0);")
 
     def p_WrtSum(self, s: WrtSum) -> List[str]:
         return [f"TA_LANES(TA_ACC({s.i}, {self.names.row('d', s.k)}));"]
@@ -263,10 +281,14 @@ class Printer:
             out.append(f"  A[{C.dloc[s.y]}] += {n.partial(s.k, 'pdy')} * gk_;")
         return out + ["}"]
 
-    def p_Part(self, s: Part) -> List[str]:
+    def p_Parts(self, s: Parts) -> List[str]:
         C = self.code
-        v = "0.0" if s.k == NONE else f"A[{C.dloc[s.k]}]" if C.uni[s.k] else f"Gb[{s.j}]"
-        return [f"parts[{s.j}] = {v};"]
+        if self.tables and len(s.items) > TABLE_ITEMS:      # A's index, or -1: Gb[j], -2: 0.0
+            idx = [-2 if k == NONE else C.dloc[k] if C.uni[k] else -1 for _, k in s.items]
+            return [self.table(idx, "parts[j_] = t_[j_] >= 0 ? A[t_[j_]] : t_[j_] == -1 ? Gb[j_] : 0.0;",
+                               "int64_t")]
+        return [f"parts[{j}] = {'0.0' if k == NONE else f'A[{C.dloc[k]}]' if C.uni[k] else f'Gb[{j}]'};"
+                for j, k in s.items]
 
     def fold(self, f: Fold) -> str:
         """Accumulator f.i's lanes, summed in the interpreter's order, added to its destination."""
@@ -315,6 +337,10 @@ VISIBILITY = """\
 #endif
 """
 
+# Lists longer than this (parameters in, wrt sums and gradients out) are
+# printed as a loop over a table (in memory storages), not a statement an item
+TABLE_ITEMS = 16
+
 # A generated function holds at most this many statements: a compiler's time
 # grows faster than the function's length (register allocation), linearly
 # with the number of functions.
@@ -344,6 +370,7 @@ def uniform_library(code: Code, dots: Dict[int, UDot]) -> Tuple[List[str], str]:
     if dots:
         stmts = fuse_uniform(stmts, dots, code, True)
     pr = Printer(code, Frame(code))
+    pr.tables = True
     lines = [t for s in stmts if not isinstance(s, Check) for t in pr.lines(s)]
     defs, protos, calls = functions("ta_u", lines, "double *restrict U, const double *restrict par", "U, par")
     top = ("\nint ta_uniform(double *U, const double *par)\n{\n    int bad = 0;\n"
@@ -558,6 +585,7 @@ class SplitPrinter(CPrinter):
             sw = Sweeps(code, mode, fw, False, dots)
             pr = Printer(code, Frame(code))
             pr.mode = mode
+            pr.tables = True
             nacc = max(nacc, len(sw.fold))
             decls = ["ta_frame F;", "uint64_t c0, c1, s;", "int bad = 0;",
                      f"F.R = R; F.U = U; F.parts = parts; F.A = scratch; F.Gb = F.A + {code.ndu};",

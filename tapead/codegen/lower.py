@@ -42,9 +42,9 @@ from typing import Any, List, Optional, Tuple, Union
 
 from .code import IDOT, NONE, Code
 
-__all__ = ["Row", "Acc", "Dest", "Input", "Op", "Dot", "Guard", "Check", "Output", "Param", "UOp",
+__all__ = ["Row", "Acc", "Dest", "Input", "Op", "Dot", "Guard", "Check", "Output", "Params", "UOp",
            "UGuard", "UDot", "UDotRev", "Partial", "RevStart", "Seed", "Zero", "OpRev", "DotTerm", "DotRev", "URev",
-           "Grads", "WrtSum", "URevSum", "Part", "Fold", "Forward", "Reverse", "forward", "reverse",
+           "Grads", "WrtSum", "URevSum", "Parts", "Fold", "Forward", "Reverse", "forward", "reverse",
            "uniform_forward"]
 
 
@@ -116,10 +116,10 @@ class Output:
 
 # ------------------------------------------------------------ uniform nodes
 @dataclass(frozen=True)
-class Param:
-    """(A kernel that computes the uniform values itself) U[k] := parameter j."""
-    k: int
-    j: int
+class Params:
+    """(A kernel that computes the uniform values itself) U[k] := parameter j,
+    for each (j, k) of items."""
+    items: Tuple[Tuple[int, int], ...]
 
 
 @dataclass(frozen=True)
@@ -140,12 +140,13 @@ class UGuard:
 @dataclass(frozen=True)
 class UDot:
     """(A kernel that computes the uniform values itself) a dot among the
-    uniform nodes (schedule.uniform_dots): U[k] := U[x] + U[p0] * U[q0] + ...,
-    each term (p, q, m, s) storing its product U[m] and partial sum U[s] (the
-    last s is k), as the unfused nodes would."""
+    uniform nodes (schedule.uniform_dots): U[k] := U[x] (x -1: the constant
+    c) + U[p0] * U[q0] + ..., each term (p, q, m, s) storing its product U[m]
+    and partial sum U[s] (the last s is k), as the unfused nodes would."""
     k: int
     x: int
     terms: Tuple[Tuple[int, int, int, int], ...]
+    c: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -256,10 +257,10 @@ class UDotRev:
 
 
 @dataclass(frozen=True)
-class Part:
-    """(summed, after a block's last chunk) the block's sum j := wrt node k's."""
-    j: int
-    k: int
+class Parts:
+    """(summed, after a block's last chunk) the block's sum j := wrt node k's,
+    for each (j, k) of items."""
+    items: Tuple[Tuple[int, int], ...]
 
 
 @dataclass(frozen=True)
@@ -303,7 +304,7 @@ def uniform_forward(code: Code) -> List[Any]:
     kernel that computes them itself: CUDA's): parameters, uniform ops,
     guards on uniform values only, then the check."""
     C = code
-    out: List[Any] = [Param(q, j) for j, q in enumerate(C.par)]
+    out: List[Any] = [Params(tuple(enumerate(C.par)))]
     out += [UOp(k, C.op[k], C.a[k], C.b[k] if C.kind(k) == "BIN" else -1) for k in C.uops]
     out += [UGuard(Guard(a, b, c, kind, cst, outcome)) for a, b, c, kind, cst, outcome in C.guards
             if C.uni[a] and (cst or C.uni[b])]
@@ -365,7 +366,7 @@ class Reverse:
             for k in reversed(C.uops):                     # batch.c: ta_rv_uniform, summed
                 if C.dloc[k] != NONE:
                     self.end.append(URevSum(k, C.a[k], C.b[k] if C.kind(k) == "BIN" else -1))
-            self.end += [Part(j, k) for j, k in enumerate(C.wrt)]
+            self.end.append(Parts(tuple(enumerate(C.wrt))))
         self.stmts = out
 
     def target(self, k: int, factor: Optional[int] = None) -> Dest:

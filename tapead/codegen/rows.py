@@ -21,8 +21,8 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 from .code import NAMES, Code
-from .cprint import (DISPATCH, RUN_DECLS, SIGNATURE, Names, Printer, Sweeps, block_init, chunks, deal, kernel,
-                     prelude, uniform_library)
+from .cprint import (DISPATCH, RUN_DECLS, SIGNATURE, TABLE_ITEMS, Names, Printer, Sweeps, block_init, chunks, deal,
+                     kernel, prelude, uniform_library)
 from .lower import Acc, Dot, DotRev, Forward, Grads, Op, OpRev, RevStart, Row, forward
 from .schedule import (Barrier, Dense, FDot, LoopCall, RDot, fuse_forward, fuse_reverse, layer_dot,
                        uniform_dots)
@@ -52,6 +52,7 @@ class RowsStatements(Printer):
     def __init__(self, code: Code, dense: Dense) -> None:
         super().__init__(code, DenseNames(code, dense))
         self.dense = dense
+        self.tables = True
         self.helpers: Dict[str, int] = {}    # loop functions called: name -> op
         self.stored: Set[int] = set()        # accumulators a dot's loop stores whole
         self.assigned: Set[int] = set()      # adjoint rows a fused layer's loop sets by its first term
@@ -242,6 +243,8 @@ class RowsStatements(Printer):
                 + "".join(f"TA_V4ST(acc + {4 * i}, a{i}_); " for i in accs) + "} TA_VZ();"]
 
     def p_Grads(self, s: Grads) -> List[str]:                  # a row's gradients in one pass
+        if len(s.items) > TABLE_ITEMS:
+            return [f"TA_LANES({self.grads_table(s)});"]
         return ["TA_LANES(" + " ".join(f"TA_GRAD({j}, {self.grad(k, p)});" for j, k, p in s.items) + ");"]
 
     def p_RevStart(self, s: RevStart) -> List[str]:

@@ -120,9 +120,11 @@ def uniform_dots(code: Code) -> Dict[int, UDot]:
     nodes) whose products and partial sums nothing else reads, next to one
     another among the uniform nodes (so nothing between them adds to the
     adjoints they add to: fused, the reverse adds its terms at once, in the
-    unfused order).  A GPT's weighted sums over parameters are such dots."""
+    unfused order); a start that is ADDC(MUL(p, q), c) of the same kind is
+    the dot's first term and c its start (sum() adds to 0: c + p * q is
+    p * q + c).  A GPT's weighted sums over parameters are such dots."""
     C = code
-    ADD, MUL = OP["ADD"], OP["MUL"]
+    ADD, ADDC, MUL = OP["ADD"], OP["ADDC"], OP["MUL"]
     uses = [0] * C.n
     for k in range(C.n):
         kind = C.kind(k)
@@ -160,7 +162,13 @@ def uniform_dots(code: Code) -> Dict[int, UDot]:
                 s = C.a[s]
                 if s not in gone:
                     break
-            out[k] = UDot(k, s, tuple(reversed(terms)))
+            start, c = s, 0.0
+            m0 = C.a[s]
+            if (C.op[s] == ADDC and uses[s] == 1 and s not in pinned and pos.get(s) == pos[terms[-1][2]] - 1
+                    and C.op[m0] == MUL and uses[m0] == 1 and m0 not in pinned and pos.get(m0) == pos[s] - 1):
+                terms.append((C.a[m0], C.b[m0], m0, s))       # sum(...) starts at 0: 0 + p0 * q0 + ...
+                start, c = -1, C.c[s]
+            out[k] = UDot(k, start, tuple(reversed(terms)), c)
     return out
 
 
@@ -189,7 +197,7 @@ def fuse_uniform(stmts: List[Any], dots: Dict[int, UDot], code: Code, sum_: bool
             out.append(d)
         elif isinstance(s, (URevSum, URev)):
             def adj(n: int) -> int:
-                return n if code.dloc[n] != NONE else -1
+                return n if n >= 0 and code.dloc[n] != NONE else -1
             out.append(UDotRev(d.k, adj(d.x), tuple((p, q, adj(p), adj(q)) for p, q, _, _ in d.terms), sum_))
     return out
 
