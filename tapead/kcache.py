@@ -12,13 +12,11 @@ of the symbol to look up.
 """
 from __future__ import annotations
 
-import ctypes
 import errno
 import hashlib
 import itertools
 import math
 import os
-import secrets
 import shlex
 import shutil
 import signal
@@ -433,7 +431,7 @@ class Build:
         self._dog: Optional["subprocess.Popen[bytes]"] = None
         self._w = -1
         if dfd >= 0:
-            name = f"b-{os.getpid()}-{secrets.token_hex(4)}"
+            name = f"b-{os.getpid()}-{os.urandom(4).hex()}"
             os.mkdir(name, 0o700, dir_fd=dfd)
             self.fd = os.open(name, _DIR, dir_fd=dfd)
             fcntl.flock(self.fd, fcntl.LOCK_EX)      # released when this process ends, however
@@ -718,6 +716,7 @@ def _dlopen(e: Entry) -> Any:
     the library already loaded under a path string, and a closed fd's number
     is reused: each load's path is made unique by a serial number, written
     in binary as '//' and '/.' steps, which the path's lookup skips."""
+    import ctypes
     if _PROC_FD and e.fd >= 0:
         n = next(_serial)
         steps = "".join("/." if n >> i & 1 else "//" for i in range(n.bit_length()))
@@ -736,6 +735,7 @@ def library(source: Union[str, Sequence[str]], opt: str, include: str, symbol: s
     one compiler may run (default build_timeout()).  A cached library that
     does not load or lacks symbol is rebuilt (a warning says so).
     CompilerError if there is no compiler or it fails."""
+    import ctypes
     argv = compiler()
     if argv is None:
         raise CompilerError(f"no C compiler found (CC={_cc_name()!r}): native replay needs one; "

@@ -30,6 +30,19 @@ from tapead import Value, codegen, native
 pytestmark = pytest.mark.skipif(native.compiler() is None or os.name != "posix",
                                 reason="no C compiler, or not POSIX")
 INCLUDE = codegen.include_dir()
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def python(*args, env=None, **kw):
+    """A new Python process running this tapead (args: what follows the interpreter)."""
+    env = dict(os.environ if env is None else env, PYTHONPATH=ROOT)
+    return subprocess.Popen([sys.executable, *args], env=env, **kw)
+
+
+def run_python(*args, env=None):
+    p = python(*args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = p.communicate(timeout=120)
+    return subprocess.CompletedProcess(p.args, p.returncode, out, err)
 
 
 class _Lazy:
@@ -127,8 +140,7 @@ def test_concurrent_builders(tmp_path):
     prog = ("import ctypes, tapead.kcache as k, tapead.codegen as c; "
             f"a = k.library({source(7)!r}, '-O1', c.include_dir(), 'ta_kernel', {{}}); "
             "print(ctypes.CFUNCTYPE(ctypes.c_int)(a)())")
-    procs = [subprocess.Popen([sys.executable, "-c", prog], env=dict(os.environ), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    procs = [python("-c", prog, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
     outs = [p.communicate(timeout=120) for p in procs]
     assert all(p.returncode == 0 for p in procs), outs
     assert [o.strip() for o, _ in outs] == ["7"] * 4 and not any(e for _, e in outs)
@@ -308,13 +320,13 @@ def test_a_damaged_kernel_is_rebuilt_not_run(tmp_path):
     library without the kernel in its place."""
     cache = tmp_path / "cache"
     c = str(secrets.randbelow(1000) / 1000)
-    first = subprocess.run([sys.executable, "-c", CHILD, c], capture_output=True, text=True, timeout=120)
+    first = run_python("-c", CHILD, c)
     assert first.returncode == 0 and first.stdout.startswith("True"), first.stderr
     (name,) = entries(cache)
     whole = (cache / name).read_bytes()
     for frac in (0.05, 0.5, 0.95, 0.999):
         (cache / name).write_bytes(whole[:int(len(whole) * frac)])
-        r = subprocess.run([sys.executable, "-c", CHILD, c], capture_output=True, text=True, timeout=120)
+        r = run_python("-c", CHILD, c)
         assert r.returncode == 0 and r.stdout == first.stdout, (frac, r.returncode, r.stderr)
         assert "was not used" in r.stderr and "rebuilding it" in r.stderr
         assert len((cache / name).read_bytes()) == len(whole)
@@ -323,7 +335,7 @@ def test_a_damaged_kernel_is_rebuilt_not_run(tmp_path):
     other.write_text("int unrelated(void) { return 1; }\n")
     subprocess.run(native.compiler() + ["-shared", "-fPIC", "-o", str(cache / name), str(other)], check=True)
     for _ in range(2):
-        r = subprocess.run([sys.executable, "-c", CHILD, c], capture_output=True, text=True, timeout=120)
+        r = run_python("-c", CHILD, c)
         assert r.returncode == 0 and r.stdout == first.stdout, r.stderr
     assert len((cache / name).read_bytes()) == len(whole)
 
@@ -399,8 +411,7 @@ def test_unpickling_never_fails_because_of_the_cache(tmp_path):
     for var, value in (("TAPEAD_CACHE_MB", "nan"), ("TAPEAD_CACHE_MB", "1e400"), ("TAPEAD_CACHE_MB", "abc"),
                        ("TAPEAD_BUILD_TIMEOUT", "1e-9")):
         env = dict(os.environ, TAPEAD_CACHE=str(tmp_path / f"c{value}"), **{var: value})
-        r = subprocess.run([sys.executable, "-c", LAND, str(tmp_path / "p.pkl")], env=env, capture_output=True,
-                           text=True, timeout=120)
+        r = run_python("-c", LAND, str(tmp_path / "p.pkl"), env=env)
         assert r.returncode == 0, r.stderr
         if var == "TAPEAD_CACHE_MB":
             assert r.stdout.startswith("True") and f"TAPEAD_CACHE_MB={value!r} is not valid" in r.stderr
@@ -476,8 +487,7 @@ def test_a_killed_or_interrupted_build_leaves_nothing(tmp_path, sig):
             print("interrupted", flush=True)
             sys.exit(3)
         """)
-    p = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
+    p = python("-c", child, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert wait_for(lambda: any(procs().get(q, (0, 0, "", ""))[3] == "cc1" for q in family(p.pid)[0])), \
             "cc1 never started"
