@@ -350,7 +350,7 @@ def stage_first(out):
     cache = tempfile.mkdtemp(prefix="tapead_cuda_cache_")
     for which in ("european", "big"):
         for state in ("cold_cache", "warm_cache"):
-            env = dict(os.environ, TAPEAD_CUDA_CACHE=cache)
+            env = dict(os.environ, TAPEAD_CACHE=cache)
             code = FIRST.format(bench=HERE, examples=os.path.join(os.path.dirname(HERE), "examples"),
                                 which=which)
             r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -486,7 +486,7 @@ def stage_compile(out, sizes=(48, 120, 150, 180, 360), budget_s=150):
         try:
             r = subprocess.run([sys.executable, "-c", COMPILE.format(n=n)], capture_output=True,
                                text=True, timeout=left,
-                               env=dict(os.environ, TAPEAD_CUDA_CACHE=os.path.join(
+                               env=dict(os.environ, TAPEAD_CACHE=os.path.join(
                                    os.environ.get("TMPDIR", "/tmp"), f"tapead_compile_{n}")))
         except subprocess.TimeoutExpired:
             figures["sizes"].append({"nodes_asked": n, "timeout_s": left})

@@ -22,12 +22,11 @@ Program's exception, naming the first failing row.
 
 X may be a numpy array (results come back as numpy) or a CuPy array
 (results stay on the GPU, as CuPy arrays).  Kernels are compiled once per
-process and kept on disk (``cache_dir()``).  Needs CuPy (``pip install
+process and kept on disk, in the kernel cache (tapead.codegen.build).  Needs CuPy (``pip install
 "tapead[cuda]"``), imported only when a GPU is asked for.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 import threading
@@ -36,6 +35,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from .codegen import KINDS, Code, CUDAPrinter, NONE as _NONE
+from .codegen import build as kcache
+from .codegen.build import cache_dir
 from .replay import _check_rows, _check_seed, _vector
 
 __all__ = ["run", "require", "cuda_source", "interpreter_source", "NVRTC_OPTIONS", "GENERATED_MAX_NODES",
@@ -137,12 +138,7 @@ def _csrc() -> str:
 
 def _headers() -> Dict[str, str]:
     """Every header a kernel may include, by name: csrc's, and the stubs."""
-    d = _csrc()
-    hs = {}
-    for name in sorted(os.listdir(d)):
-        if name.endswith((".h", ".def", ".cuh")):
-            with open(os.path.join(d, name)) as f:
-                hs[name] = f.read()
+    hs = {n: b.decode() for n, b in kcache.headers(_csrc(), (".h", ".def", ".cuh")).items()}
     hs.update(_STUBS)
     return hs
 
@@ -160,16 +156,9 @@ def cuda_source(prog: Any, mode: str = "ps") -> str:
 
 
 # ------------------------------------------------------------- compiling
-
-def cache_dir() -> str:
-    """Where compiled kernels are kept ($TAPEAD_CUDA_CACHE, else
-    ~/.cache/tapead/cuda): one file per kernel source, options and GPU
-    architecture, a few hundred KB each; delete it at any time."""
-    d = os.environ.get("TAPEAD_CUDA_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
-        "tapead", "cuda")
-    return d
-
+# Compiled kernels are kept in memory per process and GPU, and on disk in
+# the kernel cache with the C kernels (tapead.codegen.build: its folder, bound and
+# rules, docs/native.md "The kernel cache").
 
 def nvrtc_compile(source: str, arch: str, name: str = "tapead.cu",
                   ptx: bool = False) -> bytes:
@@ -191,63 +180,72 @@ def nvrtc_compile(source: str, arch: str, name: str = "tapead.cu",
         nvrtc.destroyProgram(prog)
 
 
-def _nvcc_compile(source: str, arch: str, why: Exception) -> bytes:
-    """source compiled by nvcc, with the same options, where NVRTC could not
-    (a warning says why); re-raises why without nvcc."""
+def _nvcc_compile(source: str, arch: str, why: Exception, b: "kcache.Build") -> bytes:
+    """source compiled by nvcc in build folder b, with the same options,
+    where NVRTC could not (a warning says why); re-raises why without nvcc."""
     import shutil
-    import subprocess
-    import tempfile
     import warnings
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         raise why
     warnings.warn(f"tapead.cuda: NVRTC failed, compiling with nvcc instead ({str(why)[:500]})")
-    with tempfile.TemporaryDirectory() as d:
-        src, out = os.path.join(d, "k.cu"), os.path.join(d, "k.cubin")
-        with open(src, "w") as f:
-            f.write(source)
-        r = subprocess.run([nvcc, "-cubin", f"-arch=sm_{arch}", "--fmad=false", "-std=c++17",
-                            "-I", _csrc(), "-x", "cu", src, "-o", out], capture_output=True, text=True)
-        if r.returncode:
-            raise RuntimeError(f"nvcc could not compile the kernel either:\n{r.stderr}") from why
-        with open(out, "rb") as f:
-            return f.read()
+    with open(os.path.join(b.path, "k.cu"), "w") as f:
+        f.write(source)
+    b.run([([nvcc, "-cubin", f"-arch=sm_{arch}", "--fmad=false", "-std=c++17", "-I", _csrc(), "-x", "cu",
+             "k.cu", "-o", "k.cubin"], f"the CUDA kernel (k.cu: {source.count(chr(10)) + 1:,} lines)")],
+          kcache.build_timeout(), "nvcc", advice="run the program on the CPU instead")
+    with open(os.path.join(b.path, "k.cubin"), "rb") as f:
+        return f.read()
 
 
-_MODULES: Dict[Tuple[str, str], Any] = {}     # (source hash, arch) -> RawModule
-_COMPILING = threading.Lock()     # one compile at a time in a process (the same temporary file name)
+def _nvrtc_version() -> str:
+    try:
+        from cupy_backends.cuda.libs import nvrtc
+        return repr(nvrtc.getVersion())
+    except Exception:      # (no CuPy, or no NVRTC library: nvcc builds it, if anything)
+        return ""
+
+
+_MODULES: Dict[Tuple[str, int], Any] = {}     # (key, device) -> the loaded module
+_COMPILING = threading.Lock()     # one compile at a time in a process (threads wanting it wait)
 
 
 def _module(cp: Any, source: str, arch: str) -> Any:
-    """The compiled module of source: from memory, from the disk cache, or
-    compiled now (and kept in both)."""
-    h = hashlib.sha256("\0".join((source, " ".join(NVRTC_OPTIONS), arch)
-                                 + tuple(_headers().values())).encode()).hexdigest()[:32]
-    mod = _MODULES.get((h, arch))
+    """The compiled module of source on the current GPU: from memory, from
+    the disk cache (checked), or compiled now (and kept in both)."""
+    if os.environ.get("TAPEAD_CUDA_CACHE"):
+        import warnings
+        warnings.warn("tapead.cuda: TAPEAD_CUDA_CACHE is no longer read: CUDA kernels are kept with "
+                      "the C kernels, in the kernel cache (TAPEAD_CACHE; docs/native.md)")
+    dev = int(cp.cuda.runtime.getDevice())
+    k = kcache.key("CUDA", source, list(NVRTC_OPTIONS), arch, _nvrtc_version(), _headers())
+    mod = _MODULES.get((k, dev))
     if mod is not None:
         return mod
     with _COMPILING:
-        mod = _MODULES.get((h, arch))     # (another thread's, made while this one waited)
+        mod = _MODULES.get((k, dev))     # (another thread's, made while this one waited)
         if mod is None:
-            mod = _MODULES[(h, arch)] = _load(cp, source, arch, h)
+            mod = _MODULES[(k, dev)] = _load(cp, source, arch, k)
     return mod
 
 
-def _load(cp: Any, source: str, arch: str, h: str) -> Any:
-    """source's module from the disk cache, or compiled now and kept there."""
-    d = cache_dir()
-    path = os.path.join(d, f"{h}.sm_{arch}.cubin")
-    if not os.path.isfile(path):
-        try:
-            cubin = nvrtc_compile(source, arch)
-        except (ImportError, RuntimeError) as e:
-            cubin = _nvcc_compile(source, arch, e)
-        os.makedirs(d, exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "wb") as fh:
-            fh.write(cubin)
-        os.replace(tmp, path)     # whole, or not there: safe with other processes
-    return cp.RawModule(path=path)
+def _compile(source: str, arch: str, b: "kcache.Build") -> bytes:
+    try:
+        return nvrtc_compile(source, arch)
+    except (ImportError, RuntimeError) as e:
+        return _nvcc_compile(source, arch, e, b)
+
+
+def _load(cp: Any, source: str, arch: str, k: str) -> Any:
+    """source's module, loaded on the current GPU from the cubin's checked
+    bytes (kcache.fetch: from the disk cache, or compiled now and kept)."""
+    e = kcache.fetch(k, f".sm_{arch}.cubin", lambda b: _compile(source, arch, b))
+    try:
+        mod = cp.cuda.function.Module()
+        mod.load(e.data)
+        return mod
+    finally:
+        e.close()
 
 
 # ------------------------------------------------------------------ plans

@@ -651,16 +651,21 @@ def test_nvcc_compiles_where_nvrtc_cannot(monkeypatch, tmp_path):
         raise ImportError("no NVRTC here")
     monkeypatch.delenv("LD_PRELOAD", raising=False)   # (as above: nvcc crashes under a preloaded ASan)
     monkeypatch.setattr(cuda, "nvrtc_compile", no_nvrtc)
-    monkeypatch.setenv("TAPEAD_CUDA_CACHE", str(tmp_path))
+    monkeypatch.setenv("TAPEAD_CACHE", str(tmp_path))
     monkeypatch.setattr(cuda, "_MODULES", {})    # (other tests may have compiled it in this process)
     loaded = []
-    fake = types.SimpleNamespace(RawModule=lambda path: loaded.append(path) or path)
+
+    class Module:                                # CuPy's cupy.cuda.function.Module
+        def load(self, cubin):
+            loaded.append(cubin)
+    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(function=types.SimpleNamespace(Module=Module),
+                                                            runtime=types.SimpleNamespace(getDevice=lambda: 0)))
     with pytest.warns(UserWarning, match="NVRTC failed, compiling with nvcc instead .no NVRTC here"):
-        path = cuda._module(fake, cuda.cuda_source(european()), "90")
-    assert loaded == [path] and path.startswith(str(tmp_path)) and path.endswith(".sm_90.cubin")
-    with open(path, "rb") as f:
-        assert f.read(4) == b"\x7fELF"
-    assert cuda._module(fake, cuda.cuda_source(european()), "90") == path   # kept in memory
+        mod = cuda._module(fake, cuda.cuda_source(european()), "90")
+    assert len(loaded) == 1 and loaded[0][:4] == b"\x7fELF"
+    (name,) = os.listdir(tmp_path)
+    assert name.endswith(".sm_90.cubin") and os.path.getsize(tmp_path / name) > len(loaded[0])
+    assert cuda._module(fake, cuda.cuda_source(european()), "90") is mod and len(loaded) == 1  # kept in memory
 
 
 @pytest.mark.skipif(CXX is None, reason="no C++ compiler")

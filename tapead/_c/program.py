@@ -225,6 +225,9 @@ def prog_code(p: Any) -> Dict[str, Any]:
     return out
 
 
+KERNEL_ABI: int = lib.TA_KERNEL_ABI     # what a generated kernel is compiled against (cdef.h)
+
+
 def prog_set_kernel(p: Any, address: int, uniform: int, nscratch: int) -> None:
     """Run program p's blocks with the generated kernel at address (cdef.h:
     ta_kernel_fn; 0: the interpreter again), which needs nscratch doubles,
