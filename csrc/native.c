@@ -818,13 +818,18 @@ static PyObject *va_vectorcall(PyObject *tp, PyObject *const *args, size_t nargs
         PyObject *own = NULL;
         int64_t id;
         if (!(T = va_tape()) || !(r = va_blank())) return NULL;
-        if ((id = va_custom(T, args[1], args[2], PyFloat_AS_DOUBLE(args[0]), &where, &own)) < 0) {
-            Py_DECREF(r);
-            return NULL;
+        /* (making r may have run a finalizer that emptied the list: then
+         * it has no children, and the ordinary route makes a leaf) */
+        if (PySequence_Fast_GET_SIZE(args[1]) > 0) {
+            if ((id = va_custom(T, args[1], args[2], PyFloat_AS_DOUBLE(args[0]), &where, &own)) < 0) {
+                Py_DECREF(r);
+                return NULL;
+            }
+            ((va_obj *)r)->node = (uintptr_t)where | TA_OFF((uint32_t)id);   /* (held by va_custom) */
+            va_set_own((va_obj *)r, own);
+            return r;
         }
-        ((va_obj *)r)->node = (uintptr_t)where | TA_OFF((uint32_t)id);   /* (held by va_custom) */
-        va_set_own((va_obj *)r, own);
-        return r;
+        Py_DECREF(r);
     }
     if (!(targs = PyTuple_New(n))) return NULL;
     for (Py_ssize_t k = 0; k < n; k++) { Py_INCREF(args[k]); PyTuple_SET_ITEM(targs, k, args[k]); }
@@ -944,13 +949,15 @@ static int va_setattro(PyObject *self, PyObject *name, PyObject *x)
      * idiom's own line): the rule kept here; anything else (another node,
      * an error to raise, a subclass's own _backward) is the property's
      * (custom.set_backward) */
-    if (name == vn_backward_name && x && (o = (vn_obj *)((va_obj *)self)->own) && va_base_attr(self, name) &&
-        Py_IS_TYPE(o, vn_type) && o->key == va_key_of((va_obj *)self) && PyCallable_Check(x)) {
-        Py_INCREF(o);                         /* (the old rule's drop may run Python) */
-        Py_INCREF(x);
-        Py_XSETREF(o->rule, x);
+    if (name == vn_backward_name && x && (o = (vn_obj *)((va_obj *)self)->own) && Py_IS_TYPE(o, vn_type)) {
+        Py_INCREF(o);                         /* (held: the lookups and the old rule's drop may run Python) */
+        if (va_base_attr(self, name) && o->key == va_key_of((va_obj *)self) && PyCallable_Check(x)) {
+            Py_INCREF(x);
+            Py_XSETREF(o->rule, x);
+            Py_DECREF(o);
+            return 0;
+        }
         Py_DECREF(o);
-        return 0;
     }
     /* a name the type has (a getset, a property such as _backward) is the
      * type's to set, with its own errors; only other names are user data */
@@ -1158,15 +1165,16 @@ static PyObject *va_adopt(PyObject *mod, PyObject *args)
         int64_t *segp = &h[1 + cap + k];
         ta_seg *s; uint32_t o; int ng, st;
         PyObject *v;
+        /* the Value first (making it may run Python), then its node */
+        if (!(v = va_blank())) goto fail;
+        PyList_SET_ITEM(out, k, v);
         if ((st = ta_resolve_any(T, h[1 + k], &s, &o, &ng)) != TA_OK) { va_fail(st); goto fail; }
         if ((int64_t)(intptr_t)s != *segp) {
             PyErr_SetString(PyExc_ValueError, "adopt: an entry of the list does not hold its node");
             goto fail;
         }
-        if (!(v = va_blank())) goto fail;
         ((va_obj *)v)->node = (uintptr_t)s | o;
         *segp = 0;                             /* the list's hold is the Value's now */
-        PyList_SET_ITEM(out, k, v);
         if (own) va_set_own((va_obj *)v, VA_NEWREF(own));
     }
     goto done;
@@ -1469,14 +1477,17 @@ static PyObject *va_linear(PyObject *mod, PyObject *const *args, Py_ssize_t narg
         if (va_join_items(row, &own) < 0) { Py_DECREF(row); done = -1; goto out; }
         Py_DECREF(row);
     }
-    if (va_len(args[1]) != nout || va_len(args[0]) != nin) goto out;
     if (!(r = PyList_New(nout))) goto out;
     for (j = 0; j < nout; j++) {
         PyObject *v = va_blank();
         if (!v) { done = -1; goto out; }
         PyList_SET_ITEM(r, j, v);
     }
-    if (!va_operands(T, args[0], nin, id + cells, c + cells)) goto out;
+    /* nothing runs Python from here to the record: W and x are read as they
+     * are now, every length checked again (a finalizer may have emptied or
+     * shrunk W meanwhile, freeing its item array: the slow path then reads
+     * them afresh) */
+    if (va_len(args[1]) != nout || !va_operands(T, args[0], nin, id + cells, c + cells)) goto out;
     rows = PySequence_Fast_ITEMS(args[1]);
     for (j = 0; j < nout; j++) {
         if (!va_operands(T, rows[j], nin, id + j * nin, c + j * nin) ||

@@ -22,6 +22,12 @@ before anything is recorded, so a failed call records nothing:
   their floats' product (two ints, whose product Python keeps an int: 0 *
   -1 is 0, not -0.0; an int beyond 2**53), the call runs
   `sum(map(operator.mul, row, x))`: the generator itself.
+
+The operands are read once, from copies of the caller's lists (or from
+them where nothing can run Python meanwhile: csrc/native.c), so a
+finalizer that changes those lists during the call (one may run at any
+allocation) changes nothing here: the call sees them as they were, or, if
+they changed before they were read, as they are.
 """
 from __future__ import annotations
 
@@ -39,8 +45,13 @@ _EXACT = 2 ** 53      # ints up to this size are doubles exactly
 
 
 def _seq(s: Any, fn: str, name: str) -> Sequence[Any]:
-    if isinstance(s, (list, tuple)):
+    """s's items, as a tuple s itself or a new list (a list is copied in one
+    step, list(): what is read from here on cannot change, even if a
+    finalizer changes s, and it keeps the Values in it alive)."""
+    if type(s) is tuple:
         return s
+    if isinstance(s, (list, tuple)):
+        return list(s)
     if isinstance(s, (Value, str, bytes, int, float)):
         raise TypeError(f"tapead.{fn}: {name} must be a sequence of Values and numbers, "
                         f"not {type(s).__name__}")
@@ -170,8 +181,8 @@ def _linear(x: Sequence[Operand], W: Sequence[Sequence[Operand]]) -> List[Any]:
 
 def _carrying(rows: Sequence[Sequence[Any]], x: Sequence[Any]) -> Callable[[Any, int], List[Any]]:
     """handles() whose Values carry what the operands' Values carry
-    (custom.join_all), read once the call has recorded (the callers check
-    first that the operands are sequences: a generator is never consumed here)."""
+    (custom.join_all), read once the call has recorded, from the copies it
+    read (_seq, sums_fast: a generator is never consumed here)."""
     def made(h: Any, n: int) -> List[Any]:
         own = join_all(x)
         for r in rows:
@@ -181,12 +192,12 @@ def _carrying(rows: Sequence[Sequence[Any]], x: Sequence[Any]) -> Callable[[Any,
 
 
 def _dot_cffi(ws: Sequence[Operand], xs: Sequence[Operand]) -> Union[Value, float, int]:
-    out = _bulk.sums_fast((ws,), xs, Value, _carrying((ws,), xs))   # the common case, else everything above
+    out = _bulk.sums_fast((ws,), xs, Value, _carrying)   # the common case, else everything above
     return out[0] if out is not None else _dot(ws, xs)
 
 
 def _linear_cffi(x: Sequence[Operand], W: Sequence[Sequence[Operand]]) -> List[Any]:
-    out = _bulk.sums_fast(W, x, Value, _carrying(W, x))
+    out = _bulk.sums_fast(W, x, Value, _carrying)
     return out if out is not None else _linear(x, W)
 
 
