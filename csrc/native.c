@@ -706,6 +706,21 @@ static int va_set_label(PyObject *self, PyObject *label)
     return 0;
 }
 
+/* Whether children counts as none (Value(data, children, ...) a leaf):
+ * None, or a sized container with no items; by its length, not its truth
+ * value, which a numpy array of Values has not; an iterator's items decide
+ * later.  1, 0, or -1 with an exception set.  (tapead/custom.py:
+ * no_children, the cffi front's.) */
+static int va_no_children(PyObject *children)
+{
+    Py_ssize_t n;
+    if (children == Py_None) return 1;
+    if ((n = PyObject_Size(children)) >= 0) return n == 0;
+    if (!PyErr_ExceptionMatches(PyExc_TypeError)) return -1;
+    PyErr_Clear();
+    return 0;
+}
+
 /* Value(data, children, local_grads) (or local_grads=): the node Python
  * makes (grads_value: precomputed's), which v takes over.  Python runs
  * before v changes, and v takes its own hold from the new Value, which
@@ -755,9 +770,9 @@ static int va_init(PyObject *self, PyObject *args, PyObject *kw)
     if (grads || (opname && opname != Py_None && !PyUnicode_Check(opname)))
         return va_init_grads(v, data, children, opname, grads, label);
     if (children) {
-        int t = PyObject_IsTrue(children);
+        int t = va_no_children(children);
         if (t < 0) return -1;
-        if (!t) children = NULL;
+        if (t) children = NULL;
     }
     if (PyFloat_CheckExact(data)) x = PyFloat_AS_DOUBLE(data);
     else {

@@ -266,7 +266,16 @@ def record(v: Any, data: float, children: Iterable[Any], op: Any, local_grads: A
         v._t = w._t
         v._o = w._o
         return
-    kids = children if type(children) is tuple else tuple(children)
+    kids: Sequence[Any]
+    if type(children) is tuple:
+        kids = children
+    else:
+        try:
+            it = iter(children)
+        except TypeError:
+            raise TypeError(_NOT_ITERABLE) from None
+        kids = list(it)      # (not tuple(children): CPython's tuple() of a list reads the list's
+                             # items after making the tuple, whose allocation may run a finalizer)
     nm = name_bytes(op)
     t = _holds._tok
     Value = E.Value
@@ -281,6 +290,7 @@ def record(v: Any, data: float, children: Iterable[Any], op: Any, local_grads: A
 
 
 _NOT_A_CHILD = "Value(data, _children, _op): each child must be a Value"
+_NOT_ITERABLE = "Value(data, _children, _op): _children must be an iterable of Values"
 
 
 def precomputed(value: SupportsFloat, inputs: Iterable[Any], partials: Iterable[SupportsFloat],
@@ -376,6 +386,19 @@ _THIRD = ("Value(data, children, x): x must be the op's name (a str, micrograd's
           "not {t}")
 
 
+def no_children(children: Any) -> bool:
+    """Whether Value(data, children, ...) has no children: None, or a sized
+    container with no items.  By its length, not its truth value, which a
+    numpy array of Values has not; an iterator's items decide later.
+    (csrc/native.c: va_no_children is the native front's.)"""
+    if children is None:
+        return True
+    try:
+        return len(children) == 0
+    except TypeError:
+        return False
+
+
 def grads_value(data: float, children: Any, op: Any, local_grads: Any) -> Any:
     """What Value(data, children, local_grads) and Value(data, children,
     local_grads=...) make (data already a float): a new Value whose node
@@ -399,7 +422,7 @@ def grads_value(data: float, children: Any, op: Any, local_grads: Any) -> Any:
         raise TypeError("Value(data, children, local_grads): children must be in an order "
                         "(a tuple or list), the order of local_grads, not a set")
     try:
-        vals = list(children) if children else []
+        vals = [] if no_children(children) else list(children)
     except TypeError:
         raise TypeError(f"Value(data, children, local_grads): children must be an iterable of "
                         f"Values, not {type(children).__name__}") from None

@@ -614,13 +614,19 @@ def train(steps):
     return losses, sizes
 
 
+def _object_array(xs):
+    np = pytest.importorskip("numpy")
+    return np.array(xs, dtype=object)
+
+
 @pytest.mark.parametrize("data", [1.5, 3, "np"])
-@pytest.mark.parametrize("kids", [tuple, list, iter])
+@pytest.mark.parametrize("kids", [tuple, list, iter, _object_array])
 def test_every_spelling_of_a_custom_node_makes_the_same_node(data, kids):
     """Value(x, children, name): a float and a tuple or list (the native
     front's shortcut past argument parsing), other numbers and iterables
-    (the ordinary route), and keywords make the same node, run the same
-    rule, and refuse the same bad child in the same words."""
+    (the ordinary route: a numpy array of Values among them, which has no
+    truth value), and keywords make the same node, run the same rule, and
+    refuse the same bad child in the same words."""
     if data == "np":
         np = pytest.importorskip("numpy")
         data = np.float64(1.5)
