@@ -690,7 +690,7 @@ def test_a_subclass_gets_the_idiom_and_keeps_its_own_attributes():
 
 
 def test_the_map_of_owners_holds_the_live_ones_and_a_bounded_rest():
-    """Each owner is registered in its thread's map (key -> weak reference),
+    """Each owner is registered in its tape's map (key -> weak reference),
     where the sweep finds it.  A dead one leaves the map when it dies on the
     native front (its dealloc: so the map holds exactly the live owners),
     and when the map has doubled on the cffi front (a purge): either way
@@ -707,7 +707,7 @@ def test_the_map_of_owners_holds_the_live_ones_and_a_bounded_rest():
             loss.backward()
             ref = sum((k % 5 - 2) / (1 + math.exp(-x.data * (k % 5 - 2))) for k in range(40))
             assert math.isclose(x.grad, ref, rel_tol=1e-12)
-            live, n = C.live_owners(), len(C._pt.nodes)
+            live, n = C.live_owners(), len(tapead._c.tape().owners)
             if tapead.FRONT == "native":
                 assert n == live, (step, n, live)
             peak = max(peak, live)
@@ -729,25 +729,25 @@ def test_the_tape_is_looked_at_every_64_owners_made():
     calls = []
     every = C._every
 
-    def spy(d, nodes=-1):
+    def spy(t, nodes=-1):
         calls.append(nodes)
-        every(d, nodes)
+        every(t, nodes)
 
     def run():
         x = Value(0.3)
         for k in range(64 * 10):
             Value(0.5, (x,), "f")           # (an owner, dropped at once)
-        return len(C._pt.nodes or ())
+        return len(tapead._c.tape().owners)
     native = sys.modules.get("tapead._native") if E.FRONT == "native" else None
     C._every = spy
     if native is not None:
-        native.owners(C._pt, C._nodes, spy, C._tl)
+        native.owners(tapead._c.tape, spy, C._tl)
     try:
         left = on_fresh_tape(run)
     finally:
         C._every = every
         if native is not None:
-            native.owners(C._pt, C._nodes, every, C._tl)
+            native.owners(tapead._c.tape, every, C._tl)
     assert len(calls) == 10
     # the map: the live owner (native: the dead leave it), or a purged rest (cffi)
     assert left <= (1 if native is not None else 256 + 64 if REFCOUNTED else 640)
