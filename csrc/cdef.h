@@ -126,10 +126,15 @@ int     ta_held_ids(const int64_t *ids, size_t n, int64_t *h);
  * what pickling a Value needs, wherever the pickler runs. */
 double  ta_peek(ta_seg *seg, uint32_t off, int what);
 size_t  ta_seg_bytes(void);             /* the memory one segment takes */
-int64_t ta_tapes_alive(void);
+int64_t ta_tapes_alive(void);          /* tapes (and no_grad arenas) not yet freed   */
+/* The tag of this thread's tape (made if need be), or TA_ENOMEM: what
+ * Python keys what it keeps per tape by (tapead/_c: Tape), the OS thread
+ * being what a tape is per, which threading.local need not be (gevent
+ * makes it per greenlet). */
+int64_t ta_tape_tag(void);
 /* native.c: put the native front (module tapead._native) into sys.modules;
  * TA_OK, or a status if this build has none (PyPy) or it failed. */
-int     ta_native_install(void);          /* tapes (and no_grad arenas) not yet freed   */
+int     ta_native_install(void);
 int     ta_collect(void);
 int     ta_stats(ta_stats_t *out);
 int     ta_set_limit(uint64_t max_nodes);

@@ -83,25 +83,26 @@ static PyObject *va_rule_exc = NULL;
 /* A custom node's owner, the native front's tapead/custom.py _Node (the
  * cffi front's is that class; the design and its reasons are written
  * there): the node's rule (the user's _backward, NULL until set), up
- * (what its inputs' Values carried) and its key.  A GC type, so the
- * cycle rule -> captured Values -> own -> owner -> rule is the
- * collector's; made here and registered in this thread's weak map
- * without a Python call, as the sweep finds it (va_rule) and
- * out._backward = rule sets it (va_setattro): the three steps of
- * micrograd's idiom that are otherwise Python's. */
+ * (what its inputs' Values carried), its key and its tape's Python side
+ * (tapead/_c: Tape).  A GC type, so the cycle rule -> captured Values ->
+ * own -> owner -> rule is the collector's; made here and registered in
+ * its tape's weak map without a Python call, as the sweep finds it
+ * (va_rule) and out._backward = rule sets it (va_setattro): the three
+ * steps of micrograd's idiom that are otherwise Python's. */
 typedef struct {
     PyObject_HEAD
     PyObject *rule, *up, *weaklist;
-    PyObject *map;               /* the map it is registered in, which its dealloc
-                                    leaves without its (then dead) entry */
+    PyObject *map;               /* the map it is registered in (tape's owners), which
+                                    its dealloc leaves without its (then dead) entry */
+    PyObject *tape;              /* the Tape of that map, kept alive while the owner is */
     long long key;
 } vn_obj;
 
 static PyTypeObject *vn_type = NULL;
-/* The per-thread owners (custom.py: _pt, a threading.local whose .nodes
- * is this thread's map key -> weakref or None), made(): the map, made if
- * need be; every(map, tape nodes): what custom.py does each 64th owner made. */
-static PyObject *vn_pt = NULL, *vn_made = NULL, *vn_every = NULL, *vn_nodes_name = NULL;
+/* tape(): this thread's tape's Tape (tapead._c.tape), whose .owners is its
+ * map key -> weakref; every(tape, tape nodes): what custom.py does each
+ * 64th owner made. */
+static PyObject *vn_tape_fn = NULL, *vn_every = NULL, *vn_owners_name = NULL;
 static PyObject *vn_backward_name = NULL;
 /* where an exception a rule raised is kept for backward() (custom.py's _tl.custom_exc) */
 static PyObject *vn_tl = NULL, *vn_exc_name = NULL;
@@ -136,6 +137,7 @@ static void vn_dealloc(PyObject *self)
     if (o->map) vn_unmap(o);
     Py_CLEAR(o->rule);
     Py_CLEAR(o->up);
+    Py_CLEAR(o->tape);
     tp->tp_free(self);
     Py_DECREF(tp);
     Py_TRASHCAN_END
@@ -145,6 +147,8 @@ static int vn_traverse(PyObject *self, visitproc visit, void *arg)
 {
     Py_VISIT(((vn_obj *)self)->rule);
     Py_VISIT(((vn_obj *)self)->up);
+    Py_VISIT(((vn_obj *)self)->map);
+    Py_VISIT(((vn_obj *)self)->tape);
     Py_VISIT(Py_TYPE(self));
     return 0;
 }
@@ -165,37 +169,46 @@ static PyMemberDef vn_members[] = {
 };
 
 #ifndef Py_GIL_DISABLED
-/* The last map found, and the tape (address and tag: a tape made later at
- * the same address has another) whose thread it is: one thread's custom
- * nodes find it without reading the thread-local (guarded by the GIL). */
+/* The last map found with its Tape, and the tape (address and tag: a tape
+ * made later at the same address has another) whose they are: one
+ * thread's custom nodes find them without a Python call (guarded by the
+ * GIL).  Held here, so the Tape found stays the tape's. */
 static ta_tape *vn_last_T = NULL;
 static uint64_t vn_last_tag = 0;
-static PyObject *vn_last_map = NULL;
+static PyObject *vn_last_map = NULL, *vn_last_tape = NULL;
 #endif
 
-/* This thread's map of owners (a new reference), made if need be; NULL
- * with an exception set. */
-static PyObject *vn_map(void)
+/* This thread's tape's map of owners (a new reference), and its Tape in
+ * *tape (a new reference) unless tape is NULL; NULL with an exception set. */
+static PyObject *vn_map(PyObject **tape)
 {
-    PyObject *d;
+    PyObject *t, *d = NULL;
+    ta_tape *T;
 #ifndef Py_GIL_DISABLED
-    ta_tape *T = ta_self_if_any();
-    if (T && T == vn_last_T && T->tag == vn_last_tag) return VA_NEWREF(vn_last_map);
+    T = ta_self_if_any();
+    if (T && T == vn_last_T && T->tag == vn_last_tag) {
+        if (tape) *tape = VA_NEWREF(vn_last_tape);
+        return VA_NEWREF(vn_last_map);
+    }
 #endif
-    d = PyObject_GetAttr(vn_pt, vn_nodes_name);
-    if (d && !PyDict_CheckExact(d)) Py_SETREF(d, PyObject_CallNoArgs(vn_made));
-    if (d && !PyDict_CheckExact(d)) {
+    if (!(t = PyObject_CallNoArgs(vn_tape_fn))) return NULL;
+    if ((d = PyObject_GetAttr(t, vn_owners_name)) != NULL && !PyDict_CheckExact(d)) {
         PyErr_SetString(PyExc_RuntimeError, "tapead: the map of custom nodes is not a dict");
         Py_CLEAR(d);
     }
+    if (!d) { Py_DECREF(t); return NULL; }
 #ifndef Py_GIL_DISABLED
-    if (d && T == ta_self_if_any() && T) {
+    if ((T = ta_self_if_any()) != NULL) {       /* (the call made the tape, if need be) */
+        PyObject *oldm = vn_last_map, *oldt = vn_last_tape;
         vn_last_T = T;
         vn_last_tag = T->tag;
-        Py_INCREF(d);
-        Py_XSETREF(vn_last_map, d);    /* (a dict of weak references: its drop runs no Python) */
+        vn_last_map = VA_NEWREF(d);
+        vn_last_tape = VA_NEWREF(t);
+        Py_XDECREF(oldm);               /* (the cache is whole before a drop may run Python) */
+        Py_XDECREF(oldt);
     }
 #endif
+    if (tape) *tape = t; else Py_DECREF(t);
     return d;
 }
 
@@ -205,27 +218,28 @@ static PyObject *vn_map(void)
 static PyObject *vn_new(long long key, PyObject *up)
 {
     vn_obj *o;
-    PyObject *d = NULL, *k = NULL, *w = NULL;
+    PyObject *d = NULL, *t = NULL, *k = NULL, *w = NULL;
     int rc = -1;
     if (!vn_type) { Py_XDECREF(up); PyErr_SetString(PyExc_RuntimeError, "tapead: custom nodes are not set up"); return NULL; }
     if (!(o = PyObject_GC_New(vn_obj, vn_type))) { Py_XDECREF(up); return NULL; }
     Py_INCREF(vn_type);                            /* (a heap type's instances hold it) */
-    o->rule = NULL; o->up = up; o->weaklist = NULL; o->map = NULL; o->key = key;
+    o->rule = NULL; o->up = up; o->weaklist = NULL; o->map = NULL; o->tape = NULL; o->key = key;
     PyObject_GC_Track((PyObject *)o);
     /* the map, the key and the weak reference may each run Python (a
      * collection): each is held here */
-    if ((d = vn_map()) && (k = PyLong_FromLongLong(key)) && (w = PyWeakref_NewRef((PyObject *)o, NULL)) &&
+    if ((d = vn_map(&t)) && (k = PyLong_FromLongLong(key)) && (w = PyWeakref_NewRef((PyObject *)o, NULL)) &&
         PyDict_SetItem(d, k, w) == 0) {
         rc = 0;
         o->map = VA_NEWREF(d);
+        o->tape = VA_NEWREF(t);
         if (!(key & 63)) {                  /* (keys count the owners made on this tape) */
             ta_tape *T = ta_self_if_any();
-            PyObject *r = PyObject_CallFunction(vn_every, "OL", d, T ? (long long)T->nodes : -1LL);
+            PyObject *r = PyObject_CallFunction(vn_every, "OL", t, T ? (long long)T->nodes : -1LL);
             if (!r) rc = -1;
             Py_XDECREF(r);
         }
     }
-    Py_XDECREF(d); Py_XDECREF(k); Py_XDECREF(w);
+    Py_XDECREF(d); Py_XDECREF(t); Py_XDECREF(k); Py_XDECREF(w);
     if (rc < 0) Py_CLEAR(o);
     return (PyObject *)o;
 }
@@ -247,12 +261,12 @@ static PyObject *vn_deref(PyObject *w)
 
 /* The rule of the custom node of this key (a new reference; NULL with no
  * exception: none found, or none set (*found says which)), looked up in
- * this thread's map. */
+ * this thread's tape's map. */
 static PyObject *vn_rule_of(int64_t key, int *found)
 {
     PyObject *d, *k, *w, *o, *r = NULL;
     *found = 0;
-    if (!vn_pt || !(d = vn_map())) { PyErr_Clear(); return NULL; }
+    if (!vn_tape_fn || !(d = vn_map(NULL))) { PyErr_Clear(); return NULL; }
     if (PyDict_CheckExact(d) && (k = PyLong_FromLongLong((long long)key))) {
         w = PyDict_GetItemWithError(d, k);           /* borrowed: used before anything runs */
         Py_DECREF(k);
@@ -706,6 +720,21 @@ static int va_set_label(PyObject *self, PyObject *label)
     return 0;
 }
 
+/* Whether children counts as none (Value(data, children, ...) a leaf):
+ * None, or a sized container with no items; by its length, not its truth
+ * value, which a numpy array of Values has not; an iterator's items decide
+ * later.  1, 0, or -1 with an exception set.  (tapead/custom.py:
+ * no_children, the cffi front's.) */
+static int va_no_children(PyObject *children)
+{
+    Py_ssize_t n;
+    if (children == Py_None) return 1;
+    if ((n = PyObject_Size(children)) >= 0) return n == 0;
+    if (!PyErr_ExceptionMatches(PyExc_TypeError)) return -1;
+    PyErr_Clear();
+    return 0;
+}
+
 /* Value(data, children, local_grads) (or local_grads=): the node Python
  * makes (grads_value: precomputed's), which v takes over.  Python runs
  * before v changes, and v takes its own hold from the new Value, which
@@ -755,9 +784,9 @@ static int va_init(PyObject *self, PyObject *args, PyObject *kw)
     if (grads || (opname && opname != Py_None && !PyUnicode_Check(opname)))
         return va_init_grads(v, data, children, opname, grads, label);
     if (children) {
-        int t = PyObject_IsTrue(children);
+        int t = va_no_children(children);
         if (t < 0) return -1;
-        if (!t) children = NULL;
+        if (t) children = NULL;
     }
     if (PyFloat_CheckExact(data)) x = PyFloat_AS_DOUBLE(data);
     else {
@@ -818,13 +847,18 @@ static PyObject *va_vectorcall(PyObject *tp, PyObject *const *args, size_t nargs
         PyObject *own = NULL;
         int64_t id;
         if (!(T = va_tape()) || !(r = va_blank())) return NULL;
-        if ((id = va_custom(T, args[1], args[2], PyFloat_AS_DOUBLE(args[0]), &where, &own)) < 0) {
-            Py_DECREF(r);
-            return NULL;
+        /* (making r may have run a finalizer that emptied the list: then
+         * it has no children, and the ordinary route makes a leaf) */
+        if (PySequence_Fast_GET_SIZE(args[1]) > 0) {
+            if ((id = va_custom(T, args[1], args[2], PyFloat_AS_DOUBLE(args[0]), &where, &own)) < 0) {
+                Py_DECREF(r);
+                return NULL;
+            }
+            ((va_obj *)r)->node = (uintptr_t)where | TA_OFF((uint32_t)id);   /* (held by va_custom) */
+            va_set_own((va_obj *)r, own);
+            return r;
         }
-        ((va_obj *)r)->node = (uintptr_t)where | TA_OFF((uint32_t)id);   /* (held by va_custom) */
-        va_set_own((va_obj *)r, own);
-        return r;
+        Py_DECREF(r);
     }
     if (!(targs = PyTuple_New(n))) return NULL;
     for (Py_ssize_t k = 0; k < n; k++) { Py_INCREF(args[k]); PyTuple_SET_ITEM(targs, k, args[k]); }
@@ -944,13 +978,15 @@ static int va_setattro(PyObject *self, PyObject *name, PyObject *x)
      * idiom's own line): the rule kept here; anything else (another node,
      * an error to raise, a subclass's own _backward) is the property's
      * (custom.set_backward) */
-    if (name == vn_backward_name && x && (o = (vn_obj *)((va_obj *)self)->own) && va_base_attr(self, name) &&
-        Py_IS_TYPE(o, vn_type) && o->key == va_key_of((va_obj *)self) && PyCallable_Check(x)) {
-        Py_INCREF(o);                         /* (the old rule's drop may run Python) */
-        Py_INCREF(x);
-        Py_XSETREF(o->rule, x);
+    if (name == vn_backward_name && x && (o = (vn_obj *)((va_obj *)self)->own) && Py_IS_TYPE(o, vn_type)) {
+        Py_INCREF(o);                         /* (held: the lookups and the old rule's drop may run Python) */
+        if (va_base_attr(self, name) && o->key == va_key_of((va_obj *)self) && PyCallable_Check(x)) {
+            Py_INCREF(x);
+            Py_XSETREF(o->rule, x);
+            Py_DECREF(o);
+            return 0;
+        }
         Py_DECREF(o);
-        return 0;
     }
     /* a name the type has (a getset, a property such as _backward) is the
      * type's to set, with its own errors; only other names are user data */
@@ -1158,15 +1194,16 @@ static PyObject *va_adopt(PyObject *mod, PyObject *args)
         int64_t *segp = &h[1 + cap + k];
         ta_seg *s; uint32_t o; int ng, st;
         PyObject *v;
+        /* the Value first (making it may run Python), then its node */
+        if (!(v = va_blank())) goto fail;
+        PyList_SET_ITEM(out, k, v);
         if ((st = ta_resolve_any(T, h[1 + k], &s, &o, &ng)) != TA_OK) { va_fail(st); goto fail; }
         if ((int64_t)(intptr_t)s != *segp) {
             PyErr_SetString(PyExc_ValueError, "adopt: an entry of the list does not hold its node");
             goto fail;
         }
-        if (!(v = va_blank())) goto fail;
         ((va_obj *)v)->node = (uintptr_t)s | o;
         *segp = 0;                             /* the list's hold is the Value's now */
-        PyList_SET_ITEM(out, k, v);
         if (own) va_set_own((va_obj *)v, VA_NEWREF(own));
     }
     goto done;
@@ -1469,14 +1506,17 @@ static PyObject *va_linear(PyObject *mod, PyObject *const *args, Py_ssize_t narg
         if (va_join_items(row, &own) < 0) { Py_DECREF(row); done = -1; goto out; }
         Py_DECREF(row);
     }
-    if (va_len(args[1]) != nout || va_len(args[0]) != nin) goto out;
     if (!(r = PyList_New(nout))) goto out;
     for (j = 0; j < nout; j++) {
         PyObject *v = va_blank();
         if (!v) { done = -1; goto out; }
         PyList_SET_ITEM(r, j, v);
     }
-    if (!va_operands(T, args[0], nin, id + cells, c + cells)) goto out;
+    /* nothing runs Python from here to the record: W and x are read as they
+     * are now, every length checked again (a finalizer may have emptied or
+     * shrunk W meanwhile, freeing its item array: the slow path then reads
+     * them afresh) */
+    if (va_len(args[1]) != nout || !va_operands(T, args[0], nin, id + cells, c + cells)) goto out;
     rows = PySequence_Fast_ITEMS(args[1]);
     for (j = 0; j < nout; j++) {
         if (!va_operands(T, rows[j], nin, id + j * nin, c + j * nin) ||
@@ -1497,10 +1537,10 @@ out:
     return r;
 }
 
-/* owners(per_thread, made, every, tl): the owner type (vn_obj), owners
- * kept in per_thread.nodes (made() makes that map; every(map, tape nodes)
- * runs at each 64th owner made), what a rule raises kept in tl.custom_exc:
- * tapead/custom.py's, which binds them once. */
+/* owners(tape, every, tl): the owner type (vn_obj), owners kept in the
+ * map tape().owners (tapead/_c: the Tape of this thread's tape; every(Tape,
+ * tape nodes) runs at each 64th owner made), what a rule raises kept in
+ * tl.custom_exc: tapead/custom.py's, which binds them once. */
 static PyObject *va_owners(PyObject *mod, PyObject *args)
 {
     static PyType_Slot slots[] = {
@@ -1510,22 +1550,30 @@ static PyObject *va_owners(PyObject *mod, PyObject *args)
         {0, NULL}};
     static PyType_Spec spec = {"tapead.custom.Node", sizeof(vn_obj), 0,
                                Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, slots};
-    PyObject *pt, *made, *every, *tl;
+    PyObject *tape, *every, *tl;
     (void)mod;
-    if (!PyArg_ParseTuple(args, "OOOO:owners", &pt, &made, &every, &tl)) return NULL;
-    if (!PyCallable_Check(made) || !PyCallable_Check(every)) {
+    if (!PyArg_ParseTuple(args, "OOO:owners", &tape, &every, &tl)) return NULL;
+    if (!PyCallable_Check(tape) || !PyCallable_Check(every)) {
         PyErr_SetString(PyExc_TypeError, "owners needs two callables"); return NULL;
     }
-    if (!vn_nodes_name && !(vn_nodes_name = PyUnicode_InternFromString("nodes"))) return NULL;
+    if (!vn_owners_name && !(vn_owners_name = PyUnicode_InternFromString("owners"))) return NULL;
     if (!vn_backward_name && !(vn_backward_name = PyUnicode_InternFromString("_backward"))) return NULL;
     if (!vn_exc_name && !(vn_exc_name = PyUnicode_InternFromString("custom_exc"))) return NULL;
     if (!vn_type && !(vn_type = (PyTypeObject *)PyType_FromSpec(&spec))) return NULL;
-    Py_INCREF(pt); Py_INCREF(made); Py_INCREF(every); Py_INCREF(tl);
+    Py_INCREF(tape); Py_INCREF(every); Py_INCREF(tl);
     Py_XSETREF(vn_tl, tl);
-    Py_XSETREF(vn_pt, pt);
-    Py_XSETREF(vn_made, made);
+    Py_XSETREF(vn_tape_fn, tape);
     Py_XSETREF(vn_every, every);
     return VA_NEWREF(vn_type);
+}
+
+/* tape_tag(): ta_tape_tag() (cdef.h) without cffi in the way: tapead._c's
+ * tape() asks it at every lookup of the Python side of this thread's tape. */
+static PyObject *va_tape_tag(PyObject *mod, PyObject *u)
+{
+    int64_t tag = ta_tape_tag();
+    (void)mod; (void)u;
+    return tag < 0 ? va_fail((int)tag) : PyLong_FromLongLong((long long)tag);
 }
 
 /* dots(dot, linear): the fast dot and linear, falling back to the given
@@ -1563,7 +1611,8 @@ static PyMethodDef va_module_methods[] = {
     {"precomputed", va_precomputed, METH_VARARGS, "precomputed(value, inputs, partials, name)"},
     {"make_type", va_make_type, METH_O, "make_type(docs): the native Value type"},
     {"set_hooks", va_set_hooks, METH_VARARGS, "set_hooks(error, real, restore, other, setattr, rule, grads)"},
-    {"owners", va_owners, METH_VARARGS, "owners(per_thread, made, every, tl): the owner type"},
+    {"owners", va_owners, METH_VARARGS, "owners(tape, every, tl): the owner type"},
+    {"tape_tag", va_tape_tag, METH_NOARGS, "tape_tag(): the tag of this thread's tape"},
     {"adopt", va_adopt, METH_VARARGS, "adopt(h, n, own=None): Values taking over the holds of a held list"},
     {"dots", va_dots, METH_VARARGS, "dots(dot, linear): the fast tapead.dot and tapead.linear"},
     {"program_box", vp_box_type, METH_NOARGS, "program_box(): the type of a Program's box (native_prog.c)"},

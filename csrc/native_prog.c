@@ -136,10 +136,6 @@ PyObject *vp_run(PyObject *mod, PyObject *const *a, Py_ssize_t n)
         PyErr_SetString(PyExc_TypeError, "run: the first argument must be a program's box");
         return NULL;
     }
-    if (!(P = ((vp_box *)a[0])->p)) {
-        PyErr_SetString(PyExc_ValueError, "run: the box holds no program");
-        return NULL;
-    }
     if ((B = vp_count(a[2], (1ull << 62), "B")) < 0 || (nin = vp_count(a[3], UINT32_MAX, "nin")) < 0
         || (nout = vp_count(a[5], UINT32_MAX, "nout")) < 0
         || (seedmode = vp_count(a[7], 2, "seedmode")) < 0
@@ -163,6 +159,12 @@ PyObject *vp_run(PyObject *mod, PyObject *const *a, Py_ssize_t n)
     }
     if (held[SEED] != (seedmode != 0)) {
         PyErr_SetString(PyExc_ValueError, "run: a seed goes with seedmode 1 or 2, none with 0");
+        goto done;
+    }
+    /* the program only now: taking a buffer may run Python (an exporter's
+     * own code, or a collection), which must find no program read yet */
+    if (!(P = ((vp_box *)a[0])->p)) {
+        PyErr_SetString(PyExc_ValueError, "run: the box holds no program");
         goto done;
     }
     memset(&r, 0, sizeof r);

@@ -45,3 +45,9 @@ ta_tape *ta_self(void)
 }
 
 ta_tape *ta_self_if_any(void) { return ta_tls; }
+
+int64_t ta_tape_tag(void)
+{
+    ta_tape *T = ta_self();
+    return T ? (int64_t)T->tag : TA_ENOMEM;
+}

@@ -30,8 +30,10 @@ pair where two different ones meet).  Rule -> captured Values -> ``_o`` ->
 owner -> rule is then an ordinary reference cycle, which CPython's cycle
 collector and PyPy's GC free once nothing else reaches it, whatever shape
 the rule has (closures, defaults, lists, partials, bound methods, callable
-objects).  The sweep finds a node's owner by its key in this thread's weak
-map (the root's ``_o`` keeps every owner it depends on alive), and runs the
+objects).  The sweep finds a node's owner by its key in its tape's weak
+map (tapead._c.Tape, per tape, not per threading.local: greenlets share a
+thread's tape; the root's ``_o`` keeps every owner it depends on alive,
+and each owner its Tape), and runs the
 user's own function with the user's own objects: nested and re-entrant runs
 are plain calls, as in micrograd.  Labels and user attributes are kept the
 same way (tapead/nodedata.py).
@@ -40,7 +42,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False   # typing is not imported at run time (see tapead._c)
 if TYPE_CHECKING:
-    from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, SupportsFloat, Tuple
+    from typing import Any, Callable, Iterable, List, Optional, Sequence, SupportsFloat, Tuple
 
 from . import _c
 from ._c import OP, OP_KINDS, OP_NAMES
@@ -65,18 +67,20 @@ class _Node:
     """The Python side of a custom node made micrograd's way: its rule (the
     user's function; None until ``out._backward = rule``) and ``up``, what
     its inputs' Values carried, so that the Values of this node keep the
-    owners of the custom nodes before it; and its key."""
-    __slots__ = ("rule", "up", "key", "__weakref__")
+    owners of the custom nodes before it; its key; and its tape's Python
+    side (tapead._c.Tape), whose map it is found in, kept alive with it."""
+    __slots__ = ("rule", "up", "key", "tape", "__weakref__")
 
-    def __init__(self, up: Any, key: int) -> None:
+    def __init__(self, up: Any, key: int, tape: Any) -> None:
         self.rule: Any = None
         self.up = up
         self.key = key
+        self.tape = tape
 
 
 # The owner type of this front: _Node, or the native front's C type of the
-# same three fields (csrc/native.c: vn_obj), which makes, registers, runs and
-# sets owners in C, through _pt, _nodes and _every below (bind_native).
+# same fields (csrc/native.c: vn_obj), which makes, registers, runs and
+# sets owners in C, through _c.tape and _every below (bind_native).
 _Owner: Any = _Node
 
 
@@ -100,63 +104,45 @@ def join_all(vals: Any) -> Any:
     return o
 
 
-class _PerThread(_c._local):
-    """This thread's owners: key -> weak reference (an owner lives as long
-    as some Value carries it), None until the first custom node; dead
-    references are dropped whenever the map has doubled since the last
-    purge (no callbacks: no Python runs when an owner dies, so no Ctrl-C
-    can land in one; a native owner's dealloc takes its own entry out, in
-    C, so walk a copy of the map); and when to look at the tape's size
-    next (_pressure)."""
-    nodes: Optional[Dict[int, Any]] = None
-    purge_at = 256
-    limit = 0
-
-
-_pt = _PerThread()
-
-
-def _nodes() -> Dict[int, Any]:
-    d = _pt.nodes
-    if d is None:
-        d = _pt.nodes = {}
-    return d
+# A tape's owners (its Tape's map, tapead/_c): key -> weak reference (an
+# owner lives as long as some Value carries it); dead references are
+# dropped whenever the map has doubled since the last purge (no callbacks:
+# no Python runs when an owner dies, so no Ctrl-C can land in one; a native
+# owner's dealloc takes its own entry out, in C, so walk a copy of the map).
+_tape = _c.tape
 
 
 def node_owner(key: int, up: Any) -> _Node:
-    """A new owner for the custom node of this key (this thread's), up what
+    """A new owner for the custom node of this key (this tape's), up what
     its inputs carried (record() on the cffi front, once the node is held;
     the native front's va_custom does the same in C: vn_new), registered
     under its key (never reused on a tape); now and then (every 64 owners
     made) the map is purged and the tape looked at (_every)."""
-    o = _Node(up, key)
-    d = _pt.nodes
-    if d is None:
-        d = _nodes()
-    d[key] = _weakref(o)
+    t = _tape()
+    o = _Node(up, key, t)
+    t.owners[key] = _weakref(o)
     if not key & 63:         # (keys count this tape's owners made: the map's size falls as they die)
-        _every(d)
+        _every(t)
     return o
 
 
-def _every(d: Dict[int, Any], nodes: int = -1) -> None:
-    """What each 64th owner made does: purge d if it has doubled, look at
-    the tape (_pressure) if its size, nodes (-1: unknown; the native
-    front's vn_new gives it), is over the limit."""
-    P = _pt
-    if len(d) >= P.purge_at:
+def _every(t: Any, nodes: int = -1) -> None:
+    """What each 64th owner made on Tape t does: purge its map if it has
+    doubled, look at the tape (_pressure) if its size, nodes (-1: unknown;
+    the native front's vn_new gives it), is over the limit."""
+    d = t.owners
+    if len(d) >= t.purge_at:
         for k, r in d.copy().items():   # (a copy: an owner dying meanwhile leaves d, native front)
             if r() is None:
                 d.pop(k, None)
-        P.purge_at = max(256, 2 * len(d))
-    if nodes < 0 or nodes > max(P.limit, _FLOOR):
-        _pressure()
+        t.purge_at = max(256, 2 * len(d))
+    if nodes < 0 or nodes > max(t.limit, _FLOOR):
+        _pressure(t)
 
 
 def live_owners() -> int:
-    """How many owners of this thread are alive."""
-    d = _pt.nodes
-    return 0 if d is None else sum(1 for r in d.copy().values() if r() is not None)
+    """How many owners of this tape are alive."""
+    return sum(1 for r in _tape().owners.copy().values() if r() is not None)
 
 
 # A graph with custom nodes is cyclic garbage once dropped (as micrograd's
@@ -176,8 +162,8 @@ def live_owners() -> int:
 _FLOOR = 6 * (1 << _SHIFT)
 
 
-def _pressure() -> None:
-    P = _pt
+def _pressure(P: Any) -> None:
+    """The above, for Tape P (this thread's)."""
     n = _tape_nodes()
     m = max(P.limit, _FLOOR)
     if n > m:
@@ -194,14 +180,12 @@ def _tape_nodes() -> int:
 
 
 def owners() -> bool:
-    """Has this thread made owners (custom nodes whose Values may live)?"""
-    d = _pt.nodes
-    return d is not None and len(d) > 0
+    """Has this tape owners (custom nodes whose Values may live)?"""
+    return len(_tape().owners) > 0
 
 
 def _owner(key: int) -> Any:
-    d = _pt.nodes
-    r = None if d is None else d.get(key)
+    r = _tape().owners.get(key)
     return None if r is None else r()
 
 
@@ -238,7 +222,7 @@ def bind_native(native: Any) -> None:
     """The native front's C versions of the hot helpers (engine._native_front)."""
     global _raw_info, _key, _native_pre, _Owner
     _raw_info, _key, _native_pre = native.custom_info, native.custom_key, native.precomputed
-    _Owner = native.owners(_pt, _nodes, _every, _tl)
+    _Owner = native.owners(_c.tape, _every, _tl)
 
 
 def info(v: Any) -> Optional[Tuple[Tuple[int, ...], str, int]]:
@@ -266,7 +250,16 @@ def record(v: Any, data: float, children: Iterable[Any], op: Any, local_grads: A
         v._t = w._t
         v._o = w._o
         return
-    kids = children if type(children) is tuple else tuple(children)
+    kids: Sequence[Any]
+    if type(children) is tuple:
+        kids = children
+    else:
+        try:
+            it = iter(children)
+        except TypeError:
+            raise TypeError(_NOT_ITERABLE) from None
+        kids = list(it)      # (not tuple(children): CPython's tuple() of a list reads the list's
+                             # items after making the tuple, whose allocation may run a finalizer)
     nm = name_bytes(op)
     t = _holds._tok
     Value = E.Value
@@ -281,6 +274,7 @@ def record(v: Any, data: float, children: Iterable[Any], op: Any, local_grads: A
 
 
 _NOT_A_CHILD = "Value(data, _children, _op): each child must be a Value"
+_NOT_ITERABLE = "Value(data, _children, _op): _children must be an iterable of Values"
 
 
 def precomputed(value: SupportsFloat, inputs: Iterable[Any], partials: Iterable[SupportsFloat],
@@ -376,6 +370,19 @@ _THIRD = ("Value(data, children, x): x must be the op's name (a str, micrograd's
           "not {t}")
 
 
+def no_children(children: Any) -> bool:
+    """Whether Value(data, children, ...) has no children: None, or a sized
+    container with no items.  By its length, not its truth value, which a
+    numpy array of Values has not; an iterator's items decide later.
+    (csrc/native.c: va_no_children is the native front's.)"""
+    if children is None:
+        return True
+    try:
+        return len(children) == 0
+    except TypeError:
+        return False
+
+
 def grads_value(data: float, children: Any, op: Any, local_grads: Any) -> Any:
     """What Value(data, children, local_grads) and Value(data, children,
     local_grads=...) make (data already a float): a new Value whose node
@@ -399,7 +406,7 @@ def grads_value(data: float, children: Any, op: Any, local_grads: Any) -> Any:
         raise TypeError("Value(data, children, local_grads): children must be in an order "
                         "(a tuple or list), the order of local_grads, not a set")
     try:
-        vals = list(children) if children else []
+        vals = [] if no_children(children) else list(children)
     except TypeError:
         raise TypeError(f"Value(data, children, local_grads): children must be an iterable of "
                         f"Values, not {type(children).__name__}") from None

@@ -5,7 +5,9 @@ recorded in one C call (csrc/nn.c, the core tapead.nn.Layer records with).
 records -- per term a product (MUL, or MULC where one side is a plain
 number), then a sum node, left to right, starting from 0 as sum() does --
 so its value and every gradient are those of the generator, bit for bit.
-`linear(x, W)` is `[dot(row, x) for row in W]` in one call.
+`linear(x, W)` is `[dot(row, x) for row in W]` in one call.  A plain
+number is any real number the operators take (engine._real: int, float,
+bool, numpy scalars, ...).
 
 What is defined here holds on both fronts: the native front's dot and
 linear (csrc/native.c) take the common case themselves (lists or tuples of
@@ -20,8 +22,15 @@ before anything is recorded, so a failed call records nothing:
 - inside no_grad() or detect_anomaly(), with a Value made under no_grad(),
   or where two numbers after the first Value term multiply to other than
   their floats' product (two ints, whose product Python keeps an int: 0 *
-  -1 is 0, not -0.0; an int beyond 2**53), the call runs
+  -1 is 0, not -0.0; an int beyond 2**53; any number but an int or a
+  float: numpy's float32 multiplies in float32), the call runs
   `sum(map(operator.mul, row, x))`: the generator itself.
+
+The operands are read once, from copies of the caller's lists (or from
+them where nothing can run Python meanwhile: csrc/native.c), so a
+finalizer that changes those lists during the call (one may run at any
+allocation) changes nothing here: the call sees them as they were, or, if
+they changed before they were read, as they are.
 """
 from __future__ import annotations
 
@@ -31,7 +40,7 @@ from typing import Any, Callable, List, Sequence, Tuple, Union
 
 from ._c import bulk as _bulk
 from .custom import join, join_all
-from .engine import FRONT, Operand, Value, handles
+from .engine import FRONT, Operand, Value, _real, handles
 
 __all__ = ["dot", "linear"]
 
@@ -39,8 +48,13 @@ _EXACT = 2 ** 53      # ints up to this size are doubles exactly
 
 
 def _seq(s: Any, fn: str, name: str) -> Sequence[Any]:
-    if isinstance(s, (list, tuple)):
+    """s's items, as a tuple s itself or a new list (a list is copied in one
+    step, list(): what is read from here on cannot change, even if a
+    finalizer changes s, and it keeps the Values in it alive)."""
+    if type(s) is tuple:
         return s
+    if isinstance(s, (list, tuple)):
+        return list(s)
     if isinstance(s, (Value, str, bytes, int, float)):
         raise TypeError(f"tapead.{fn}: {name} must be a sequence of Values and numbers, "
                         f"not {type(s).__name__}")
@@ -54,7 +68,10 @@ def _seq(s: Any, fn: str, name: str) -> Sequence[Any]:
 def _operands(seq: Sequence[Any], fn: str, name: str) -> Tuple[List[int], List[Any]]:
     """(ids, constants): a Value's node id and 0.0, or -1 and the number (a
     float, or an int: converted where it meets a Value, as the operator
-    does, while Python multiplies two numbers exactly)."""
+    does, while Python multiplies two numbers exactly; any other real
+    number the operators take, engine._real, is kept as it is: numpy's
+    float32 or int64 multiply as numpy does, which only the generator
+    itself reproduces)."""
     ids: List[int] = []
     cs: List[Any] = []
     for i, v in enumerate(seq):
@@ -68,18 +85,26 @@ def _operands(seq: Sequence[Any], fn: str, name: str) -> Tuple[List[int], List[A
             ids.append(-1)
             cs.append(int(v))
         else:
-            raise TypeError(f"tapead.{fn}: {name}[{i}] is {type(v).__name__}: "
-                            f"{fn} takes Values and numbers (int, float)")
+            try:
+                _real(v)
+            except TypeError:
+                raise TypeError(f"tapead.{fn}: {name}[{i}] is {type(v).__name__}: {fn} takes "
+                                f"Values and real numbers (int, float, numpy scalars, ...)") from None
+            ids.append(-1)
+            cs.append(v)
     return ids, cs
 
 
 def _exact(a: Any, b: Any) -> bool:
-    """Whether a * b of two numbers is float(a) * float(b) to the bit: not for
-    two ints (their product is an int: 0 * -1 is 0, not -0.0) nor an int
-    beyond 2**53 (not a double exactly)."""
+    """Whether a * b of two numbers is float(a) * float(b) to the bit: for a
+    float and a float or an int, not for two ints (their product is an int:
+    0 * -1 is 0, not -0.0) nor an int beyond 2**53 (not a double exactly),
+    nor any other number (numpy's float32 multiplies in float32)."""
     if type(a) is int:
-        return type(b) is not int and -_EXACT <= a <= _EXACT
-    return type(b) is not int or -_EXACT <= b <= _EXACT
+        return type(b) is float and -_EXACT <= a <= _EXACT
+    if type(a) is float:
+        return type(b) is float or (type(b) is int and -_EXACT <= b <= _EXACT)
+    return False
 
 
 def _record(fn: str, rows: List[Sequence[Any]], wname: List[str], x: Sequence[Any],
@@ -94,6 +119,7 @@ def _record(fn: str, rows: List[Sequence[Any]], wname: List[str], x: Sequence[An
     start: List[int] = []
     live: List[int] = []          # the rows with nodes
     xcf = [0.0] * nin             # x's constants as C reads them
+    generator = False             # a product of two numbers is Python's: the generator records
     for j, (rid, rc) in enumerate(ws):
         f = 0
         while f < nin and rid[f] < 0 and xid[f] < 0:
@@ -104,19 +130,26 @@ def _record(fn: str, rows: List[Sequence[Any]], wname: List[str], x: Sequence[An
             continue
         cw = [0.0] * nin
         for i in range(f, nin):
+            # every term checked as the generator meets it, so that what it
+            # would raise is raised here, before anything is recorded
             if rid[i] < 0 and xid[i] < 0:
-                if not _exact(rc[i], xc[i]):   # Python's product: the generator itself
-                    return [sum(map(mul, r, x)) for r in rows]
-                cw[i], xcf[i] = float(rc[i]), float(xc[i])
+                if _exact(rc[i], xc[i]):
+                    cw[i], xcf[i] = float(rc[i]), float(xc[i])
+                else:                         # Python's product, as a Value's ADDC takes it
+                    _real(rc[i] * xc[i])
+                    generator = True
             elif rid[i] < 0:
-                cw[i] = float(rc[i])          # a huge int: OverflowError, as w * x would raise
+                cw[i] = _real(rc[i])          # a huge int: OverflowError, as w * x would raise
             elif xid[i] < 0:
-                xcf[i] = float(xc[i])
-        c0.append(float(head))
+                xcf[i] = _real(xc[i])
+            if i == f:
+                c0.append(_real(head))        # head + the first Value term
         start.append(f)
         w.extend(rid)
         wc.extend(cw)
         live.append(j)
+    if generator:
+        return [sum(map(mul, r, x)) for r in rows]
     if live:
         vals = _bulk.dots(w, wc, len(live), nin, xid, xcf, c0, start, _carrying(rows, x))
         if vals is None:    # no_grad, detect_anomaly, a no_grad Value: the generator itself
@@ -170,8 +203,8 @@ def _linear(x: Sequence[Operand], W: Sequence[Sequence[Operand]]) -> List[Any]:
 
 def _carrying(rows: Sequence[Sequence[Any]], x: Sequence[Any]) -> Callable[[Any, int], List[Any]]:
     """handles() whose Values carry what the operands' Values carry
-    (custom.join_all), read once the call has recorded (the callers check
-    first that the operands are sequences: a generator is never consumed here)."""
+    (custom.join_all), read once the call has recorded, from the copies it
+    read (_seq, sums_fast: a generator is never consumed here)."""
     def made(h: Any, n: int) -> List[Any]:
         own = join_all(x)
         for r in rows:
@@ -181,12 +214,12 @@ def _carrying(rows: Sequence[Sequence[Any]], x: Sequence[Any]) -> Callable[[Any,
 
 
 def _dot_cffi(ws: Sequence[Operand], xs: Sequence[Operand]) -> Union[Value, float, int]:
-    out = _bulk.sums_fast((ws,), xs, Value, _carrying((ws,), xs))   # the common case, else everything above
+    out = _bulk.sums_fast((ws,), xs, Value, _carrying)   # the common case, else everything above
     return out[0] if out is not None else _dot(ws, xs)
 
 
 def _linear_cffi(x: Sequence[Operand], W: Sequence[Sequence[Operand]]) -> List[Any]:
-    out = _bulk.sums_fast(W, x, Value, _carrying(W, x))
+    out = _bulk.sums_fast(W, x, Value, _carrying)
     return out if out is not None else _linear(x, W)
 
 

@@ -180,7 +180,8 @@ class Value:
         # a custom node: micrograd's idiom for a new op (_op its name, then
         # out._backward = rule), or microgpt's (its local gradients as the
         # third argument, or local_grads=): tapead/custom.py
-        if _children or local_grads is not None or (type(_op) is not str and _op is not None):
+        if (_children if type(_children) is tuple else not _custom.no_children(_children)) \
+                or local_grads is not None or (type(_op) is not str and _op is not None):
             _custom.record(self, data, _children, _op, local_grads)
             if label:
                 self._set_label(label)

@@ -3,7 +3,9 @@
 The tape (C) holds numbers.  A label, an attribute the user hangs on a
 Value (`v.name = 'x1'`, as on micrograd's Value) and the identity of the
 Value handed out for a node are Python objects: they live here, in a table
-per thread (tapes are per thread) keyed by node id.  The table holds its
+per tape (the tape's tapead._c.Tape: not per threading.local, which a
+greenlet library may make per greenlet, while a thread's greenlets share
+its tape) keyed by node id.  The table holds its
 entries weakly: an entry lives while a Value carries it (its `_o`, as a
 custom node's rule lives: tapead/custom.py), and the Value it is set on
 carries it, and so does every Value recorded from that one afterwards.  So
@@ -29,7 +31,7 @@ from _thread import RLock as _RLock
 from _weakref import ref as _weakref
 from _weakrefset import WeakSet as _WeakSet
 
-from ._c import _local, node_stamp
+from ._c import node_stamp, tape as _tape
 from .custom import join
 
 TYPE_CHECKING = False   # typing is not imported at run time (see tapead._c)
@@ -38,7 +40,6 @@ if TYPE_CHECKING:
     from .engine import Value
 
 _stamp = node_stamp
-_tl = _local()
 # The Value type of the front in use: tapead.engine, which imports this
 # module, attaches it once made (this module, below it, imports no front).
 _Value: Any = None
@@ -51,10 +52,11 @@ def attach(value_type: Any) -> None:
 
 
 class _Entry:
-    __slots__ = ("stamp", "ref", "label", "attrs", "__weakref__")
+    __slots__ = ("stamp", "ref", "label", "attrs", "tape", "__weakref__")
 
-    def __init__(self, stamp: int) -> None:
+    def __init__(self, stamp: int, tape: Any) -> None:
         self.stamp = stamp
+        self.tape = tape        # its table's Tape, kept alive with it (tapead._c.Tape)
         self.ref: Optional[Callable[[], Optional[Value]]] = None  # weakref to the node's Value
         self.label = ""
         self.attrs: Optional[Dict[str, Any]] = None
@@ -71,20 +73,21 @@ class _Table:
         self.purge_at = 256
 
 
-_tables: Any = _WeakSet()   # every thread's table (what _sweep_names reads)
+_tables: Any = _WeakSet()   # every tape's table (what _sweep_names reads)
 
 
 def _table() -> _Table:
-    t: Optional[_Table] = getattr(_tl, "table", None)
+    """This thread's tape's table (made if need be)."""
+    t: Optional[_Table] = _tape().table
     if t is None:
-        t = _tl.table = _Table()
+        t = _tape().table = _Table()
         _tables.add(t)
     return t
 
 
 def kept() -> bool:
-    """Does this thread keep data for any node (entries Values carry)?"""
-    t: Optional[_Table] = getattr(_tl, "table", None)
+    """Does this tape keep data for any node (entries Values carry)?"""
+    t: Optional[_Table] = _tape().table
     return t is not None and any(r() is not None for r in list(t.entries.values()))
 
 
@@ -104,7 +107,7 @@ def _alive(i: int, e: _Entry) -> bool:
 
 
 def entry(i: int, make: bool = False) -> Optional[_Entry]:
-    """The entry of node id i of this thread (made if `make`), or None."""
+    """The entry of node id i of this tape (made if `make`), or None."""
     t = _table()
     r = t.entries.get(i)
     e = r() if r is not None else None
@@ -117,7 +120,7 @@ def entry(i: int, make: bool = False) -> Optional[_Entry]:
             _mine(i)
         if len(t.entries) >= t.purge_at:
             _purge(t)
-        e = _Entry(int(st))
+        e = _Entry(int(st), _tape())
         t.entries[i] = _weakref(e)      # (the caller has e, and makes a Value carry it)
     return e
 
@@ -193,7 +196,7 @@ def get_label(value: Value) -> str:
 
 def _mine(i: int) -> None:
     """TapeError (or the like) unless node i is of this thread: the tables
-    are per thread, so another thread's node would seem to have no data."""
+    are per tape, so another thread's node would seem to have no data."""
     st = _stamp(i)
     if st <= 0:
         from ._c.status import error

@@ -614,13 +614,19 @@ def train(steps):
     return losses, sizes
 
 
+def _object_array(xs):
+    np = pytest.importorskip("numpy")
+    return np.array(xs, dtype=object)
+
+
 @pytest.mark.parametrize("data", [1.5, 3, "np"])
-@pytest.mark.parametrize("kids", [tuple, list, iter])
+@pytest.mark.parametrize("kids", [tuple, list, iter, _object_array])
 def test_every_spelling_of_a_custom_node_makes_the_same_node(data, kids):
     """Value(x, children, name): a float and a tuple or list (the native
     front's shortcut past argument parsing), other numbers and iterables
-    (the ordinary route), and keywords make the same node, run the same
-    rule, and refuse the same bad child in the same words."""
+    (the ordinary route: a numpy array of Values among them, which has no
+    truth value), and keywords make the same node, run the same rule, and
+    refuse the same bad child in the same words."""
     if data == "np":
         np = pytest.importorskip("numpy")
         data = np.float64(1.5)
@@ -684,7 +690,7 @@ def test_a_subclass_gets_the_idiom_and_keeps_its_own_attributes():
 
 
 def test_the_map_of_owners_holds_the_live_ones_and_a_bounded_rest():
-    """Each owner is registered in its thread's map (key -> weak reference),
+    """Each owner is registered in its tape's map (key -> weak reference),
     where the sweep finds it.  A dead one leaves the map when it dies on the
     native front (its dealloc: so the map holds exactly the live owners),
     and when the map has doubled on the cffi front (a purge): either way
@@ -701,7 +707,7 @@ def test_the_map_of_owners_holds_the_live_ones_and_a_bounded_rest():
             loss.backward()
             ref = sum((k % 5 - 2) / (1 + math.exp(-x.data * (k % 5 - 2))) for k in range(40))
             assert math.isclose(x.grad, ref, rel_tol=1e-12)
-            live, n = C.live_owners(), len(C._pt.nodes)
+            live, n = C.live_owners(), len(tapead._c.tape().owners)
             if tapead.FRONT == "native":
                 assert n == live, (step, n, live)
             peak = max(peak, live)
@@ -723,25 +729,25 @@ def test_the_tape_is_looked_at_every_64_owners_made():
     calls = []
     every = C._every
 
-    def spy(d, nodes=-1):
+    def spy(t, nodes=-1):
         calls.append(nodes)
-        every(d, nodes)
+        every(t, nodes)
 
     def run():
         x = Value(0.3)
         for k in range(64 * 10):
             Value(0.5, (x,), "f")           # (an owner, dropped at once)
-        return len(C._pt.nodes or ())
+        return len(tapead._c.tape().owners)
     native = sys.modules.get("tapead._native") if E.FRONT == "native" else None
     C._every = spy
     if native is not None:
-        native.owners(C._pt, C._nodes, spy, C._tl)
+        native.owners(tapead._c.tape, spy, C._tl)
     try:
         left = on_fresh_tape(run)
     finally:
         C._every = every
         if native is not None:
-            native.owners(C._pt, C._nodes, every, C._tl)
+            native.owners(tapead._c.tape, every, C._tl)
     assert len(calls) == 10
     # the map: the live owner (native: the dead leave it), or a purged rest (cffi)
     assert left <= (1 if native is not None else 256 + 64 if REFCOUNTED else 640)

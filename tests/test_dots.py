@@ -7,6 +7,7 @@ import math
 import struct
 import threading
 
+import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
@@ -25,8 +26,21 @@ OPERAND = st.one_of(
 )
 
 
+# numpy's scalars, which every operator takes (engine._real): float32 and
+# float16 multiply, and add before the first Value term, in their own precision
+NP_KINDS = {"F": np.float32, "H": np.float16, "L": np.int64, "N": np.int32, "B": np.bool_,
+            "D": np.float64}
+NP_OPERAND = OPERAND | st.one_of(
+    st.tuples(st.sampled_from("FD"), st.floats(-1e3, 1e3, allow_nan=False)),
+    st.tuples(st.just("H"), st.floats(-30, 30, allow_nan=False)),   # (sums within float16's range)
+    st.tuples(st.sampled_from("LN"), st.integers(-5, 5)),
+    st.tuples(st.just("B"), st.booleans()))
+
+
 def _bits(x):
-    return struct.pack("<d", x) if isinstance(x, float) else (type(x), x)
+    if isinstance(x, float):
+        return struct.pack("<d", x)
+    return (type(x), x.tobytes() if isinstance(x, np.generic) else x)
 
 
 def _make(spec, pool):
@@ -38,7 +52,7 @@ def _make(spec, pool):
         elif kind == "s":
             out.append(pool[v % len(pool)] if pool else v)
         else:
-            out.append({"f": float, "i": int, "b": bool, "I": int}[kind](v))
+            out.append({"f": float, "i": int, "b": bool, "I": int, **NP_KINDS}[kind](v))
     return out
 
 
@@ -120,6 +134,60 @@ def test_linear_is_the_rows_generator_sums(nout, nin, data):
         _generator(sf, sf).backward()
         _generator(sl, sl).backward()
         assert [_bits(v.grad) for v in pf] == [_bits(v.grad) for v in pl]
+
+
+NP_PAIRS = st.integers(1, 12).flatmap(
+    lambda n: st.tuples(st.lists(NP_OPERAND, min_size=n, max_size=n),
+                        st.lists(NP_OPERAND, min_size=n, max_size=n)))
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")   # (numpy's own: float16 overflowing, as the generator's)
+@given(NP_PAIRS)
+def test_dot_takes_numpy_scalars_as_the_generator_does(pair):
+    """numpy scalars on either side, anywhere (before the first Value term,
+    where numpy does the arithmetic, or after, two numbers multiplied):
+    the generator's nodes, value and gradients, bit for bit."""
+    test_dot_is_the_generator_sum_bit_for_bit.hypothesis.inner_test(pair)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@given(st.integers(1, 4), st.integers(1, 8), st.data())
+def test_linear_takes_numpy_scalars_as_the_generator_does(nout, nin, data):
+    rows = [data.draw(st.lists(NP_OPERAND, min_size=nin, max_size=nin)) for _ in range(nout)]
+    xs = data.draw(st.lists(NP_OPERAND, min_size=nin, max_size=nin))
+    (xf, Wf, pf), (xl, Wl, pl) = [(x, [_make(r, pool) for r in rows], pool)
+                                  for pool in ([], []) for x in [_make(xs, pool)]]
+    try:
+        loop = [_generator(r, xl) for r in Wl]
+    except OverflowError:        # numpy's bool times a huge int, say: linear raises it, recording nothing
+        _refused(lambda: linear(xf, Wf), OverflowError, None)
+        return
+    fused = linear(xf, Wf)
+    for a, b in zip(fused, loop):
+        _check_same(a, b, pf, pl)
+        for v in pf + pl:
+            v.grad = 0.0
+
+
+def test_numpy_scalars_of_every_kind():
+    """Each kind the operators take, as weights and as inputs, in the first
+    and a later term; and what they refuse (a complex number) refused alike."""
+    for t in (np.float32, np.float16, np.int64, np.int32, np.uint8, np.bool_, np.float64,
+              np.longdouble):
+        for nums in ([t(1), t(2), t(3)], [t(3), t(0), t(1)]):
+            ws = [Value(0.5), Value(-1.5), Value(2.0)]
+            for w, x in ((ws, nums), (nums, ws)):
+                g = _generator(w, x)
+                assert _bits(dot(w, x).data) == _bits(g.data)
+                assert str(tapead.wengert(dot(w, x))) == str(tapead.wengert(g))
+                assert _bits(linear(x, [w, w])[1].data) == _bits(_generator(w, x).data)
+    a = Value(1.0)
+    f = np.float32(0.1)
+    lead = [f, f, a, f]             # float32 products and sums, then a Value, then float32 * float32
+    assert str(tapead.wengert(dot(lead, lead))) == str(tapead.wengert(_generator(lead, lead)))
+    assert type(dot([f, f], [f, f])) is np.float32      # numbers only: numpy's own number
+    _refused(lambda: dot([a, np.complex64(1)], [a, a]), TypeError, r"ws\[1\] is complex64")
+    _refused(lambda: linear([a, a], [[a, np.array([1.0, 2.0])]]), TypeError, r"W\[0\]\[1\] is ndarray")
 
 
 @given(st.lists(st.tuples(NUMS, NUMS), min_size=1, max_size=16))

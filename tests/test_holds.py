@@ -311,6 +311,93 @@ def test_greenlets_share_one_tape_safely():
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
 
 
+def test_greenlets_share_their_threads_custom_rules_labels_and_attributes():
+    """gevent makes threading.local per greenlet; the tape is per thread, and
+    so is what Python keeps about its nodes (tapead._c.Tape): a custom
+    node's rule, a label and an attribute set in one greenlet are there in
+    the next, whether the first has ended or they take turns; checked
+    against micrograd's own run of the same rules."""
+    pytest.importorskip("gevent")
+    r = _run("""
+        from gevent import monkey; monkey.patch_all()
+        import sys; sys.path.insert(0, %r)
+        import gevent, math
+        import tapead
+        from tapead import Value
+        from micrograd.engine import Value as MG
+        from test_custom import ext                   # softplus written as micrograd's ops are
+
+        EXT = {MG: ext(MG), Value: ext(Value)}
+        def softplus(x, V):
+            return EXT[V].softplus(x)
+
+        keep = {}
+        def first(V, tag):
+            w = V(0.5); x = V(-0.25)
+            y = softplus(w, V) * softplus(x, V)
+            keep[tag] = (w, x, y)
+            if V is Value:
+                w.label = 'w'; w.note = 'hello'
+            gevent.sleep(0)                           # the second greenlet runs meanwhile
+            keep[tag + 'z'] = softplus(y, V)
+
+        def second(V, tag):
+            gevent.sleep(0)
+            w, x, y = keep[tag]
+            z = softplus(y, V) + keep[tag + 'z']      # one from each greenlet
+            z.backward()
+            return w.grad, x.grad
+
+        for t in ('mg', 'tp'):
+            V = MG if t == 'mg' else Value
+            g1, g2 = gevent.spawn(first, V, t), gevent.spawn(second, V, t)
+            gevent.joinall([g1, g2], raise_error=True)
+            keep[t + 'g'] = g2.value
+        assert keep['tpg'] == keep['mgg'], (keep['tpg'], keep['mgg'])
+
+        def late():                                   # after the first greenlets have ended
+            w, x, y = keep['tp']
+            z = keep['tpz']
+            y.grad, z.grad = 0.0, 1.0
+            z._backward()                             # a custom node's rule, run by hand
+            assert y.grad == 1 / (1 + math.exp(-y.data)), y.grad
+            return w.label, getattr(w, 'note', None)
+        g = gevent.spawn(late); g.join()
+        assert g.successful(), g.exception
+        assert g.value == ('w', 'hello'), g.value
+        assert tapead._c.lib.ta_validate() == 0
+        print("ok")
+    """ % os.path.dirname(os.path.abspath(__file__)))
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
+
+
+def test_a_tapes_python_side_is_its_threads_and_goes_with_it():
+    """Each thread's tape has its own Python side (tapead._c.Tape), the same
+    for every call in that thread; once a thread has ended and its Values
+    are gone, so is its Tape (threads coming and going leave no trace)."""
+    import weakref
+    C = tapead._c
+    mine = C.tape()
+    seen = []
+
+    def work(k):
+        t = C.tape()
+        x = Value(float(k), label=f"x{k}")
+        y = Value(math.log1p(math.exp(x.data)), (x,), "softplus")
+        y._backward = lambda: None
+        seen.append((t is C.tape(), t is not mine, t.tag, weakref.ref(t), y.label == "",
+                     x.label == f"x{k}", len(t.owners) >= 1))
+    for k in range(200):
+        th = threading.Thread(target=work, args=(k,))
+        th.start(); th.join()
+    gc.collect()
+    assert all(s[:3] == (True, True, s[2]) and s[4:] == (True, True, True) for s in seen)
+    assert len({s[2] for s in seen}) == 200                    # a tape each
+    assert sum(s[3]() is not None for s in seen) <= 1          # (the last may be cached)
+    assert len(C._tapes) < 64 + 10
+    assert C.tape() is mine and mine.tag == lib.ta_tape_tag()
+
+
 def test_reloading_the_boundary_modules_frees_nothing_twice():
     r = _run("""
         import importlib, gc

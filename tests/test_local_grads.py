@@ -161,6 +161,21 @@ def test_numbers_of_any_kind_and_any_sequence():
     assert (x.grad, y.grad) == (2.0 + 0.5 + 1.0, 3.0)
 
 
+def test_children_in_a_numpy_array():
+    """A numpy object array of Values is children as a list is (it has no
+    truth value; its length decides, as a list's does)."""
+    np = pytest.importorskip("numpy")
+    x, y = Value(1.0), Value(2.0)
+    z = Value(0.5, np.array([x, y], dtype=object), (3.0, -4.0))
+    (z * 2.0).backward()
+    assert (z.data, x.grad, y.grad) == (0.5, 6.0, -8.0)
+    assert [c.data for c in z._children] == [1.0, 2.0]
+    e = Value(1.5, np.array([], dtype=object), ())
+    assert (e.data, e._op, e._children) == (1.5, "", ())
+    with pytest.raises(TypeError, match="children must be an iterable of Values"):
+        Value(1.0, np.array(x, dtype=object), (1.0,))      # a 0-d array: no items to iterate
+
+
 def test_micrograds_name_still_works():
     x = Value(2.0)
     out = Value(x.data ** 3, (x,), "cube")

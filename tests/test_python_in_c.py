@@ -128,6 +128,84 @@ def test_an_op_whose_allocations_run_a_finalizer_that_moves_its_operands():
     assert rc == 0 and out.strip() == "ok", (rc, err[-2000:])
 
 
+_OPERANDS = r"""
+import gc, sys, tapead
+from tapead import Value
+PYPY = not hasattr(gc, "set_threshold")
+if PYPY:                                 # (PyPy: its collector runs when it will)
+    gc.set_threshold = lambda *a: None
+def ref(W, x):
+    # each row's sum of w * x, in floats: what linear / dot must give
+    f = lambda v: v.data if isinstance(v, Value) else float(v)
+    return [sum(f(w) * f(a) for w, a in zip(r, x)) for r in W]
+MUTATE = {                               # what a finalizer does to W and x mid-call
+    "clear W": lambda W, x: W.clear(),
+    "shrink W": lambda W, x: W.__delitem__(slice(1, None)),
+    "grow W": lambda W, x: W.extend([Value(5.0), Value(6.0)] for _ in range(60)),
+    "replace W": lambda W, x: W.__setitem__(slice(None), [[Value(-1.0), 2.0] for _ in range(7)]),
+    "shrink a row": lambda W, x: W[-1].__delitem__(slice(1, None)) if W else None,
+    "clear x": lambda W, x: x.clear(),
+    "shrink x": lambda W, x: x.__delitem__(slice(1, None)),
+    "grow x": lambda W, x: x.append(Value(7.0)),
+    "replace x": lambda W, x: x.__setitem__(slice(None), [Value(0.5), Value(-3.0)]),
+}
+fired = bad = 0
+for name, mutate in MUTATE.items():
+    for use in ("linear", "dot"):
+        for trial in range(60):
+            W = [[Value(3.0), Value(4.0)] for _ in range(50)]
+            x = [Value(1.0), Value(2.0)]
+            before, after, state = ref(W, x), [], {}
+            class Bomb:
+                def __del__(self):
+                    if state.get("in"):
+                        mutate(W, x)
+                        state["fired"] = True
+                        try:
+                            after.append(ref(W, x))
+                        except Exception:
+                            pass
+            row = W[-1]
+            gc.collect()
+            b = Bomb(); b.me = b; del b
+            gc.set_threshold(1 + trial % 30)
+            state["in"] = True
+            try:
+                out = tapead.linear(x, W) if use == "linear" else [tapead.dot(row, x)]
+            except ValueError as e:
+                out = e
+            finally:
+                state["in"] = False
+                gc.set_threshold(700)
+            gc.collect()
+            want = before if use == "linear" else before[-1:]
+            if isinstance(out, ValueError):
+                ok = state.get("fired") and str(out).startswith("tapead.%s: " % use)
+            else:
+                got = [v.data for v in out]
+                ok = got == want or (state.get("fired") and after and
+                                     got == (after[0] if use == "linear" else after[0][-1:]))
+                if ok:
+                    out[0].backward()      # the nodes recorded are sound
+            if not ok:
+                bad += 1
+                print(name, use, trial, out, file=sys.stderr)
+            fired += bool(state.get("fired"))
+assert tapead._c.lib.ta_validate() == 0
+print(bad, "fired" if fired or PYPY else "never fired")
+"""
+
+
+def test_linear_and_dot_whose_allocations_run_a_finalizer_that_changes_their_lists():
+    """tapead.linear(x, W) and tapead.dot(ws, xs) while a finalizer, run by
+    one of their allocations, empties, shrinks, grows or refills W, a row,
+    or x: no crash and no stray IndexError; each call gives the sums of the
+    lists as they were or as they became, or, where they became wrong, the
+    ValueError naming the problem (the same on both fronts)."""
+    rc, out, err = _child(_OPERANDS)
+    assert rc == 0 and out.split() == ["0", "fired"], (rc, out, err[-2000:])
+
+
 _GENERATOR = r"""
 import weakref, tapead
 from tapead import Value

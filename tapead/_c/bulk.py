@@ -122,14 +122,26 @@ def _fill(seq: Any, n: int, ids: Any, cs: Any, off: int, V: Any) -> bool:
     return True
 
 
-def sums_fast(rows: Any, x: Any, V: Any, handles: Any) -> Any:
+def sums_fast(rows: Any, x: Any, V: Any, carrying: Any) -> Any:
     """tapead.linear(x, rows) for the common case on the cffi front (the
     native front's va_linear): lists or tuples of Values and floats, every
     row's first term with a Value.  The list of row Values, or None where
-    the general path (tapead/dots.py) must decide: nothing recorded then."""
+    the general path (tapead/dots.py) must decide: nothing recorded then.
+
+    The operands are read from copies, each list taken in one step
+    (list(), which reads its argument only after making the new list): a
+    finalizer may change the caller's lists at any allocation, and the
+    copies are then what is read, recorded and joined (carrying(rows, x)
+    gives the handles() of the Values they carry), and they keep their
+    Values, and so the nodes named, alive until the call has recorded."""
     if (type(rows) is not list and type(rows) is not tuple) or \
             (type(x) is not list and type(x) is not tuple):
         return None
+    if type(rows) is list:
+        rows = list(rows)
+    rows = [list(r) if type(r) is list else r for r in rows]
+    if type(x) is list:
+        x = list(x)
     nout, nin = len(rows), len(x)
     if not nout or not nin:
         return None
@@ -147,6 +159,6 @@ def sums_fast(rows: Any, x: Any, V: Any, handles: Any) -> Any:
             s.start[j] = 0
         if lib.ta_dots(s.w, s.wc, nout, nin, s.x, s.xc, s.c0, s.start, s.h):
             return None
-        return handles(s.h, nout)
+        return carrying(rows, x)(s.h, nout)
     finally:
         _tl.dots = s
