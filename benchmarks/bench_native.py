@@ -16,6 +16,10 @@ on an idle one).
    as native=None runs it (the interpreter) vs benchmarks/fa_ref.c (gcc -O3).
 4. The first call of a 1,000-node program (that workload at 190 ops), compile
    included, empty kernel cache: native=True, and native=None.
+5. A GPT's loss (examples/gpt.py's model, fast path, one four-letter name; all
+   its parameters in wrt: a program of uniform nodes): the first call of
+   native=True (compile included, empty cache), the interpreter's first
+   call, and the gradient's replay, native vs the interpreter.
 
 Run: python benchmarks/bench_native.py [--quick]
      python benchmarks/bench_native.py --fa [--quick] [--summed]   # section 3 alone
@@ -23,6 +27,7 @@ Run: python benchmarks/bench_native.py [--quick]
        still computes them per row, the same work)
      python benchmarks/bench_native.py --first [--quick]             # section 4 alone
      python benchmarks/bench_native.py --demo [--quick]              # sections 1 and 2 alone
+     python benchmarks/bench_native.py --gpt [--quick]               # section 5 alone
 """
 import ctypes
 import os
@@ -49,6 +54,7 @@ FA_ONLY = "--fa" in sys.argv
 SUMMED = "--summed" in sys.argv
 FIRST_ONLY = "--first" in sys.argv
 DEMO_ONLY = "--demo" in sys.argv
+GPT_ONLY = "--gpt" in sys.argv
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -137,6 +143,9 @@ def main():
         if FIRST_ONLY:
             first(np.random.default_rng(2).uniform(-1, 1, (32, 100)))
             return
+        if GPT_ONLY:
+            gpt_section(reps)
+            return
 
         outs, ins, wrt = european()
         interp = tapead.compile(outs, ins, wrt=wrt, native=False)
@@ -164,7 +173,7 @@ def main():
         assert same(interp.grad(Xy, seed=seed, params=w), nat.grad(Xy, seed=seed, params=w))
         ti, tn = paired(lambda: interp.grad(Xy, seed=seed, params=w, threads=1),
                         lambda: nat.grad(Xy, seed=seed, params=w, threads=1), 100, reps)
-        shape = type(native.shape(codegen.Code.of(nat))).__name__
+        shape = codegen.choose(codegen.Code.of(nat))
         print(f"\n2. demo batched step ({interp.nodes} nodes, 100 rows, {shape}, build {build:.1f} s): "
               f"interpreter {ti * 1e6:7.1f} us   native {tn * 1e6:7.1f} us   ratio {tn / ti:5.2f}x  "
               f"(target <= 0.6x)")
@@ -178,6 +187,7 @@ def main():
         R = fastest(reps)
 
         first(R)
+        gpt_section(reps)
 
 
 def c_call(prog, X, seed, w):
@@ -222,6 +232,40 @@ def first(R):
                     lambda: nat.grad(R2, per_sample=True, threads=1), 3, 5 if QUICK else 11)
     print(f"   that program's native kernel (split shape) per row, per-sample: interpreter "
           f"{ti / len(R2) * 1e6:6.2f} us   native {tn / len(R2) * 1e6:6.2f} us   ratio {tn / ti:5.2f}x")
+
+def gpt_loss():
+    """(loss, parameters) of examples/gpt.py's model (fast path) for the first
+    four-letter name of its data."""
+    sys.path.insert(0, os.path.join(HERE, os.pardir, "examples"))
+    import gpt
+    model, docs, encode, _, _ = gpt.setup("fast")
+    tapead.clear_guards()
+    return model.loss(encode(next(d for d in docs if len(d) == 4))), model.params
+
+
+def gpt_section(reps):
+    """Section 5: a GPT's loss over its parameters, native against the interpreter."""
+    loss, params = gpt_loss()
+    cache = os.environ["TAPEAD_CACHE"]
+    os.environ["TAPEAD_CACHE"] = os.path.join(cache, "gpt")
+    t0 = time.perf_counter()
+    nat = tapead.compile([loss], [], wrt=params, native=True)
+    X = np.zeros((1, 0))
+    gn = nat.grad(X)
+    tn0 = time.perf_counter() - t0
+    os.environ["TAPEAD_CACHE"] = cache
+    t0 = time.perf_counter()
+    interp = tapead.compile([loss], [], wrt=params, native=False)
+    gi = interp.grad(X)
+    ti0 = time.perf_counter() - t0
+    assert same(gi, gn)
+    ti, tn = paired(lambda: interp.grad(X, threads=1), lambda: nat.grad(X, threads=1), 20, reps)
+    shape = codegen.choose(codegen.Code.of(nat))
+    print(f"\n5. GPT loss (examples/gpt.py, one four-letter name, {interp.nodes} nodes, {len(params)} "
+          f"parameters in wrt, {shape} shape): first call (compile included, empty cache, "
+          f"{native.jobs()} compilers at once) native {tn0:.1f} s, interpreter {ti0 * 1e3:.0f} ms; "
+          f"gradient: interpreter {ti * 1e6:7.1f} us   native {tn * 1e6:7.1f} us   ratio {tn / ti:5.2f}x")
+
 
 if __name__ == "__main__":
     main()

@@ -321,10 +321,16 @@ int     ta_prog_code(ta_prog *P, ta_codeview_t *v);
  * then run again by the interpreter, which names the first failure. */
 typedef int (*ta_kernel_fn)(const ta_run_t *R, const double *U, uint64_t r0, uint64_t r1,
                             double *parts, double *scratch);
-/* Run P's blocks with fn from now on (NULL: the interpreter again);
- * TA_EARG if abi is not TA_KERNEL_ABI.  Set it before P runs anywhere. */
-#define TA_KERNEL_ABI 1
-int     ta_prog_set_kernel(ta_prog *P, void *fn, uint64_t nscratch, int abi);
+/* The uniform values generated from the same code: U as batch.c's
+ * ta_uniform_forward computes it (every uniform node's value, the same
+ * bits) from the parameters' values.  TA_OK, or nonzero when an op or a
+ * guard failed: ta_uniform_forward then runs instead and names it. */
+typedef int (*ta_uniform_fn)(double *U, const double *params);
+/* Run P's blocks with fn and its uniform values with ufn from now on (NULL:
+ * the interpreter again; ufn may be NULL alone); TA_EARG if abi is not
+ * TA_KERNEL_ABI.  Set them before P runs anywhere. */
+#define TA_KERNEL_ABI 2
+int     ta_prog_set_kernel(ta_prog *P, void *fn, void *ufn, uint64_t nscratch, int abi);
 
 /* higher.c: higher-order derivatives.  None of these touches any node's
  * adjoint (.grad): they return their results.  ids must be this thread's. */

@@ -208,7 +208,11 @@ int ta_prog_run(ta_prog *P, const ta_run_t *R, ta_fail_t *f)
         if (!(pv = (double *)ta_malloc((size_t)P->npar * sizeof *pv))) st = TA_ENOMEM;
         else st = ta_prog_param_values(P, pv, P->npar);
     }
-    if (st == TA_OK) st = ta_uniform_forward(P, jobs[0].W->U, R->params ? R->params : pv, f);
+    if (st == TA_OK) {      /* generated, and where that fails the interpreter, which names it */
+        const double *params = R->params ? R->params : pv;
+        if (!P->ukernel || P->ukernel(jobs[0].W->U, params) != 0)
+            st = ta_uniform_forward(P, jobs[0].W->U, params, f);
+    }
     free(pv);
     if (st == TA_OK) {
 #if TA_THREADS

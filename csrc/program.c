@@ -215,10 +215,11 @@ int ta_prog_follow(ta_prog *P)
     return TA_OK;
 }
 
-int ta_prog_set_kernel(ta_prog *P, void *fn, uint64_t nscratch, int abi)
+int ta_prog_set_kernel(ta_prog *P, void *fn, void *ufn, uint64_t nscratch, int abi)
 {
-    if (!P || abi != TA_KERNEL_ABI || nscratch > ((uint64_t)1 << 40)) return TA_EARG;
+    if (!P || abi != TA_KERNEL_ABI || nscratch > ((uint64_t)1 << 40) || (ufn && !fn)) return TA_EARG;
     P->kernel = (ta_kernel_fn)fn;    /* (a data to function pointer cast: POSIX allows it) */
+    P->ukernel = (ta_uniform_fn)ufn;
     P->nscratch = fn ? nscratch : 0;
     return TA_OK;
 }

@@ -188,6 +188,7 @@ struct ta_prog {
     ta_guard *g;            /* a, b are node indices here                      */
     ta_code  *code;         /* derived by ta_code_new (code.c)                 */
     ta_kernel_fn kernel;    /* generated code for its blocks, or NULL (cdef.h) */
+    ta_uniform_fn ukernel;  /* generated code for its uniform values, or NULL  */
     uint64_t  nscratch;     /* doubles of scratch the kernel needs             */
     void     *ws[TA_NWS];   /* idle workspaces (parallel.c)                    */
 };

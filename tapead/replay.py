@@ -186,7 +186,7 @@ def _load(state: Dict[str, Any]) -> "Program":
     except (KeyError, TypeError, ValueError) as e:
         raise bad from e
     native = state.get("native")
-    if native not in (None, True, False):
+    if not _native_ok(native):
         raise bad
     p = _prog.prog_load(sizes, arrs, pv)
     if p is None:
@@ -234,9 +234,11 @@ class Program:
     _native: "NativeState"
 
     def __init__(self, outputs: Union[Value, Iterable[Value]], inputs: Union[Value, Iterable[Value]],
-                 wrt: Union[Value, Iterable[Value]] = (), native: Optional[bool] = None) -> None:
-        if native not in (None, True, False):
-            raise ValueError(f"native must be None, True or False, not {native!r}")
+                 wrt: Union[Value, Iterable[Value]] = (), native: Union[None, bool, str] = None) -> None:
+        if not _native_ok(native):
+            from .codegen import SHAPES
+            raise ValueError(f"native must be None, True, False or a kernel shape "
+                             f"({', '.join(map(repr, SHAPES))}), not {native!r}")
         outs, oid = node_ids(outputs, "outputs")
         ins, iid = node_ids(inputs, "inputs")
         wrts, wid = node_ids(wrt, "wrt")
@@ -409,8 +411,9 @@ class Program:
             state[name] = flat[name].astype("<" + t).tobytes()
         state.update((k, flat[k]) for k in _SIZES)
         state["params"] = self.params.astype("<f8").tobytes()
-        if self._native.mode is not None:
-            state["native"] = self._native.mode
+        mode = self._native.mode
+        if mode is not None:       # (a shape by its name: its variant's tuning is this process's)
+            state["native"] = getattr(mode, "name", mode)
         return (_load, (state,))
 
     @property
@@ -425,15 +428,26 @@ class Program:
                 f"runs={self._native.describe(self.native)})")
 
 
+def _native_ok(native: Any) -> bool:
+    """native is a valid native= argument."""
+    if native is None or native is True or native is False:
+        return True
+    from .codegen import SHAPES, Shape
+    return isinstance(native, Shape) or isinstance(native, str) and native in SHAPES
+
+
 def compile(outputs: Union[Value, Iterable[Value]], inputs: Union[Value, Iterable[Value]],
-            wrt: Union[Value, Iterable[Value]] = (), native: Optional[bool] = None) -> Program:
+            wrt: Union[Value, Iterable[Value]] = (), native: Union[None, bool, str] = None) -> Program:
     """Copy the graph reaching outputs into a Program fed by the input leaves.
 
     native: True runs it with generated C code (tapead.native), built now
     with the C compiler, or found in the kernel cache (CompilerError, a
-    RuntimeError, if it cannot be built); False and None (the default) with
-    the interpreter, never slower, first call included (generated code pays
-    only for small programs over many rows: docs/native.md).
+    RuntimeError, if it cannot be built), in the kernel shape chosen for its
+    size (or, where none is faster, by the interpreter, as repr says), or in
+    the one named ("lanes2", "rows", "split": tapead.codegen); False and
+    None (the default) with the interpreter, never slower, first call
+    included (generated code pays for small programs over many rows,
+    networks and programs of parameters: docs/native.md).
     The results are the same bits either way; ``repr(prog)`` says which runs.
 
     >>> import numpy as np; from tapead import Value, compile

@@ -1,4 +1,4 @@
-"""The build and cache of generated kernels (tapead/kcache.py), for the C
+"""The build and cache of generated kernels (tapead/codegen/build.py), for the C
 path (tapead.native) and the CUDA path's cubins: a cache that runs code
 trusts only what it wrote (a private folder, no symbolic links, a checksum
 of the bytes it wrote, the very file checked is loaded), a damaged entry is
@@ -46,11 +46,11 @@ def run_python(*args, env=None):
 
 
 class _Lazy:
-    """tapead.kcache, imported on first use (the tests of the reproduced
+    """tapead.codegen.build, imported on first use (the tests of the reproduced
     defects go through compile(native=True) and native.key alone)."""
 
     def __getattr__(self, name):
-        from tapead import kcache as k
+        from tapead.codegen import build as k
         return getattr(k, name)
 
 
@@ -74,7 +74,7 @@ def source(value):
 
 def load(src, **kw):
     """The kernel of src, built or found, called: its value."""
-    address = kcache.library(src, "-O1", INCLUDE, "ta_kernel", {}, **kw)
+    address = kcache.library(src, "-O1", INCLUDE, ("ta_kernel",), {}, **kw)[0]
     return ctypes.CFUNCTYPE(ctypes.c_int)(address)()
 
 
@@ -137,8 +137,8 @@ def test_keys_reuse_and_one_bound(tmp_path, monkeypatch):
 
 def test_concurrent_builders(tmp_path):
     """Processes building the same kernel at once all get it, whole, and leave no temporary files."""
-    prog = ("import ctypes, tapead.kcache as k, tapead.codegen as c; "
-            f"a = k.library({source(7)!r}, '-O1', c.include_dir(), 'ta_kernel', {{}}); "
+    prog = ("import ctypes, tapead.codegen.build as k, tapead.codegen as c; "
+            f"a = k.library({source(7)!r}, '-O1', c.include_dir(), ('ta_kernel',), {{}})[0]; "
             "print(ctypes.CFUNCTYPE(ctypes.c_int)(a)())")
     procs = [python("-c", prog, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
     outs = [p.communicate(timeout=120) for p in procs]
@@ -156,14 +156,14 @@ def program():
     y = (x * w).tanh() + x.sin() * (1 + secrets.randbelow(10 ** 9))
     p = tapead.compile([y], [x], wrt=[w], native=False)
     code = codegen.Code.of(p)
-    name = f"k-{native.key(native.shape(code).units(code), native.compiler(), '-O1')}.so"
+    name = f"k-{native.key(codegen.source(code, codegen.choose(code))[0], native.compiler(), '-O1')}.so"
     return p, code, name, lambda: tapead.compile([y], [x], wrt=[w], native=True)
 
 
 def planted_kernel(tmp_path, code, marker):
     """code's genuine kernel, and a constructor that writes marker."""
     src = tmp_path / "planted.c"
-    src.write_text(native.shape(code).units(code)[0] + textwrap.dedent(f"""
+    src.write_text(codegen.source(code, codegen.choose(code))[0][0] + textwrap.dedent(f"""
         #include <stdio.h>
         __attribute__((constructor)) static void planted(void) {{
             FILE *f = fopen("{marker}", "w"); if (f) {{ fputs("ran", f); fclose(f); }}
@@ -356,7 +356,7 @@ def test_a_library_without_the_kernel_is_rebuilt(tmp_path):
         assert load(src) == 4
     with pytest.raises(kcache.CompilerError, match="could not be loaded.*ta_kernel"):
         kcache.library(f"/* {secrets.token_hex(8)} */ int unrelated(void) {{ return 1; }}\n", "-O1",
-                       INCLUDE, "ta_kernel", {})
+                       INCLUDE, ("ta_kernel",), {})
 
 
 def test_entries_are_written_whole_and_flushed(tmp_path, monkeypatch):
@@ -482,7 +482,7 @@ def test_a_killed_or_interrupted_build_leaves_nothing(tmp_path, sig):
     child = textwrap.dedent(f"""\
         import sys, tapead.kcache as k, tapead.codegen as c
         try:
-            k.library(open({str(tmp_path / "big.c")!r}).read(), "-O1", c.include_dir(), "ta_kernel", {{}})
+            k.library(open({str(tmp_path / "big.c")!r}).read(), "-O1", c.include_dir(), ("ta_kernel",), {{}})
         except KeyboardInterrupt:
             print("interrupted", flush=True)
             sys.exit(3)
@@ -544,7 +544,7 @@ def test_a_build_past_its_time_is_stopped(tmp_path, units):
     src = big_source() if units == 1 else [big_source(), "int f(void) { return 1; }\n", big_source()]
     t0 = time.monotonic()
     with Watch() as w, pytest.raises(kcache.CompilerError) as e:
-        kcache.library(src, "-O1", INCLUDE, "ta_kernel", {}, timeout=0.5)
+        kcache.library(src, "-O1", INCLUDE, ("ta_kernel",), {}, timeout=0.5)
     assert time.monotonic() - t0 < 10
     what = "the kernel .unit0.c: 20,005 lines" if units == 1 else "unit [13] of 3 .unit[02].c: 20,005 lines"
     assert e.match(f"tapead stopped the C compiler '.*' after 0.5 s: {what}, \\d+ KB. was still being "
@@ -560,7 +560,7 @@ def test_a_failing_unit_stops_the_others(tmp_path):
     t0 = time.monotonic()
     with Watch() as w, pytest.raises(kcache.CompilerError, match="(?s)failed .exit 1. on unit 2 of 2 .*undeclared"):
         kcache.library([big_source(), "int f(void) { return undeclared; }\n"], "-O1", INCLUDE,
-                       "ta_kernel", {})
+                       ("ta_kernel",), {})
     assert time.monotonic() - t0 < 10
     assert w.pids and wait_for(lambda: not w.left()), w.left()
     assert entries(tmp_path / "cache") == []

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 import tapead
-from tapead import GuardError, Value, native
-from tapead.codegen import Body, Code, CTarget, RowsTarget
+from tapead import GuardError, Value, codegen, native
+from tapead.codegen import Code
 from opcases import math_ops
 
 pytestmark = pytest.mark.skipif(native.compiler() is None, reason="no C compiler")
@@ -86,10 +86,11 @@ def random_graph(seed, nin=3, npar=3, n=70):
     return outs, xs, list(ws) + [xs[1], unused]
 
 
-def pair(outs, xs, wrt, **kw):
-    """The same graph compiled twice: (interpreted, native)."""
-    return (tapead.compile(outs, xs, wrt=wrt, native=False, **kw),
-            tapead.compile(outs, xs, wrt=wrt, native=True, **kw))
+def pair(outs, xs, wrt, shape=True):
+    """The same graph compiled twice: (interpreted, native in shape: True, the
+    one chosen for it, or a name in tapead.codegen.SHAPES)."""
+    return (tapead.compile(outs, xs, wrt=wrt, native=False),
+            tapead.compile(outs, xs, wrt=wrt, native=shape))
 
 
 def same(a, b):
@@ -109,10 +110,10 @@ def runs(p, X, pv):
             p.grad(X, per_sample=True, params=pv), p(X[:5]), p.grad(X[:3]))
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_random_programs_bit_for_bit(seed):
+@pytest.mark.parametrize("seed, shape", [(1, "rows"), (2, "split")])
+def test_random_programs_bit_for_bit(seed, shape):
     outs, xs, wrt = random_graph(seed)
-    slow, fast = pair(outs, xs, wrt)
+    slow, fast = pair(outs, xs, wrt, shape)
     assert not slow.native and fast.native
     from tapead._c import OP
     names = {name for name, code in OP.items() if code in set(slow._flat_form()["op"].tolist())}
@@ -122,37 +123,35 @@ def test_random_programs_bit_for_bit(seed):
     assert same(runs(slow, X, pv), runs(fast, X, pv))
 
 
-def test_two_lane_kernels_bit_for_bit(monkeypatch):
-    """Small programs get two rows' statements side by side (CTarget(lanes=2));
+def test_two_lane_kernels_bit_for_bit():
+    """Small programs get two rows' statements side by side (shape "lanes2");
     forced onto a random graph of every op: the interpreter's bits in every
     way of running it, odd row counts included (a chunk's last row alone)."""
-    monkeypatch.setattr(native, "LANES2_NODES", 10 ** 6)
     outs, xs, wrt = random_graph(3)
-    slow, fast = pair(outs, xs, wrt)
-    assert fast.native and "#define TA_W 2" in CTarget(lanes=2).prelude()
+    slow, fast = pair(outs, xs, wrt, "lanes2")
+    assert fast.native and "#define TA_W 2" in codegen.source(Code.of(fast), "lanes2")[0][0]
     X = np.random.default_rng(3).uniform(-2, 2, size=(1031, len(xs)))
     pv = np.random.default_rng(12).uniform(-1, 1, size=len(slow.params))
     assert same(runs(slow, X, pv), runs(fast, X, pv))
     assert same(runs(slow, X[:7], pv), runs(fast, X[:7], pv))
 
 
-@pytest.mark.parametrize("lanes2", [False, True])
-def test_zero_and_nonfinite_adjoints_bit_for_bit(monkeypatch, lanes2):
+@pytest.mark.parametrize("shape", ["lanes2", "split", "rows"])
+def test_zero_and_nonfinite_adjoints_bit_for_bit(shape):
     """A generated adjoint starts at its first term, the interpreter's at
-    +0.0 plus it (codegen.Body._add): they differ in the sign of a zero, or
+    +0.0 plus it (codegen.schedule.first_writes): they differ in the sign of a zero, or
     a signalling NaN seed's quiet bit, until the gradient is written.  Rows
     and seeds of zeros of either sign, infinities and NaNs (a signalling one
     among them), through ops whose partials are zeros of either sign: the
     interpreter's bits, per sample and summed, a NaN's sign and payload
     aside (IEEE 754 leaves them to the operand order, which the
     interpreter's vector loops and the generated code choose apart)."""
-    monkeypatch.setattr(native, "LANES2_NODES", 10 ** 6 if lanes2 else 0)
     x, y, w = Value(1.0), Value(2.0), Value(-3.0)
     a = (x * w).relu() * -1.0                 # partials -0.0 / +0.0 by row
     b = a * y + abs(y) * (w * x)
     c = tapead.maximum(b, a) - x * 0.0
     outs, wrt = [a, b, c, x * y], [x, y, w]
-    slow, fast = pair(outs, [x, y], wrt)
+    slow, fast = pair(outs, [x, y], wrt, shape)
     assert fast.native
     vals = [0.0, -0.0, 1.0, -2.0, float("inf"), float("-inf"), float("nan")]
     X = np.array([(u, v) for u in vals for v in vals] * 3)
@@ -174,45 +173,41 @@ def test_zero_and_nonfinite_adjoints_bit_for_bit(monkeypatch, lanes2):
 
 
 @pytest.mark.parametrize("seed", [4, 5])
-def test_split_kernels_bit_for_bit(monkeypatch, seed):
-    """Large programs get the split shape (CTarget(split=...): functions of a
-    few statements over values in memory, several translation units built at
-    once); forced onto random graphs of every op with parts of 1 and 7
-    statements and three units: the interpreter's bits in every way of
-    running them, and its failures."""
-    monkeypatch.setattr(native, "SPLIT_NODES", 0)
-    monkeypatch.setattr(native, "SPLIT", 1 if seed == 4 else 7)
-    monkeypatch.setattr(native, "jobs", lambda: 3)
+def test_split_kernels_bit_for_bit(seed):
+    """Large programs get the split shape (functions of a few statements over
+    values in memory, several translation units built at once); forced onto
+    random graphs of every op with parts of 1 and 7 statements and three
+    units: the interpreter's bits in every way of running them, and its
+    failures."""
+    split = codegen.SHAPES["split"]._replace(part=1 if seed == 4 else 7, units=3)
     outs, xs, wrt = random_graph(seed)
-    slow, fast = pair(outs, xs, wrt)
+    slow, fast = pair(outs, xs, wrt, split)
     assert fast.native
-    units = CTarget(split=native.SPLIT).units(Code.of(fast), 3)
+    units = codegen.source(Code.of(fast), split)[0]
     assert len(units) == 3 and "TA_FRAME" in units[0]
     X = np.random.default_rng(seed).uniform(-2, 2, size=(2503, len(xs)))
     pv = np.random.default_rng(seed + 9).uniform(-1, 1, size=len(slow.params))
     assert same(runs(slow, X, pv), runs(fast, X, pv))
-    test_failures_are_the_interpreters()
+    failures_are_the_interpreters(split)
 
 
 @pytest.mark.parametrize("seed", [6, 7])
-def test_rows_kernels_bit_for_bit(monkeypatch, seed):
-    """The rows shape (RowsTarget: each instruction a loop over a chunk's
+def test_rows_kernels_bit_for_bit(seed):
+    """The rows shape (each instruction a loop over a chunk's
     rows, a dot's terms in vectors of four rows, the lanes past a chunk's end
     masked out of the sums), forced onto random graphs of every op: the
     interpreter's bits in every way of running them (row counts that leave
     a partial chunk and a partial vector: 2503, 7, 5, 3), and its failures."""
-    monkeypatch.setattr(native, "ROWS_INS", 0)
-    monkeypatch.setattr(native, "LANES2_NODES", 0)
-    monkeypatch.setattr(native, "jobs", lambda: 2 if seed == 6 else 1)
+    rows = codegen.SHAPES["rows"]._replace(units=2 if seed == 6 else 1)
     outs, xs, wrt = random_graph(seed)
-    slow, fast = pair(outs, xs, wrt)
-    assert fast.native and isinstance(native.shape(Code.of(fast)), RowsTarget)
+    slow, fast = pair(outs, xs, wrt, rows)
+    assert fast.native
     X = np.random.default_rng(seed).uniform(-2, 2, size=(2503, len(xs)))
     pv = np.random.default_rng(seed + 9).uniform(-1, 1, size=len(slow.params))
     assert same(runs(slow, X, pv), runs(fast, X, pv))
     assert same(runs(slow, X[:7], pv), runs(fast, X[:7], pv))
-    test_failures_are_the_interpreters()
-    test_uniform_guard_and_no_wrt()
+    failures_are_the_interpreters(rows)
+    uniform_guard_and_no_wrt(rows)
 
 
 def test_networks_get_the_rows_shape():
@@ -233,7 +228,7 @@ def test_networks_get_the_rows_shape():
     assert h < 3.0                            # a row guard
     slow, fast = pair([out, h], xs, params)
     code = Code.of(fast)
-    assert code.n > native.LANES2_NODES and isinstance(native.shape(code), RowsTarget)
+    assert code.n > codegen.LANES2_NODES and codegen.choose(code) == "rows"
     B = 1024 + 3 * code.ch + 21               # a partial chunk: 21 rows, then 3 lanes past its end
     X = np.random.default_rng(5).uniform(-1, 1, size=(B, 3))
     pv = np.random.default_rng(6).uniform(-1, 1, size=len(params))
@@ -288,19 +283,16 @@ def layered(seed):
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_fused_layers_bit_for_bit(monkeypatch, seed):
-    """A layer's dots fused (codegen: _fuse_forward, _fuse_reverse: four at a
-    time, each sum in its own order) give the interpreter's bits: values and
-    gradients in every way of running them, zeros of both signs among the
-    weights and inputs, infinities, and chunks with partial vectors."""
-    monkeypatch.setattr(native, "ROWS_INS", 0)
-    monkeypatch.setattr(native, "LANES2_NODES", 0)
+def test_fused_layers_bit_for_bit(seed):
+    """A layer's dots fused (codegen.schedule: fuse_forward, fuse_reverse:
+    four at a time, each sum in its own order) give the interpreter's bits:
+    values and gradients in every way of running them, zeros of both signs
+    among the weights and inputs, infinities, and chunks with partial vectors."""
     outs, xs, wrt = layered(seed)
-    slow, fast = pair(outs, xs, wrt)
+    slow, fast = pair(outs, xs, wrt, "rows")
     code = Code.of(fast)
-    t = native.shape(code)
-    src = "".join(t.units(code))
-    assert isinstance(t, RowsTarget) and "ta_v4 r3_" in src and "const ta_v4 g3_" in src, "nothing fused"
+    src = "".join(codegen.source(code, "rows")[0])
+    assert "ta_v4 r3_" in src and "const ta_v4 g3_" in src, "nothing fused"
     rng = np.random.default_rng(seed)
     X = rng.uniform(-2, 2, size=(2 * code.ch + 7, 3)) * (rng.uniform(size=(2 * code.ch + 7, 3)) > 0.1)
     X[::5] *= -1.0                                # zeros of both signs
@@ -321,21 +313,17 @@ class _Run(ctypes.Structure):
                 ("params", ctypes.c_void_p), ("npar", ctypes.c_uint32), ("threads", ctypes.c_int)]
 
 
-@pytest.mark.parametrize("split_nodes, lanes2, rows", [(10 ** 6, 10 ** 6, 10 ** 6), (10 ** 6, 0, 10 ** 6),
-                                                      (0, 0, 10 ** 6), (10 ** 6, 0, 0)])
-def test_kernels_compute_the_rows_themselves(monkeypatch, split_nodes, lanes2, rows):
+@pytest.mark.parametrize("shape", sorted(codegen.SHAPES))
+def test_kernels_compute_the_rows_themselves(shape):
     """A kernel that failed every block would pass the tests above (the
     interpreter runs a failed block again): each shape's kernel, called
     directly on a program of inputs alone, succeeds and writes the
     interpreter's values and per-sample gradients."""
-    monkeypatch.setattr(native, "SPLIT_NODES", split_nodes)
-    monkeypatch.setattr(native, "LANES2_NODES", lanes2)
-    monkeypatch.setattr(native, "ROWS_INS", rows)
     tapead.clear_guards()
     xs = [Value(0.1 * i) for i in range(3)]
     y = (xs[0] * xs[1]).exp() / (xs[2] * xs[2] + 1.0) + (xs[0] - xs[2]).tanh() * xs[1]
     slow = tapead.compile([y, y * y], xs, wrt=xs, native=False)
-    address, nscratch = native.kernel(Code.of(slow))
+    address, _, nscratch = native.kernel(Code.of(slow), shape)
     B = 37
     X = np.random.default_rng(0).uniform(-1, 1, size=(B, 3))
     Y, G, seed = np.zeros((B, 2)), np.zeros((B, 3)), np.array([1.0, 0.5])
@@ -394,8 +382,8 @@ def test_rows_kernels_leave_the_vector_registers_clean(tmp_path):
     out = model(xs).tanh()
     slow = tapead.compile([out], xs, wrt=model.parameters(), native=False)
     code = Code.of(slow)
-    assert isinstance(native.shape(code), RowsTarget)
-    address, nscratch = native.kernel(code)
+    assert codegen.choose(code) == "rows"
+    address, _, nscratch = native.kernel(code, "rows")
     B = 13
     X = np.random.default_rng(0).uniform(-1, 1, size=(B, 3))
     Y, G, seed = np.zeros((B, 1)), np.zeros((B, len(slow.params))), np.ones(1)
@@ -406,28 +394,18 @@ def test_rows_kernels_leave_the_vector_registers_clean(tmp_path):
         assert shim(address, ctypes.byref(run), U.ctypes.data, 0, B, None, scratch.ctypes.data) == 0
 
 
-def test_bodies_follow_the_interpreters_code():
-    """Every row instruction is in the body; summed parameter adjoints fold
-    into their uniform adjoint, per-sample ones are rows."""
-    outs, xs, wrt = random_graph(5, n=30)
-    p = tapead.compile(outs, xs, wrt=wrt, native=False)
-    code = Code.of(p)
-    text = {m: "\n".join(Body(code, m).rows) for m in ("fwd", "sum", "ps")}
-    for k, *_ in code.ins:
-        assert f"double v{k}[TA_W]" in text["fwd"]
-    assert "TA_ACC" in text["sum"] and "TA_ACC" not in text["ps"] and "TA_GRAD" in text["ps"]
-    with pytest.raises(ValueError):
-        Body(code, "backward")
-
-
 def test_failures_are_the_interpreters():
+    failures_are_the_interpreters(True)
+
+
+def failures_are_the_interpreters(shape):
     """A row where an op fails or a guard flips: the same exception, message and row."""
     tapead.clear_guards()
     x, z, w = Value(0.5), Value(0.5), Value(2.0)
     z3 = z * 3
     assert x > 0.1 and x < z3             # guards: with a constant, and between rows
     y = (x * w).log() + z.sqrt()
-    slow, fast = pair([y], [x, z], [w])
+    slow, fast = pair([y], [x, z], [w], shape)
     X = np.full((3000, 2), 0.5)
     for row, col, v in ((1777, 0, -1.0), (2049, 1, -4.0), (5, 0, 0.05), (2500, 0, 1.6)):
         Xb = X.copy(); Xb[row, col] = v
@@ -442,11 +420,15 @@ def test_failures_are_the_interpreters():
 
 
 def test_uniform_guard_and_no_wrt():
+    uniform_guard_and_no_wrt(True)
+
+
+def uniform_guard_and_no_wrt(shape):
     tapead.clear_guards()                 # (earlier tests' guards would bind this graph too)
     w = Value(1.5); x = Value(0.0)
     assert w > 1.0
     y = (w * x + w).tanh()
-    slow, fast = pair([y], [x], [])
+    slow, fast = pair([y], [x], [], shape)
     X = np.linspace(-3, 3, 1001).reshape(-1, 1)
     assert same((slow(X), slow.grad(X)), (fast(X), fast.grad(X)))
     with pytest.raises(GuardError) as e1:
@@ -454,6 +436,17 @@ def test_uniform_guard_and_no_wrt():
     with pytest.raises(GuardError) as e2:
         fast(X, params=[0.5])
     assert str(e1.value) == str(e2.value)
+
+
+def test_programs_of_row_operations_stay_in_the_interpreter():
+    """native=True on a program no shape runs faster than the interpreter
+    (many row operations, not a network, few uniform ones) runs it in the
+    interpreter and says why; named, a shape builds it all the same."""
+    outs, xs, wrt = random_graph(1)
+    p = tapead.compile(outs, xs, wrt=wrt, native=True)
+    assert codegen.choose(Code.of(p)) is None
+    assert not p.native and "runs='interpreter' (native=True, but a program of" in repr(p)
+    assert tapead.compile(outs, xs, wrt=wrt, native="split").native
 
 
 def test_repr_pickle_and_fallbacks(monkeypatch):
@@ -495,3 +488,83 @@ def test_dask_runs_native_programs():
         Y, G = tapead.dask.grad(fast, D, per_sample=per_sample)
         got = (Y.compute(scheduler="threads"), G.compute(scheduler="threads"))
         assert same(got, slow.grad(X, per_sample=per_sample))
+
+
+def uniform_network(seed):
+    """(outputs, inputs, wrt) of a program whose work is mostly uniform: a
+    small network over parameters alone (its dots fused in generated code:
+    codegen.schedule.uniform_dots), a dot that must not fuse (its product
+    read twice), a uniform op that can fail (log), and a row part reading
+    the network's output."""
+    tapead.clear_guards()
+    rng = random.Random(seed)
+    ws = [Value(rng.uniform(-1, 1) if rng.random() < 0.9 else rng.choice([0.0, -0.0])) for _ in range(40)]
+    ws += [Value(0.0) for _ in range(20)]          # more parameters than a list's table bound (wrt, params)
+    h = ws[:5]
+    for width in (6, 4):
+        h = [sum((ws[rng.randrange(40)] * v for v in h), ws[rng.randrange(40)]).tanh() for _ in range(width)]
+    h += [sum(ws[rng.randrange(40)] * v for v in h) for _ in range(3)]    # dots from 0 (sum's start)
+    m = ws[0] * ws[1]
+    twice = (ws[2] + m) * m                                   # a product read twice: no dot
+    u = sum(h) + twice + (ws[3] * ws[3] + 1.5).log()
+    x = Value(0.0)
+    y = (x * u).sin() + u * h[0]
+    return [y, u], [x], ws + [x]
+
+
+@pytest.mark.parametrize("shape", sorted(codegen.SHAPES))
+def test_uniform_dots_bit_for_bit(shape):
+    """A kernel computes the uniform values itself (cdef.h: ta_uniform_fn),
+    each uniform dot as one loop (in memory storages, and its reverse too):
+    the interpreter's bits in every way of running it, values of uniform
+    nodes inside a dot included (the interpreter reads them where a block
+    fails), and a uniform op's failure named as the interpreter names it."""
+    outs, xs, wrt = uniform_network(8)
+    slow, fast = pair(outs, xs, wrt, shape)
+    code = Code.of(fast)
+    dots = codegen.schedule.uniform_dots(code)
+    assert len(dots) >= 10 and all(len(d.terms) >= 4 for d in dots.values())
+    assert sum(d.x < 0 for d in dots.values()) == 3
+    X = np.random.default_rng(8).uniform(-2, 2, size=(1031, 1))
+    pv = np.random.default_rng(9).uniform(-1, 1, size=len(slow.params))
+    assert same(runs(slow, X, pv), runs(fast, X, pv))
+    bad = pv.copy()
+    bad[3] = 0.0                               # ws[3] * ws[3] + 1.5 stays positive: no failure
+    assert same(slow.grad(X, params=bad), fast.grad(X, params=bad))
+    i = [k for k, p in enumerate(wrt) if p is wrt[3]][0]
+    bad[i] = float("nan")                      # log(nan) is nan, not a failure either
+    assert same(slow.grad(X, params=bad), fast.grad(X, params=bad))
+
+
+def test_uniform_failures_are_the_interpreters():
+    tapead.clear_guards()
+    w, x = Value(2.0), Value(0.5)
+    u = sum((w * w for _ in range(5)), w) - 10.0              # a uniform dot, then a node that turns negative
+    y = u.log() * x
+    slow, fast = pair([y], [x], [w], "split")
+    X = np.ones((7, 1))
+    assert same(slow.grad(X), fast.grad(X))
+    for p in (slow, fast):
+        with pytest.raises(ValueError) as e:
+            p.grad(X, params=[1.0])
+        p.message = str(e.value)
+    assert slow.message == fast.message and "row 0" in fast.message
+
+
+def test_a_fused_uniform_forward_stores_every_uniform_value():
+    """The uniform values a kernel computes with its dots fused (split, rows)
+    are every one the unfused statements compute (row by row shapes), the
+    products and partial sums inside a dot included: where a block fails,
+    the interpreter runs it again on them."""
+    outs, xs, wrt = uniform_network(9)
+    slow = tapead.compile(outs, xs, wrt=wrt, native=False)
+    code = Code.of(slow)
+    fn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+    pv = np.ascontiguousarray(slow.params)
+    got = {}
+    for shape in ("lanes2", "split", "rows"):
+        U = np.full(code.nu + 1, np.nan)
+        assert fn(native.kernel(code, shape)[1])(U.ctypes.data, pv.ctypes.data) == 0
+        got[shape] = U
+    assert not np.isnan(got["lanes2"][:code.nu]).any()
+    assert got["split"].tobytes() == got["lanes2"].tobytes() == got["rows"].tobytes()

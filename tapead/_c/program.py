@@ -225,7 +225,13 @@ def prog_code(p: Any) -> Dict[str, Any]:
     return out
 
 
-def prog_set_kernel(p: Any, address: int, nscratch: int) -> None:
+KERNEL_ABI: int = lib.TA_KERNEL_ABI     # what a generated kernel is compiled against (cdef.h)
+
+
+def prog_set_kernel(p: Any, address: int, uniform: int, nscratch: int) -> None:
     """Run program p's blocks with the generated kernel at address (cdef.h:
-    ta_kernel_fn; 0: the interpreter again), which needs nscratch doubles."""
-    check(lib.ta_prog_set_kernel(p, ffi.cast("void *", address), nscratch, lib.TA_KERNEL_ABI))
+    ta_kernel_fn; 0: the interpreter again), which needs nscratch doubles,
+    and its uniform values with the function at uniform (ta_uniform_fn; 0:
+    the interpreter's)."""
+    check(lib.ta_prog_set_kernel(p, ffi.cast("void *", address), ffi.cast("void *", uniform), nscratch,
+                                 lib.TA_KERNEL_ABI))

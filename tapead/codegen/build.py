@@ -705,7 +705,7 @@ def _build_c(b: Build, argv: List[str], opt: str, include: str, units: List[str]
         return fh.read()
 
 
-_loaded: Dict[str, Tuple[Any, int]] = {}         # key -> (the ctypes library, the symbol's address)
+_loaded: Dict[str, Tuple[Any, Tuple[int, ...]]] = {}   # key -> (the ctypes library, its symbols' addresses)
 _serial = itertools.count(1)
 _PROC_FD = os.path.isdir("/proc/self/fd")
 
@@ -724,16 +724,16 @@ def _dlopen(e: Entry) -> Any:
     return ctypes.CDLL(e.path)
 
 
-def library(source: Union[str, Sequence[str]], opt: str, include: str, symbol: str,
+def library(source: Union[str, Sequence[str]], opt: str, include: str, symbols: Sequence[str],
             hdrs: Optional[Dict[str, bytes]] = None, tag: str = "",
-            timeout: Optional[float] = None) -> int:
-    """The address of symbol in the shared library built from source (one
+            timeout: Optional[float] = None) -> Tuple[int, ...]:
+    """The addresses of symbols in the shared library built from source (one
     translation unit, or several compiled at once and linked) at optimisation
     level opt, with include on the include path (hdrs: the headers it may
     include, for the key; default: include's .h and .def files): from the
     cache or built now into it, and loaded once per process.  timeout: the longest
     one compiler may run (default build_timeout()).  A cached library that
-    does not load or lacks symbol is rebuilt (a warning says so).
+    does not load or lacks one of the symbols is rebuilt (a warning says so).
     CompilerError if there is no compiler or it fails."""
     import ctypes
     argv = compiler()
@@ -750,7 +750,8 @@ def library(source: Union[str, Sequence[str]], opt: str, include: str, symbol: s
                 hit = _loaded.get(k)
                 if hit is None:
                     lib = _dlopen(e)
-                    hit = _loaded[k] = (lib, ctypes.cast(getattr(lib, symbol), ctypes.c_void_p).value or 0)
+                    hit = _loaded[k] = (lib, tuple(ctypes.cast(getattr(lib, name), ctypes.c_void_p).value or 0
+                                                   for name in symbols))
             return hit[1]
         except (OSError, AttributeError) as err:
             dfd, path = _folder()
