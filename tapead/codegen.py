@@ -47,7 +47,10 @@ summed over rows) or ``"ps"`` (per-sample gradients)
     ``TA_GRAD(j, x)``   (ps) gradient column j at lane l's row := x
     ``TA_ACC(i, x)``    (sum) add lane l's x to accumulator i (its lane)
     ``TA_BITS(u)``      the double whose bits are the uint64 u (non-finite
-                        constants; finite ones are C99 hex literals)
+                        constants; finite ones are C99 hex literals); every
+                        constant is passed through ops.h's ``ta_opaque``, so
+                        the compiler computes with it as the interpreter
+                        does, never folding it into a libm call (literal())
     ``U``               the uniform values, a ``const double *``
     ``A``, ``Gb``       (sum) ``double *``: the uniform adjoints summed over
                         the block (``code.ndu``), the wrt sums (``nwrt``)
@@ -118,10 +121,15 @@ def _kind(op: int) -> str:
 
 
 def literal(c: float) -> str:
-    """c as an exact C expression: a C99 hex literal, or TA_BITS(...) if not finite."""
+    """c as an exact C expression the compiler cannot fold into the code
+    around it: a C99 hex literal, or TA_BITS(...) if not finite, through
+    ops.h's ta_opaque.  Seen as a literal, GCC rewrites pow(x, 2.0) as x * x,
+    pow(x, -1.0) as 1.0 / x and log(c) as its correctly rounded value, where
+    the interpreter, given c at run time, calls libm (not correctly rounded):
+    other bits."""
     if c != c or c in (float("inf"), float("-inf")):
-        return "TA_BITS(0x%016xu)" % struct.unpack("<Q", struct.pack("<d", c))[0]
-    return "(" + c.hex() + ")"
+        return "ta_opaque(TA_BITS(0x%016xu))" % struct.unpack("<Q", struct.pack("<d", c))[0]
+    return "ta_opaque(" + c.hex() + ")"
 
 
 class Code:
