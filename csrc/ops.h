@@ -18,6 +18,37 @@
 #define FIN(v) (isfinite(v))
 #define UNUSED(v) (void)(v)
 
+/* x, through a barrier the optimizer cannot see through: what a constant
+ * written into code (a generated kernel's, tapead/codegen.py: literal(); a
+ * pow exponent below) passes through so that it is computed as at run time.
+ * Given a constant, compilers rewrite libm calls even at -O1 without
+ * fast-math: GCC makes pow(x, 2.0) x * x and pow(x, -1.0) 1.0 / x, and
+ * folds log(c) into its correctly rounded value; libm is within an ulp but
+ * not correctly rounded (glibc's pow and log: 0.52 ulp), so the rewrite has
+ * other bits where the exact result lies near a midpoint.  The interpreter
+ * gets its constants as data at run time (as Python's float ** does) and
+ * calls libm, so the generated code must too.  GCC and Clang: an empty asm
+ * taking and giving back the value in a register: no instruction, nothing
+ * to fold through; not volatile, so it is hoisted out of loops and merged
+ * like any pure expression.  CUDA: the same in PTX.  Other compilers: a
+ * volatile copy (a store and a load each use). */
+static inline double ta_opaque(double x)
+{
+#if defined(__CUDA_ARCH__)
+    asm("" : "+d"(x));
+#elif defined(__GNUC__) && (defined(__x86_64__) || defined(__SSE2_MATH__))
+    __asm__("" : "+x"(x));
+#elif defined(__GNUC__) && defined(__aarch64__)
+    __asm__("" : "+w"(x));
+#elif defined(__GNUC__)
+    __asm__("" : "+m"(x));
+#else
+    volatile double v = x;
+    x = v;
+#endif
+    return x;
+}
+
 /* Python's float ** float, less the complex results: those are ValueError,
  * as in math.pow.  0 ** negative is ZeroDivisionError, as float.__pow__. */
 static inline int py_pow(double x, double y, double *r)
@@ -42,10 +73,10 @@ static inline int py_pow(double x, double y, double *r)
  * where the exact square is within 3/8 of an ulp of it: far from either
  * midpoint (the one below a power of two is a quarter ulp away: there
  * within 3/16).  Elsewhere, and for x out of the range, pow decides: called
- * with a volatile 2.0, since compilers fold pow(x, 2.0) into x * x. */
+ * with an opaque 2.0, since compilers fold pow(x, 2.0) into x * x. */
 static inline double pow_sq(double x)
 {
-    static volatile const double two = 2.0;
+    const double two = ta_opaque(2.0);
     double p = x * x, t, hi, lo, err, e2;
     uint64_t bits;
     if (!(fabs(x) > 0x1p-400 && fabs(x) < 0x1p+400)) return pow(x, two);

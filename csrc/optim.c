@@ -101,7 +101,7 @@ int ta_sgd_step(const int64_t *ids, size_t n, double lr, double momentum, double
 int ta_adam_step(const int64_t *ids, size_t n, double lr, double b1, double b2, double eps,
                  double wd, int64_t t, double *m, double *v, int sq_mul)
 {
-    static volatile const double half = 0.5;   /* pow(x, 0.5), not sqrt: what Python's x ** 0.5 calls */
+    const double half = ta_opaque(0.5);   /* pow(x, 0.5), not sqrt: what Python's x ** 0.5 calls */
     ta_seg **s; uint32_t *o; size_t i;
     double c1, c2;
     int st;

@@ -102,9 +102,9 @@ int64_t ta_record_at(ta_tape *T, int op, ta_seg *sx, uint32_t ox, ta_seg *sy, ui
     ta_aux aux;
     ta_tape *D = T;
     int64_t id;
-    if (op == TA_DIVC) {                  /* x / c is micrograd's x * c**-1, to the bit, */
-        volatile double m1 = -1.0;        /* where c**-1 is a normal float (libm's pow: a */
-        double k = pow(c, m1);            /* constant -1 would let the compiler use 1/c)  */
+    if (op == TA_DIVC) {   /* x / c is micrograd's x * c**-1, to the bit, where c**-1 is a
+                            * normal float (libm's pow: a visible -1 lets the compiler use 1/c) */
+        double k = pow(c, ta_opaque(-1.0));
         if (isfinite(k) && fabs(k) >= DBL_MIN) { op = TA_MULC; c = k; }
     }
     vy = c;

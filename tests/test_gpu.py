@@ -197,6 +197,32 @@ def test_kernels_compile_with_nvcc(name, tmp_path, monkeypatch):
 
 
 
+@pytest.mark.skipif(NVCC is None, reason="nvcc not found")
+def test_constants_are_opaque_to_the_cuda_compiler(tmp_path, monkeypatch):
+    """The generated kernel computes with a constant as the interpreter
+    kernel does, which reads it as data at run time: the compiler sees no
+    constant (codegen.literal: ops.h's ta_opaque), so it cannot rewrite
+    pow(x, 2.0), pow(x, -1.0) or log(c) into other bits.  x ** c and c ** x
+    with the constants compilers rewrite compile to as many PTX instructions
+    as with other constants: the code does not depend on their values."""
+    monkeypatch.delenv("LD_PRELOAD", raising=False)   # (as above: nvcc crashes under a preloaded ASan)
+    from tapead import cuda
+
+    def instructions(powc, rpowc):
+        tapead.clear_guards()
+        x = Value(0.5)
+        prog = tapead.compile([x ** c for c in powc] + [c ** x for c in rpowc], [x], wrt=[x])
+        src = tmp_path / "k.cu"
+        src.write_text(cuda.cuda_source(prog, "ps"))
+        out = subprocess.run([NVCC, "-ptx", "-arch=sm_90", "--fmad=false", "-std=c++17", "-I", CSRC,
+                              "-x", "cu", str(src), "-o", str(tmp_path / "k.ptx")], capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        body = (tmp_path / "k.ptx").read_text().split(".entry ta_gpu_gen")[1].split(".entry")[0]
+        return sum(line.strip().endswith(";") for line in body.splitlines())
+
+    rewritten = instructions([2.0, -1.0, 0.5, 1.0, 0.0, 3.0, 1e-300], [2.0, 10.0, 2.2013245328273205, 1.0])
+    assert rewritten == instructions([k + 0.375 for k in range(2, 9)], [k + 0.625 for k in range(2, 6)])
+
 @pytest.mark.skipif(not _nvrtc(), reason="CuPy's NVRTC binding is not here")
 @pytest.mark.parametrize("name", ["every_op", "european", "interp"])
 def test_kernels_compile_with_nvrtc(name):

@@ -480,7 +480,7 @@ def test_a_killed_or_interrupted_build_leaves_nothing(tmp_path, sig):
     any build folder or entry."""
     (tmp_path / "big.c").write_text(big_source())
     child = textwrap.dedent(f"""\
-        import sys, tapead.kcache as k, tapead.codegen as c
+        import sys, tapead.codegen.build as k, tapead.codegen as c
         try:
             k.library(open({str(tmp_path / "big.c")!r}).read(), "-O1", c.include_dir(), ("ta_kernel",), {{}})
         except KeyboardInterrupt:

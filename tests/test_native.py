@@ -7,6 +7,7 @@ is itself checked against micrograd, closed forms and finite differences by
 the rest of the suite.  Each test builds at most a few kernels (a C compiler
 run each, ~0.1-1 s), into a cache folder of its own."""
 import ctypes
+import math
 import os
 import pickle
 import random
@@ -99,6 +100,16 @@ def same(a, b):
     return a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
+def same_but_nan(a, b):
+    """same(), a NaN's sign and payload aside (IEEE 754 leaves them to the
+    operand order, which the interpreter's vector loops and the generated
+    code choose apart)."""
+    if isinstance(a, tuple):
+        return len(a) == len(b) and all(same_but_nan(u, v) for u, v in zip(a, b))
+    nan = np.isnan(a)
+    return a.shape == b.shape and (nan == np.isnan(b)).all() and a[~nan].tobytes() == b[~nan].tobytes()
+
+
 def runs(p, X, pv):
     """Every way of running p over X, as a tuple of results."""
     B, nout = X.shape[0], p.n_outputs
@@ -144,8 +155,7 @@ def test_zero_and_nonfinite_adjoints_bit_for_bit(shape):
     and seeds of zeros of either sign, infinities and NaNs (a signalling one
     among them), through ops whose partials are zeros of either sign: the
     interpreter's bits, per sample and summed, a NaN's sign and payload
-    aside (IEEE 754 leaves them to the operand order, which the
-    interpreter's vector loops and the generated code choose apart)."""
+    aside (same_but_nan)."""
     x, y, w = Value(1.0), Value(2.0), Value(-3.0)
     a = (x * w).relu() * -1.0                 # partials -0.0 / +0.0 by row
     b = a * y + abs(y) * (w * x)
@@ -164,12 +174,147 @@ def test_zero_and_nonfinite_adjoints_bit_for_bit(shape):
                      p.grad(X, seed=rows, per_sample=True), p.grad(X, seed=rows),
                      p.grad(X, seed=seeds[:4]), p.grad(X[:1], seed=rows[:1], per_sample=True)]
     for u, v in zip(slow.results, fast.results):
-        for a_, b_ in zip(u, v):
-            nan = np.isnan(a_)
-            assert (nan == np.isnan(b_)).all() and a_[~nan].tobytes() == b_[~nan].tobytes()
+        assert same_but_nan(u, v)
     zeros = fast.results[2][1]
     assert (np.signbit(zeros) & (zeros == 0)).sum() == 0   # the interpreter never gives -0.0 here
     assert (zeros == 0).sum() > 10
+
+
+# Every op that takes a constant, with these constants: zeros of both signs,
+# the powers compilers rewrite as arithmetic (2, -1, 0.5, 1, 0), other small
+# integers and halves, constants so small that c - 1.0 is -1.0 (x ** c's
+# derivative is c * x ** (c - 1)), huge and non-finite ones, and bases whose
+# log glibc does not round correctly (c ** x's derivative is r * log(c)).
+SWEEP_C = [0.0, -0.0, 0.5, -0.5, 1.0, -1.0, 2.0, -2.0, 3.0, -3.0, 1.5, 0.1, 10.0,
+           1e-300, 2.0 ** -60, 5e-324, 1e300, -1e300, 2.2013245328273205, 71.5286585805149,
+           math.inf, -math.inf, math.nan]
+SWEEP_DIVC = [5e-324, -1e-310, 1e308, -4.6e307, math.inf, math.nan]   # 1/c not normal: DIVC
+SWEEP_CST = {"ADDC": lambda v, c: v + c, "RSUBC": lambda v, c: c - v, "MULC": lambda v, c: v * c,
+             "DIVC": lambda v, c: v / c, "RDIVC": lambda v, c: c / v, "POWC": lambda v, c: v ** c,
+             "RPOWC": lambda v, c: c ** v}
+SWEEP_UN = {"RELU": Value.relu, "TANH": Value.tanh, "EXP": Value.exp, "LOG": Value.log,
+            "LOG1P": Value.log1p, "SIGMOID": Value.sigmoid, "SIN": Value.sin, "COS": Value.cos,
+            "SQRT": Value.sqrt, "ABS": abs}
+# the ops of each program: a compiler's time grows faster than a kernel's
+# length (four lanes: all the ops in one kernel took five times as long)
+SWEEP_GROUPS = [("ADDC", "RSUBC"), ("MULC", "DIVC"), ("RDIVC",) + tuple(SWEEP_UN), ("POWC",), ("RPOWC",)]
+SWEEP_SPECIAL = 64          # the first rows hold the special values (the sums skip them)
+
+
+def _sweep_cases(ops):
+    """(op, c, spelling) of each column for the ops."""
+    return [(op, c, SWEEP_CST[op]) if op in SWEEP_CST else (op, 0.0, lambda v, c, f=SWEEP_UN[op]: f(v))
+            for op in ops for c in (SWEEP_DIVC if op == "DIVC" else SWEEP_C if op in SWEEP_CST else [0.0])]
+
+
+def _sweep_valid(op, c, x):
+    """Where op raises neither a domain nor a range error at x (constant c),
+    by the op's rules (csrc/ops.h), with a margin at overflow."""
+    with np.errstate(all="ignore"):
+        if op == "RDIVC":
+            return x != 0.0
+        if op in ("POWC", "RPOWC"):
+            b, e = (x, c) if op == "POWC" else (c, x)
+            bad = (b == 0.0) & (e < 0.0) | (b < 0.0) & (e != np.floor(e)) | (e * np.log2(np.abs(b)) > 1000.0)
+            return ~(np.isfinite(b) & np.isfinite(e) & bad)
+        return {"EXP": ~(x > 700.0), "LOG": ~(x <= 0.0), "LOG1P": ~(x <= -1.0), "SQRT": ~(x < 0.0),
+                "SIN": ~np.isinf(x), "COS": ~np.isinf(x)}.get(op, np.ones(x.shape, bool))
+
+
+def _sweep_column(op, c, rng, n):
+    """n inputs for op with constant c: random magnitudes from subnormal to
+    huge of both signs, numbers near 1, numbers of 27 bits (their squares can
+    be exact midpoints), small integers; the special values first.  Where op
+    fails at x: |x|, else 1.0 (valid for every op and constant here)."""
+    mag = np.ldexp(rng.uniform(1, 2, n), rng.integers(-1074, 1024, n)) * rng.choice([-1.0, 1.0], n)
+    mid = np.ldexp(rng.integers(2 ** 25, 2 ** 26, n) * 2.0 + 1.0, rng.integers(-80, 30, n))
+    x = np.select([rng.uniform(size=n) < p for p in (0.25, 0.65, 0.85)],
+                  [mag, rng.uniform(-3, 3, n), mid], rng.integers(-60, 61, n).astype(float))
+    x[:SWEEP_SPECIAL] = np.resize([0.0, -0.0, 1.0, -1.0, 2.0, -2.0, 0.5, np.inf, -np.inf, np.nan, 5e-324,
+                                   -5e-324, 2.2250738585072014e-308, 1.7976931348623157e308, -1e308, 700.0,
+                                   -745.5, 1e-300, 3.0, -3.0, 0.1, np.pi, 2.0 ** 27 + 1.0, -1.0 + 2 ** -52],
+                                  SWEEP_SPECIAL)
+    if op == "RPOWC" and c < 0:              # a negative base: integer exponents
+        x = np.where(np.isfinite(x), np.rint(np.clip(x, -300, 300)), x)
+    x = np.where(_sweep_valid(op, c, x), x, np.abs(x))
+    return np.where(_sweep_valid(op, c, x), x, 1.0)
+
+
+def _sweep_program(cases, rng, n, uniform):
+    """A program with a column and an output per case: its op on an input
+    (rows: n rows of data), or (uniform) on a parameter (a uniform node: n
+    parameter vectors), and the interpreter's results."""
+    tapead.clear_guards()
+    vs = [Value(1.0) for _ in cases]
+    outs = [f(v, c) for v, (op, c, f) in zip(vs, cases)]
+    data = np.column_stack([_sweep_column(op, c, rng, n) for op, c, _ in cases])
+    x = Value(0.5)
+    xs = [x] if uniform else vs
+    slow = tapead.compile(outs + [x * 2.0] if uniform else outs, xs, wrt=vs, native=False)
+    from tapead._c import OP
+    names = {code: name for name, code in OP.items()}
+    flat = slow._flat_form()
+    got = {(names[o], float(k).hex()) for o, k in zip(flat["op"].tolist(), flat["c"].tolist())}
+    for op, c, _ in cases:                   # each case is recorded as its op, with its constant
+        assert (op, c.hex()) in got or op in SWEEP_UN and op in {g[0] for g in got}, (op, c)
+    d = dict(outs=outs, xs=xs, wrt=vs, labels=[f"{op} c={c!r}" for op, c, _ in cases], uniform=uniform)
+    if uniform:
+        d.update(PV=data, X=rng.uniform(-1, 1, size=(5, 1)))
+    else:
+        d.update(X=data, S=rng.normal(size=(n, len(outs))))
+    d["results"] = _sweep_runs(slow, d)
+    return d
+
+
+def _sweep_runs(p, d):
+    """[(what, array)]: values and gradients (per sample, with row seeds,
+    summed over the rows without the special values); or (uniform) the
+    gradients at each parameter vector, per sample and summed."""
+    if d["uniform"]:
+        X = d["X"]
+        return [(f"{what}, parameters {j}", g) for j, pv in enumerate(d["PV"])
+                for what, g in (("per-sample gradients", p.grad(X, params=pv, per_sample=True)[1]),
+                                ("summed gradients", p.grad(X, params=pv)[1][None]))]
+    X, S, k = d["X"], d["S"], SWEEP_SPECIAL
+    return [("values", p(X)), ("per-sample gradients", p.grad(X, per_sample=True)[1]),
+            ("per-sample gradients, row seeds", p.grad(X, seed=S, per_sample=True)[1]),
+            ("summed gradients", p.grad(X[k:])[1][None]),
+            ("summed gradients, row seeds", p.grad(X[k:], seed=S[k:])[1][None])]
+
+
+@pytest.fixture(scope="module")
+def sweep():
+    """The sweep's programs: each group's ops on rows (20,000 rows); every
+    constant op on a parameter (uniform nodes, 80 parameter vectors)."""
+    rng = np.random.default_rng(20)
+    progs = [_sweep_program(_sweep_cases(g), rng, 20000, False) for g in SWEEP_GROUPS]
+    return progs + [_sweep_program(_sweep_cases(SWEEP_CST), rng, SWEEP_SPECIAL + 16, True)]
+
+
+@pytest.mark.parametrize("shape", sorted(codegen.SHAPES))
+def test_constants_sweep_bit_for_bit(sweep, shape):
+    """Every op that takes a constant, with many constants, and every unary op,
+    in each CPU shape: values and gradients are the interpreter's bits (a
+    NaN's payload aside) over rows of every magnitude and the special values.
+    A constant written into the kernel must not let the compiler compute
+    otherwise than the interpreter, which gets it at run time (GCC turns
+    pow(x, 2.0) into x * x, pow(x, -1.0) into 1.0 / x, log(c) into its
+    correctly rounded value: codegen.literal, ops.h's ta_opaque).  On
+    parameters, the uniform values and their partials, which a kernel
+    computes once a call."""
+    target = codegen.SHAPES["split"]._replace(part=40) if shape == "split" else shape
+    bad = []
+    for d in sweep:
+        fast = tapead.compile(d["outs"], d["xs"], wrt=d["wrt"], native=target)
+        assert fast.native
+        for (what, a), (_, b) in zip(d["results"], _sweep_runs(fast, d)):
+            if not same_but_nan(a, b):
+                rows, cols = np.nonzero((a.view(np.uint64) != b.view(np.uint64)) & ~(np.isnan(a) & np.isnan(b)))
+                r, j = rows[0], cols[0]
+                x = f" (x = {d['X'][r, j]!r})" if not d["uniform"] and a.shape[0] == len(d["X"]) else ""
+                bad.append(f"{shape}, {what}: {len(set(cols.tolist()))} columns differ, e.g. row {r}, "
+                           f"{d['labels'][j]}{x}: interpreter {a[r, j]!r}, native {b[r, j]!r}")
+    assert not bad, "\n".join(bad[:12])
 
 
 @pytest.mark.parametrize("seed", [4, 5])

@@ -25,10 +25,15 @@ KINDS = [("LEAF", "UN", "BIN", "CST", "NARY")[k] for k in OP_KINDS]       # op -
 
 
 def literal(c: float) -> str:
-    """c as an exact C expression: a C99 hex literal, or TA_BITS(...) if not finite."""
+    """c as an exact C expression the compiler cannot fold into the code
+    around it: a C99 hex literal, or TA_BITS(...) if not finite, through
+    ops.h's ta_opaque.  Seen as a literal, GCC rewrites pow(x, 2.0) as x * x,
+    pow(x, -1.0) as 1.0 / x and log(c) as its correctly rounded value, where
+    the interpreter, given c at run time, calls libm (not correctly rounded):
+    other bits."""
     if c != c or c in (float("inf"), float("-inf")):
-        return "TA_BITS(0x%016xu)" % struct.unpack("<Q", struct.pack("<d", c))[0]
-    return "(" + c.hex() + ")"
+        return "ta_opaque(TA_BITS(0x%016xu))" % struct.unpack("<Q", struct.pack("<d", c))[0]
+    return "ta_opaque(" + c.hex() + ")"
 
 
 def include_dir() -> str:

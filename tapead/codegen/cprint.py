@@ -11,7 +11,10 @@ The statements use these names, which a kernel's prelude defines:
 ``TA_GRAD(j, x)``   (ps) gradient column j at lane l's row := x
 ``TA_ACC(i, x)``    (sum) add lane l's x to accumulator i (its lane)
 ``TA_BITS(u)``      the double whose bits are the uint64 u (non-finite
-                    constants; finite ones are C99 hex literals)
+                    constants; finite ones are C99 hex literals); every
+                    constant goes through ops.h's ``ta_opaque``, so the
+                    compiler computes with it as the interpreter does, never
+                    folding it into a libm call (code.literal)
 ``U``               the uniform values, a ``const double *``
 ``A``, ``Gb``       (sum) ``double *``: the uniform adjoints summed over the
                     block (``code.ndu``), the wrt sums (``nwrt``)
