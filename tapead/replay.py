@@ -7,10 +7,12 @@
 - Comparisons of Values (``<``, ``<=``, ``>``, ``>=``) return a bool and are
   recorded as guards; a recompute (or a Program run) whose guards flip raises
   GuardError and leaves every value as it was.  A recompute from root (and
-  compile) checks every live guard on nodes created no later than root: the
-  comparisons that could have steered root's recording.  That is
-  conservative: an unrelated earlier comparison that also flips raises too
-  (``clear_guards()`` forgets them all).  Guards die with their nodes.
+  compile) checks every live guard whose operands read a leaf it varies,
+  made before root or after it: any of them could have steered root's
+  recording or chosen root among existing Values (``max(a, b)``).  That is
+  conservative: a bookkeeping comparison over the same leaves that flips
+  raises too (``clear_guards()`` forgets them all; docs/api.md says which
+  guards bind).  Guards die with their nodes.
   Branching on ``.data`` (a plain float) cannot be seen, so it cannot be
   guarded: compare the Values themselves.  ``==`` stays identity (Values
   hash by identity).

@@ -133,15 +133,20 @@ def test_guard_on_node_not_in_root_graph():
     assert y.data == 3.0 and z.data == 9.0
 
 
-def test_guard_between_two_values_and_after_root_ignored():
+def test_guard_between_two_values_and_after_root():
     tapead.clear_guards()
     a, b = Value(1.0), Value(2.0)
     y = (a + b) if a < b else (a - b)
-    if y > 100:  # recorded after y: cannot have shaped y
+    if y > 100:  # recorded after y, on y: binds too (it could have chosen y)
         pass
     a.data = 5.0
     with pytest.raises(GuardError, match="<"):
         y.recompute()
+    b.data = 200.0                      # a < b holds, y > 100 flips
+    with pytest.raises(GuardError, match=">"):
+        y.recompute()
+    assert y.data == 3.0
+    b.data = 2.0
     tapead.clear_guards()
     y.recompute()
     assert y.data == 7.0
