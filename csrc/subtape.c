@@ -55,7 +55,15 @@ static uint32_t ta_mark_down(ta_tape *T, uint32_t hip, uint64_t pending, uint8_t
             if (!(b & bit)) continue;
             --pending; ++cnt;
             kind = kinds[b & TA_OPMASK];
-            if (kind != TA_K_LEAF) {
+            if (kind == TA_K_NARY) {      /* a custom node (a bound guard's: ta_sub_take
+                                             refuses it): x[i] is no ref, its inputs are */
+                const ta_cnode *e = ta_cnode_of(T, s, i);
+                uint32_t k;
+                for (k = 0; k < e->n; k++) {
+                    r = e->in[k]; q = &segs[r >> TA_SHIFT]->op[TA_OFF(r)];
+                    if (!(*q & stop)) { *q |= bit; ++pending; }
+                }
+            } else if (kind != TA_K_LEAF) {
                 r = x[i]; q = &segs[r >> TA_SHIFT]->op[TA_OFF(r)];
                 if (!(*q & stop)) { *q |= bit; ++pending; }
                 if (kind == TA_K_BIN) {

@@ -11,6 +11,7 @@ import pytest
 
 import tapead
 from tapead import Value, GuardError
+from conftest import collect_all, on_fresh_tape
 
 
 def col(*xs):
@@ -143,6 +144,31 @@ def test_an_unrelated_comparison_over_a_custom_node_does_not_refuse_compile():
         tapead.compile(y, [x])
     with pytest.raises(tapead.TapeadError, match="'mysin2'"):
         y.recompute()
+
+
+def test_a_bound_guard_over_a_custom_node_refuses_whatever_slots_are_free():
+    """Marking a bound guard's nodes once read a custom node's input field as
+    a node ref (it holds the index of the node's entry): here entry 0 read
+    as slot 0, freed, which crashed.  The replay must refuse, naming it."""
+    def run():
+        S = 2048
+        a = [Value(0.0) for _ in range(3 * S)]      # slots 0, 1, 2
+        del a
+        collect_all()                                # 0, 1 freed; the next take 0, then 1
+        b = [Value(0.0) for _ in range(2 * S)]
+        keep = b[-1]                                 # holds slot 1
+        del b
+        collect_all()                                # slot 0 freed, not taken again yet
+        x = Value(0.5)
+        d = tapead.precomputed(math.sin(x.data), [x], [math.cos(x.data)], name="mysin3")
+        y = x * 2.0
+        assert (d < 1) is True                       # reads input x: binds
+        with pytest.raises(tapead.TapeadError, match="'mysin3'"):
+            tapead.compile(y, [x])
+        with pytest.raises(tapead.TapeadError, match="'mysin3'"):
+            y.recompute()
+        assert keep.data == 0.0 and tapead._c.lib.ta_validate() == 0
+    on_fresh_tape(run)
 
 
 # ------------------------------------------------------------ selection
