@@ -47,6 +47,7 @@ _val, _adj, _set_val, _set_adj = _c.val, _c.adj, _c.set_val, _c.set_adj
 _backward = _c.backward
 _recompute, _cmp2, _cmpc = _c.recompute, _c.cmp2, _c.cmpc
 _ta_check = _c.check_node
+_rebound = _c.rebound
 _new = object.__new__
 _peek = _c.peek
 _OFFMASK = (1 << _c.SHIFT) - 1
@@ -182,6 +183,8 @@ class Value:
         # third argument, or local_grads=): tapead/custom.py
         if _children or local_grads is not None or (type(_op) is not str and _op is not None):
             _custom.record(self, data, _children, _op, local_grads)
+            if self.__weakref__ is not None:
+                _rebound()
             if label:
                 self._set_label(label)
             return
@@ -193,6 +196,11 @@ class Value:
         self._i = i
         self._t = t
         self._o = None
+        # the node moved (or this is a new Value, which is rarely weakly
+        # referenced yet): a holder of this Value's old id, which keeps a weak
+        # reference to it, takes the ids again (csrc/cdef.h: ta_rebinds)
+        if self.__weakref__ is not None:
+            _rebound()
         if label:
             self._set_label(label)
 

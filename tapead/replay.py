@@ -205,9 +205,12 @@ class Program:
 
     Made by tapead.compile.  Leaves listed as inputs take their values from
     the columns of X; every other leaf is a parameter.  A Program compiled
-    here reads its parameters from their Values' current .data at each call,
+    here reads its parameters from their nodes' current .data at each call,
     so training updates are seen, until ``prog.params`` is assigned; then it
-    holds those values (``prog.params = None`` follows the Values again).
+    holds those values (``prog.params = None`` follows the nodes again).
+    It holds those nodes: a Value that ``v.__init__(x)`` moves to a new
+    node is a new leaf, which the Program never read (compile again), while
+    the node it had stays what the Program reads.
     ``params=`` on a call overrides them for that call; its order is wrt's
     (then any parameter leaves not in wrt, in the order they were created).  A Program pickles
     (its flat program, guards and parameter values at that moment) and runs
@@ -321,7 +324,7 @@ class Program:
 
     @property
     def follows_values(self) -> bool:
-        """True while parameters are read from their Values at each call."""
+        """True while parameters are read from the tape (their nodes' .data) at each call."""
         return _prog.prog_size(self._p, "live") == 1
 
     def _threads(self, threads: Optional[int], B: int) -> int:
