@@ -51,26 +51,34 @@ def _seq(s: Any, fn: str, name: str) -> Sequence[Any]:
                         f"not {type(s).__name__}") from None
 
 
-def _operands(seq: Sequence[Any], fn: str, name: str) -> Tuple[List[int], List[Any]]:
-    """(ids, constants): a Value's node id and 0.0, or -1 and the number (a
-    float, or an int: converted where it meets a Value, as the operator
-    does, while Python multiplies two numbers exactly)."""
-    ids: List[int] = []
+def _operands(seq: Sequence[Any], fn: str, name: str) -> Tuple[List[Any], List[Any]]:
+    """(Values, constants): a Value and 0.0, or None and the number (a float,
+    or an int: converted where it meets a Value, as the operator does, while
+    Python multiplies two numbers exactly).  The Values, not their ids: the
+    conversions here and the products in _record may run Python (a float
+    subclass), which may move a Value to another node; _ids reads them once
+    nothing more runs."""
+    vals: List[Any] = []
     cs: List[Any] = []
     for i, v in enumerate(seq):
         if isinstance(v, Value):
-            ids.append(v._i)
+            vals.append(v)
             cs.append(0.0)
         elif isinstance(v, float):
-            ids.append(-1)
+            vals.append(None)
             cs.append(float(v))
         elif isinstance(v, int):
-            ids.append(-1)
+            vals.append(None)
             cs.append(int(v))
         else:
             raise TypeError(f"tapead.{fn}: {name}[{i}] is {type(v).__name__}: "
                             f"{fn} takes Values and numbers (int, float)")
-    return ids, cs
+    return vals, cs
+
+
+def _ids(vals: List[Any]) -> List[int]:
+    """Node ids for C, read last (engine.ids_of says why): -1 for a number."""
+    return [-1 if v is None else v._i for v in vals]
 
 
 def _exact(a: Any, b: Any) -> bool:
@@ -85,18 +93,18 @@ def _exact(a: Any, b: Any) -> bool:
 def _record(fn: str, rows: List[Sequence[Any]], wname: List[str], x: Sequence[Any],
             xname: str) -> List[Any]:
     nin = len(x)
-    xid, xc = _operands(x, fn, xname)
+    xv, xc = _operands(x, fn, xname)
     ws = [_operands(row, fn, wname[j]) for j, row in enumerate(rows)]
     out: List[Any] = [None] * len(rows)
-    w: List[int] = []
+    wv: List[Any] = []            # the rows' Values (None: a number), then their ids
     wc: List[float] = []
     c0: List[float] = []
     start: List[int] = []
     live: List[int] = []          # the rows with nodes
     xcf = [0.0] * nin             # x's constants as C reads them
-    for j, (rid, rc) in enumerate(ws):
+    for j, (rv, rc) in enumerate(ws):
         f = 0
-        while f < nin and rid[f] < 0 and xid[f] < 0:
+        while f < nin and rv[f] is None and xv[f] is None:
             f += 1
         head = sum(map(mul, rows[j][:f], x[:f])) if f else 0
         if f == nin:
@@ -104,21 +112,22 @@ def _record(fn: str, rows: List[Sequence[Any]], wname: List[str], x: Sequence[An
             continue
         cw = [0.0] * nin
         for i in range(f, nin):
-            if rid[i] < 0 and xid[i] < 0:
+            if rv[i] is None and xv[i] is None:
                 if not _exact(rc[i], xc[i]):   # Python's product: the generator itself
                     return [sum(map(mul, r, x)) for r in rows]
                 cw[i], xcf[i] = float(rc[i]), float(xc[i])
-            elif rid[i] < 0:
+            elif rv[i] is None:
                 cw[i] = float(rc[i])          # a huge int: OverflowError, as w * x would raise
-            elif xid[i] < 0:
+            elif xv[i] is None:
                 xcf[i] = float(xc[i])
         c0.append(float(head))
         start.append(f)
-        w.extend(rid)
+        wv.extend(rv)
         wc.extend(cw)
         live.append(j)
     if live:
-        vals = _bulk.dots(w, wc, len(live), nin, xid, xcf, c0, start, _carrying(rows, x))
+        vals = _bulk.dots(_ids(wv), wc, len(live), nin, _ids(xv), xcf, c0, start,
+                          _carrying(rows, x))
         if vals is None:    # no_grad, detect_anomaly, a no_grad Value: the generator itself
             return [sum(map(mul, r, x)) for r in rows]
         for j, v in zip(live, vals):

@@ -84,12 +84,13 @@ def held(ids: Iterable[int], own: Any = None) -> List[Value]:
     return handles(h, len(ids), own)
 
 
-def node_ids(values: Union[Value, Iterable[Value]], what: str = "values") -> Tuple[List[Value], Any]:
-    """(the Values as a list, their node ids as a C int64 array) for a bulk C call.
+def values_of(values: Union[Value, Iterable[Value]], what: str = "values") -> List[Value]:
+    """The Values as a list, for a bulk C call (their ids: ids_of).
 
     A single Value counts as a list of one; anything else in the list is a
-    TypeError naming `what`.  The array has at least one slot, so C never
-    gets a zero-length allocation."""
+    TypeError naming `what`.  Iterating runs the caller's code: take every
+    argument's Values, and whatever else may run Python (numbers converted,
+    arrays made), before reading the ids."""
     try:
         vals = [values] if isinstance(values, Value) else list(values)
     except TypeError:
@@ -98,7 +99,23 @@ def node_ids(values: Union[Value, Iterable[Value]], what: str = "values") -> Tup
     for v in vals:
         if not isinstance(v, Value):
             raise TypeError(f"{what} must be Values, not {type(v).__name__}")
-    return vals, _c.int64s([v._i for v in vals])
+    return vals
+
+
+def ids_of(vals: List[Value]) -> Any:
+    """The node ids of vals as a C int64 array (at least one slot, so C never
+    gets a zero-length allocation), read for a C call made next.  An id
+    carries no generation: Python run after reading it could move its Value
+    (v.__init__(x)) and let the tape reclaim the old node, whose id would
+    then name another; so nothing that may run Python comes in between
+    (ids kept across calls: tapead/_c/holds.py, HeldIds)."""
+    return _c.int64s([v._i for v in vals])
+
+
+def node_ids(values: Union[Value, Iterable[Value]], what: str = "values") -> Tuple[List[Value], Any]:
+    """(values_of(values), their ids_of) for a bulk C call with no other argument to take first."""
+    vals = values_of(values, what)
+    return vals, ids_of(vals)
 
 
 

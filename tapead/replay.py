@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 from ._c import OP
 from ._c import program as _prog
 from .errors import GuardError
-from .engine import Value, node_ids
+from .engine import Value, ids_of, values_of
 
 __all__ = ["GuardError", "recompute", "compile", "Program", "clear_guards", "guard_count"]
 
@@ -242,10 +242,10 @@ class Program:
                  wrt: Union[Value, Iterable[Value]] = (), native: Optional[bool] = None) -> None:
         if native not in (None, True, False):
             raise ValueError(f"native must be None, True or False, not {native!r}")
-        outs, oid = node_ids(outputs, "outputs")
-        ins, iid = node_ids(inputs, "inputs")
-        wrts, wid = node_ids(wrt, "wrt")
-        p = _prog.prog_new(oid, len(outs), iid, len(ins), wid, len(wrts))
+        outs = values_of(outputs, "outputs")
+        ins = values_of(inputs, "inputs")
+        wrts = values_of(wrt, "wrt")
+        p = _prog.prog_new(ids_of(outs), len(outs), ids_of(ins), len(ins), ids_of(wrts), len(wrts))
         if p is None:
             raise ValueError("compile: outputs must be non-empty; inputs and wrt must be leaf "
                              "Values (made by Value(x), not by an operation), inputs distinct")
