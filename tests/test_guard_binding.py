@@ -184,12 +184,17 @@ SELECT = {
 }
 
 
-def candidates(x, pad=0):
-    """a = 2x, then (after pad nodes of x, kept alive) b = 1 - x: they cross
-    at x = 1/3, so a pick of them flips there."""
+def select(name, x0, pad=0):
+    """(pick, x, a, b, out, kept): out = pick(a, b) recorded at x = x0 with
+    a = 2x, then (after pad nodes of x, kept alive) b = 1 - x; they cross at
+    x = 1/3, so the pick flips there.  No other guard on the tape."""
+    pick = SELECT[name]
+    tapead.clear_guards()
+    x = Value(x0)
     a = x * 2.0
     kept = [x * 1.0 for _ in range(pad)]
-    return a, kept, 1.0 - x
+    b = 1.0 - x
+    return pick, x, a, b, pick(a, b), kept
 
 
 def python(pick, x):
@@ -203,11 +208,7 @@ def branch(x):
 @pytest.mark.parametrize("x0", [0.5, 0.1])
 @pytest.mark.parametrize("name", sorted(SELECT))
 def test_a_selecting_comparison_binds_compile(name, x0):
-    pick = SELECT[name]
-    tapead.clear_guards()
-    x = Value(x0)
-    a, _, b = candidates(x)
-    out = pick(a, b)
+    pick, x, a, b, out, _ = select(name, x0)
     prog = tapead.compile(out, [x], wrt=[x])
     assert prog.guards == 1
     same = [v for v in (-5.0, 0.0, 0.2, 0.3, 0.34, 0.5, 0.9, 7.0) if branch(v) == branch(x0)]
@@ -224,11 +225,7 @@ def test_a_selecting_comparison_binds_compile(name, x0):
 @pytest.mark.parametrize("x0", [0.5, 0.1])
 @pytest.mark.parametrize("name", sorted(SELECT))
 def test_a_selecting_comparison_binds_recompute(name, x0):
-    pick = SELECT[name]
-    tapead.clear_guards()
-    x = Value(x0)
-    a, _, b = candidates(x)
-    out = pick(a, b)
+    pick, x, a, b, out, _ = select(name, x0)
     for v in (0.9, 0.34, 3.0) if branch(x0) else (0.0, -2.0, 0.3):
         x.data = v
         out.recompute()
@@ -244,11 +241,7 @@ def test_a_selecting_comparison_binds_recompute(name, x0):
 def test_a_selecting_comparison_over_segments_binds(name):
     # the candidates lie 5000 nodes apart (three segments): the guard's
     # nodes join the program, b (or a - b) above the output a on the tape
-    pick = SELECT[name]
-    tapead.clear_guards()
-    x = Value(0.5)
-    a, kept, b = candidates(x, pad=5000)
-    out = pick(a, b)
+    pick, x, a, b, out, kept = select(name, 0.5, pad=5000)
     prog = tapead.compile(out, [x])
     # x, a and b (and a - b, compared to 0): not the padding between them
     assert prog.guards == 1 and prog.nodes == 3 + (name == "difference")
