@@ -80,6 +80,18 @@ int ta_set_adj(int64_t id, double x)
     return st;
 }
 
+/* The rebind count (cdef.h), one for every thread: a holder watches ids
+ * in its thread, while __init__ may move a Value in any.  Only weakly
+ * referenced Values count: a holder keeps a weak reference to each of its
+ * Values, and on the cffi front that is the one cheap test in __init__
+ * (whether the Value had a node already is seen only through an
+ * exception, so the cffi front also counts the rare first __init__ of a
+ * Value weakly referenced before it; a count too many only makes holders
+ * take their ids again).  The native front counts the same moves. */
+static int64_t ta_rebind_n = 0;       /* (atomic) */
+uint64_t ta_rebinds(void) { return (uint64_t)TA_ATOMIC_ADD64(&ta_rebind_n, 0); }
+void ta_rebound(void) { TA_ATOMIC_ADD64(&ta_rebind_n, 1); }
+
 int ta_node(int64_t id, int *op, int64_t *x, int64_t *y, double *c)
 {
     ta_tape *T = ta_self(); ta_seg *s; uint32_t o; int st, k;

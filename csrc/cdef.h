@@ -55,6 +55,14 @@ int     ta_node(int64_t id, int *op, int64_t *x, int64_t *y, double *c);
  * tape, though its id is reused once its segment is reclaimed; or a
  * negative status (TA_ETHREAD, TA_EBADID, ...). */
 int64_t ta_node_stamp(int64_t id);
+/* The rebind count: how many times a weakly referenced Value has been
+ * moved to another node (v.__init__(x) on a Value made already; the cffi
+ * front reports its own with ta_rebound).  Python that keeps ids of Values
+ * across user code holds their nodes (so an id never names another node)
+ * and keeps a weak reference to each Value, so that when this count has
+ * moved it takes the ids again from the Values (access.c). */
+uint64_t ta_rebinds(void);
+void     ta_rebound(void);
 
 int     ta_backward(int64_t root);     /* seed root with 1, one reverse sweep */
 /* v._backward(): node id's own local step once, plain accumulation into

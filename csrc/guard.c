@@ -3,12 +3,13 @@
  * A comparison of Values (<, <=, >, >=) returns a plain bool to Python and
  * is recorded here with its outcome, so a recompute or a Program can tell
  * when the recorded graph no longer holds.  Which guards bind a recompute
- * from root, or a Program?  Control flow that shaped root's graph ran
- * while root's graph was recorded, so it compared nodes created no later
- * than root; of those guards, the ones whose operands read a leaf the
- * replay varies (its inputs, its parameters, the leaves a recompute
- * re-reads) bind it: a comparison of other Values cannot flip when the
- * replay's inputs change (subtape.c: ta_bind_guards, with the cases).
+ * from root, or a Program?  Those whose operands read a leaf the replay
+ * varies (its inputs, its parameters, the leaves a recompute re-reads),
+ * wherever they sit on the tape: a comparison made before root may have
+ * steered its recording, one made after it may have chosen root among
+ * Values that existed already (max(a, b)); a comparison of other Values
+ * cannot flip when the replay's inputs change (subtape.c: ta_bind_guards,
+ * with the cases).
  * tapead.clear_guards() drops them all.  Guards die with their nodes:
  * ta_guards_gc drops any guard naming a node the collector freed.
  *

@@ -744,6 +744,7 @@ static int va_init_grads(va_obj *v, PyObject *data, PyObject *children, PyObject
 {
     PyObject *w, *f;
     double x;
+    int moved;
     if (!va_grads_hook) { PyErr_SetString(PyExc_RuntimeError, "tapead: custom nodes are not set up"); return -1; }
     if (PyFloat_CheckExact(data)) x = PyFloat_AS_DOUBLE(data);
     else {
@@ -761,8 +762,10 @@ static int va_init_grads(va_obj *v, PyObject *data, PyObject *children, PyObject
         return -1;
     }
     ta_hold(VA_SEG(((va_obj *)w)->node));
-    if (v->node) ta_unhold_seg(VA_SEG(v->node));      /* __init__ called again */
+    moved = v->node != 0;
+    if (moved) ta_unhold_seg(VA_SEG(v->node));        /* __init__ called again */
     v->node = ((va_obj *)w)->node;
+    if (moved && v->weaklist) ta_rebound();            /* (cdef.h: ta_rebinds) */
     va_set_own(v, VA_XNEWREF(((va_obj *)w)->own));
     Py_DECREF(w);
     return va_set_label((PyObject *)v, label);
@@ -777,6 +780,7 @@ static int va_init(PyObject *self, PyObject *args, PyObject *kw)
     ta_seg *where = NULL;
     double x;
     int64_t id;
+    int moved;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OOOO:Value", kwlist, &data, &children, &opname,
                                      &label, &grads))
         return -1;
@@ -804,8 +808,10 @@ static int va_init(PyObject *self, PyObject *args, PyObject *kw)
         if (id < 0) { va_fail((int)id); return -1; }
         ta_hold(where);
     }
-    if (v->node) ta_unhold_seg(VA_SEG(v->node));      /* __init__ called again */
+    moved = v->node != 0;
+    if (moved) ta_unhold_seg(VA_SEG(v->node));        /* __init__ called again */
     v->node = (uintptr_t)where | TA_OFF((uint32_t)id);
+    if (moved && v->weaklist) ta_rebound();            /* (cdef.h: ta_rebinds) */
     va_set_own(v, owner);
     return va_set_label(self, label);
 }

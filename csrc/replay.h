@@ -57,12 +57,13 @@ void ta_plans_drop(struct ta_guards *G);    /* recompute.c */
 #define TA_NONE UINT32_MAX
 
 /* A sub-tape, flat: the nodes behind some roots in tape order (rows
- * 0..n-1, every input row below its node's own, the newest root last). */
+ * 0..n-1, every input row below its node's own).  From ta_sub_extract the
+ * newest root is the last row; ta_sub_replay adds the nodes of the guards
+ * that bind, which may come after it. */
 typedef struct {
     ta_tape   *T;
     uint32_t   n;
     uint32_t   lowpos, hipos;   /* the segment positions it spans          */
-    uint64_t   hi;              /* ta_where of the newest root             */
     uint32_t   ng;              /* ta_sub_replay: how many guards bind it  */
     uint8_t   *op;              /* op codes, marks cleared                 */
     uint32_t  *a, *b;           /* input rows (0 where the op has none)    */
@@ -165,8 +166,6 @@ static inline void ta_mark(ta_seg *s, uint32_t o, uint8_t bit, uint64_t *pending
     ++*pending;
 }
 
-uint64_t ta_where(ta_tape *T, uint32_t ref);
-int      ta_guard_in(ta_tape *T, const ta_guard *g, uint64_t hi);
 
 /* ---------------------------------------------------------- programs */
 #define TA_BLOCK 1024u              /* rows per block: gradients are summed per block */

@@ -23,18 +23,6 @@
 #include <string.h>
 #include "replay.h"
 
-/* Tape order of a ref: (segment position, offset) packed for comparison. */
-uint64_t ta_where(ta_tape *T, uint32_t ref)
-{
-    return ta_order(TA_SEGOF(T, ref), TA_OFF(ref));
-}
-
-/* Is guard g (tape refs) recorded on nodes at or before `hi`? */
-int ta_guard_in(ta_tape *T, const ta_guard *g, uint64_t hi)
-{
-    return ta_where(T, g->a) <= hi && (g->cst || ta_where(T, g->b) <= hi);
-}
-
 /* Give `bit` to everything the `pending` nodes carrying `bit` depend on,
  * sweeping down from segment position hip; a node carrying a bit of
  * `stop` is not marked again (stop = bit: the first pass; stop = TA_MARK |
@@ -67,7 +55,15 @@ static uint32_t ta_mark_down(ta_tape *T, uint32_t hip, uint64_t pending, uint8_t
             if (!(b & bit)) continue;
             --pending; ++cnt;
             kind = kinds[b & TA_OPMASK];
-            if (kind != TA_K_LEAF) {
+            if (kind == TA_K_NARY) {      /* a custom node (a bound guard's: ta_sub_take
+                                             refuses it): x[i] is no ref, its inputs are */
+                const ta_cnode *e = ta_cnode_of(T, s, i);
+                uint32_t k;
+                for (k = 0; k < e->n; k++) {
+                    r = e->in[k]; q = &segs[r >> TA_SHIFT]->op[TA_OFF(r)];
+                    if (!(*q & stop)) { *q |= bit; ++pending; }
+                }
+            } else if (kind != TA_K_LEAF) {
                 r = x[i]; q = &segs[r >> TA_SHIFT]->op[TA_OFF(r)];
                 if (!(*q & stop)) { *q |= bit; ++pending; }
                 if (kind == TA_K_BIN) {
@@ -97,24 +93,32 @@ static void ta_unmark(ta_tape *T, uint32_t lo, uint32_t hi, uint8_t bit)
 
 /* ------------------------------------------------ which guards bind
  *
- * A guard binds a replay (a Program, a recompute plan) only if the
- * replay's result can depend on it: only if its operands read, through
- * their cones, a leaf the replay varies.  A Program varies its inputs (every
- * input column, whether or not the outputs read it) and its parameters (the
- * other leaves it holds); a recompute varies the leaves it re-reads.  A
- * comparison over Values outside all of that can never flip when the
- * replay's inputs or parameters change, so it does not bind: it is taken as
- * fixed, like the rest of the Python that ran while the graph was recorded.
- * The cases:
+ * A guard binds a replay (a Program, a recompute plan) if the replay's
+ * result can depend on it: if its operands read, through their cones, a
+ * leaf the replay varies.  A Program varies its inputs (every input
+ * column, whether or not the outputs read it) and its parameters (the
+ * other leaves it holds); a recompute varies the leaves it re-reads.
+ * Where the comparison sits on the tape does not matter: Python may have
+ * compared anything recorded so far before it chose, among Values that
+ * already existed, which became an output (max(a, b), a if a > b else b,
+ * sorted), so a comparison of nodes recorded after the newest output can
+ * have chosen it as well as one made before it, and the tape cannot tell
+ * such a choice from bookkeeping.  A comparison over Values outside what
+ * the replay varies can never flip when its inputs or parameters change,
+ * so it does not bind: it is taken as fixed, like the rest of the Python
+ * that ran while the graph was recorded.  The cases:
  *   - operands in the outputs' cone (y = x*2 if x > 0 else ...): bind;
  *   - operands not in the outputs' cone but reading an input or a leaf of
- *     that cone (z = x*x; y = x if z < 3 else -x): bind, and their nodes
- *     join the replay (z is computed at each row / recompute, to check it);
+ *     that cone, recorded before or after the outputs (z = x*x; y = x if
+ *     z < 3 else -x; or a = 2*x; b = 1 - x; y = max(a, b), which compares
+ *     b, made after a, with a): bind, and their nodes join the replay (z,
+ *     b are computed at each row / recompute, to check it), wherever they
+ *     lie on the tape;
  *   - operands over leaves the replay never reads (a running best, a loss
  *     logged earlier in the thread): do not bind, add nothing;
  *   - operands reading a parameter and an unrelated leaf u (p < u): bind;
  *     u joins as a parameter (a Program reads every leaf as an input or a
- *     parameter: u is read from its Value at each run, or given in params=,
+ *     parameter: u is read from its node at each run, or given in params=,
  *     as a recompute reads it from the tape).  So the replay now varies u,
  *     and a guard reading u (u < 5) binds too: the rule is closed, applied
  *     again until no guard brings in a new leaf (each round binds at least
@@ -123,19 +127,21 @@ static void ta_unmark(ta_tape *T, uint32_t lo, uint32_t hi, uint8_t bit)
  *     closure, but the flat form has no such leaf: every leaf is an input
  *     column or a parameter, which pickling, code.c and the generated
  *     kernels rely on; and a parameter is read the way a recompute reads
- *     u, from its Value now.);
- *   - guards on a node recorded after the newest root: never (ta_guard_in:
- *     they cannot have shaped it).
+ *     u, from the tape now.)
  * A comparison that reads a parameter binds even if it was bookkeeping
- * (if loss < best, loss still held and computed from the same weights):
- * it could have chosen the graph, and nothing here can tell.
+ * (if loss < best, loss still held and computed from the same weights;
+ * or a later step's comparison over the same weights, at a recompute of
+ * an earlier step's loss): it could have chosen the graph, and nothing
+ * here can tell.  Guards live until tapead.clear_guards() or until the
+ * collector frees one of their nodes (guard.c), so what binds is bounded
+ * by what is live on the tape.
  *
- * Cost: nothing without guards at or before the roots; a guard whose
- * operands are all in the sub-tape binds at once; otherwise one forward
- * pass over the positions from the lowest varied leaf to the highest
- * undecided guard's operand, giving TA_LIVE ("varies") to every node that
- * reads a varied leaf (TA_LIVE is the collector's bit, free while nothing
- * is recorded), then a mark pass down from the new guards' operands. */
+ * Cost: nothing without guards; a guard whose operands are all in the
+ * sub-tape binds at once; otherwise one forward pass over the positions
+ * from the lowest varied leaf to the highest undecided guard's operand,
+ * giving TA_LIVE ("varies") to every node that reads a varied leaf
+ * (TA_LIVE is the collector's bit, free while nothing is recorded), then
+ * a mark pass down from the new guards' operands. */
 
 /* Give TA_LIVE to every node at positions lo..hi reading a node that has
  * it (or TA_MARK, for a leaf: the leaves of the sub-tape; the inputs are
@@ -194,7 +200,8 @@ static uint32_t ta_posof(ta_tape *T, uint32_t ref) { return TA_SEGOF(T, ref)->po
 
 /* With S's nodes marked (TA_MARK) and counted (*n nodes in *nseg segments
  * from S->lowpos): set each guard's bind, give TA_MARK to the nodes of the
- * guards that bind and count them in; S->ng = how many bind. */
+ * guards that bind and count them in (S->lowpos and S->hipos widen to
+ * take them in); S->ng = how many bind. */
 static void ta_bind_guards(ta_tape *T, ta_sub *S, const int64_t *ins, uint32_t nins,
                            uint64_t *n, uint32_t *nseg)
 {
@@ -205,7 +212,7 @@ static void ta_bind_guards(ta_tape *T, ta_sub *S, const int64_t *ins, uint32_t n
     for (k = 0; k < G->n; k++) G->g[k].bind = 0;
     for (j = 0; j < nins; j++) {
         uint32_t p = ta_posof(T, (uint32_t)ins[j]);
-        if (p <= S->hipos && p < inlo) inlo = p;
+        if (p < inlo) inlo = p;
     }
     for (;;) {
         uint32_t lo = S->lowpos < inlo ? S->lowpos : inlo, top = 0, p3 = 0, low3, ns3;
@@ -214,7 +221,7 @@ static void ta_bind_guards(ta_tape *T, ta_sub *S, const int64_t *ins, uint32_t n
         for (k = 0; k < G->n; k++) {
             ta_guard *g = &G->g[k];
             uint32_t pa, pb;
-            if (g->bind || !ta_guard_in(T, g, S->hi)) continue;
+            if (g->bind) continue;
             if ((OPAT(g->a) & TA_MARK) && (g->cst || (OPAT(g->b) & TA_MARK))) {
                 g->bind = 1;                    /* on the sub-tape's own nodes */
                 continue;
@@ -233,7 +240,7 @@ static void ta_bind_guards(ta_tape *T, ta_sub *S, const int64_t *ins, uint32_t n
         ta_vary(T, lo, top);
         for (k = 0; k < G->n; k++) {            /* TA_LIVE is clear outside lo..top */
             ta_guard *g = &G->g[k];
-            if (g->bind || !ta_guard_in(T, g, S->hi)) continue;
+            if (g->bind) continue;
             if ((OPAT(g->a) & TA_LIVE) || (!g->cst && (OPAT(g->b) & TA_LIVE))) g->bind = 2;
         }
         ta_unmark(T, lo, top, TA_LIVE);
@@ -254,6 +261,7 @@ static void ta_bind_guards(ta_tape *T, ta_sub *S, const int64_t *ins, uint32_t n
         low3 = ta_mark_down(T, p3, pending, TA_LIVE, TA_MARK | TA_LIVE, &n3, &ns3);
         *n += n3; *nseg += ns3;                 /* (segments counted twice: a bound) */
         if (low3 < S->lowpos) S->lowpos = low3;
+        if (p3 > S->hipos) S->hipos = p3;       /* a guard on nodes after the newest root */
         if (!ta_promote(T, low3, p3)) break;    /* no new leaf: nothing more varies */
     }
     for (k = 0; k < G->n; k++) S->ng += G->g[k].bind;
@@ -367,9 +375,8 @@ static int ta_sub_take(ta_tape *T, const int64_t *roots, uint32_t nroots, const 
     memset(S, 0, sizeof *S);
     S->T = T;
     for (j = 0; j < nroots; j++) {
-        uint32_t r = (uint32_t)roots[j];
-        uint64_t w = ta_where(T, r);
-        if (j == 0 || w > S->hi) { S->hi = w; S->hipos = TA_SEGOF(T, r)->pos; }
+        uint32_t r = (uint32_t)roots[j], p = TA_SEGOF(T, r)->pos;
+        if (p > S->hipos) S->hipos = p;
         ta_mark(TA_SEGOF(T, r), TA_OFF(r), TA_MARK, &pending);
     }
     S->lowpos = ta_mark_down(T, S->hipos, pending, TA_MARK, TA_MARK, &n, &nseg);

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Iterable, List
 
 from ._c import bulk as _bulk
 from ._c.holds import held_list
-from .engine import Value, handles, node_ids
+from .engine import Value, handles, ids_of, node_ids, values_of
 
 if TYPE_CHECKING:
     import numpy as np
@@ -88,8 +88,8 @@ def set_data(vals: Iterable[Value], arr: ArrayLike) -> None:
     >>> tapead.set_data(xs, [3.0, 4.0]); y.recompute(); (tapead.data(xs), y.data)
     (array([3., 4.]), 12.0)
     """
-    vals, ids = node_ids(vals)
+    vals = values_of(vals)
     a = floats(arr, "set_data()")
     if a.shape != (len(vals),):
         raise ValueError(f"set_data: need an array of shape ({len(vals)},), not {a.shape}")
-    _bulk.scatter(ids, len(vals), a)
+    _bulk.scatter(ids_of(vals), len(vals), a)    # (the ids last: floats may run Python)

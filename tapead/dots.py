@@ -65,24 +65,26 @@ def _seq(s: Any, fn: str, name: str) -> Sequence[Any]:
                         f"not {type(s).__name__}") from None
 
 
-def _operands(seq: Sequence[Any], fn: str, name: str) -> Tuple[List[int], List[Any]]:
-    """(ids, constants): a Value's node id and 0.0, or -1 and the number (a
-    float, or an int: converted where it meets a Value, as the operator
-    does, while Python multiplies two numbers exactly; any other real
-    number the operators take, engine._real, is kept as it is: numpy's
-    float32 or int64 multiply as numpy does, which only the generator
-    itself reproduces)."""
-    ids: List[int] = []
+def _operands(seq: Sequence[Any], fn: str, name: str) -> Tuple[List[Any], List[Any]]:
+    """(Values, constants): a Value and 0.0, or None and the number (a float,
+    or an int: converted where it meets a Value, as the operator does, while
+    Python multiplies two numbers exactly; any other real number the
+    operators take, engine._real, is kept as it is: numpy's float32 or int64
+    multiply as numpy does, which only the generator itself reproduces).
+    The Values, not their ids: the conversions here and the products in
+    _record may run Python (a float subclass), which may move a Value to
+    another node; _ids reads them once nothing more runs."""
+    vals: List[Any] = []
     cs: List[Any] = []
     for i, v in enumerate(seq):
         if isinstance(v, Value):
-            ids.append(v._i)
+            vals.append(v)
             cs.append(0.0)
         elif isinstance(v, float):
-            ids.append(-1)
+            vals.append(None)
             cs.append(float(v))
         elif isinstance(v, int):
-            ids.append(-1)
+            vals.append(None)
             cs.append(int(v))
         else:
             try:
@@ -90,9 +92,14 @@ def _operands(seq: Sequence[Any], fn: str, name: str) -> Tuple[List[int], List[A
             except TypeError:
                 raise TypeError(f"tapead.{fn}: {name}[{i}] is {type(v).__name__}: {fn} takes "
                                 f"Values and real numbers (int, float, numpy scalars, ...)") from None
-            ids.append(-1)
+            vals.append(None)
             cs.append(v)
-    return ids, cs
+    return vals, cs
+
+
+def _ids(vals: List[Any]) -> List[int]:
+    """Node ids for C, read last (engine.ids_of says why): -1 for a number."""
+    return [-1 if v is None else v._i for v in vals]
 
 
 def _exact(a: Any, b: Any) -> bool:
@@ -110,19 +117,19 @@ def _exact(a: Any, b: Any) -> bool:
 def _record(fn: str, rows: List[Sequence[Any]], wname: List[str], x: Sequence[Any],
             xname: str) -> List[Any]:
     nin = len(x)
-    xid, xc = _operands(x, fn, xname)
+    xv, xc = _operands(x, fn, xname)
     ws = [_operands(row, fn, wname[j]) for j, row in enumerate(rows)]
     out: List[Any] = [None] * len(rows)
-    w: List[int] = []
+    wv: List[Any] = []            # the rows' Values (None: a number), then their ids
     wc: List[float] = []
     c0: List[float] = []
     start: List[int] = []
     live: List[int] = []          # the rows with nodes
     xcf = [0.0] * nin             # x's constants as C reads them
     generator = False             # a product of two numbers is Python's: the generator records
-    for j, (rid, rc) in enumerate(ws):
+    for j, (rv, rc) in enumerate(ws):
         f = 0
-        while f < nin and rid[f] < 0 and xid[f] < 0:
+        while f < nin and rv[f] is None and xv[f] is None:
             f += 1
         head = sum(map(mul, rows[j][:f], x[:f])) if f else 0
         if f == nin:
@@ -132,26 +139,27 @@ def _record(fn: str, rows: List[Sequence[Any]], wname: List[str], x: Sequence[An
         for i in range(f, nin):
             # every term checked as the generator meets it, so that what it
             # would raise is raised here, before anything is recorded
-            if rid[i] < 0 and xid[i] < 0:
+            if rv[i] is None and xv[i] is None:
                 if _exact(rc[i], xc[i]):
                     cw[i], xcf[i] = float(rc[i]), float(xc[i])
                 else:                         # Python's product, as a Value's ADDC takes it
                     _real(rc[i] * xc[i])
                     generator = True
-            elif rid[i] < 0:
+            elif rv[i] is None:
                 cw[i] = _real(rc[i])          # a huge int: OverflowError, as w * x would raise
-            elif xid[i] < 0:
+            elif xv[i] is None:
                 xcf[i] = _real(xc[i])
             if i == f:
                 c0.append(_real(head))        # head + the first Value term
         start.append(f)
-        w.extend(rid)
+        wv.extend(rv)
         wc.extend(cw)
         live.append(j)
     if generator:
         return [sum(map(mul, r, x)) for r in rows]
     if live:
-        vals = _bulk.dots(w, wc, len(live), nin, xid, xcf, c0, start, _carrying(rows, x))
+        vals = _bulk.dots(_ids(wv), wc, len(live), nin, _ids(xv), xcf, c0, start,
+                          _carrying(rows, x))
         if vals is None:    # no_grad, detect_anomaly, a no_grad Value: the generator itself
             return [sum(map(mul, r, x)) for r in rows]
         for j, v in zip(live, vals):

@@ -47,6 +47,7 @@ _val, _adj, _set_val, _set_adj = _c.val, _c.adj, _c.set_val, _c.set_adj
 _backward = _c.backward
 _recompute, _cmp2, _cmpc = _c.recompute, _c.cmp2, _c.cmpc
 _ta_check = _c.check_node
+_rebound = _c.rebound
 _new = object.__new__
 _peek = _c.peek
 _OFFMASK = (1 << _c.SHIFT) - 1
@@ -83,12 +84,13 @@ def held(ids: Iterable[int], own: Any = None) -> List[Value]:
     return handles(h, len(ids), own)
 
 
-def node_ids(values: Union[Value, Iterable[Value]], what: str = "values") -> Tuple[List[Value], Any]:
-    """(the Values as a list, their node ids as a C int64 array) for a bulk C call.
+def values_of(values: Union[Value, Iterable[Value]], what: str = "values") -> List[Value]:
+    """The Values as a list, for a bulk C call (their ids: ids_of).
 
     A single Value counts as a list of one; anything else in the list is a
-    TypeError naming `what`.  The array has at least one slot, so C never
-    gets a zero-length allocation."""
+    TypeError naming `what`.  Iterating runs the caller's code: take every
+    argument's Values, and whatever else may run Python (numbers converted,
+    arrays made), before reading the ids."""
     try:
         vals = [values] if isinstance(values, Value) else list(values)
     except TypeError:
@@ -97,7 +99,23 @@ def node_ids(values: Union[Value, Iterable[Value]], what: str = "values") -> Tup
     for v in vals:
         if not isinstance(v, Value):
             raise TypeError(f"{what} must be Values, not {type(v).__name__}")
-    return vals, _c.int64s([v._i for v in vals])
+    return vals
+
+
+def ids_of(vals: List[Value]) -> Any:
+    """The node ids of vals as a C int64 array (at least one slot, so C never
+    gets a zero-length allocation), read for a C call made next.  An id
+    carries no generation: Python run after reading it could move its Value
+    (v.__init__(x)) and let the tape reclaim the old node, whose id would
+    then name another; so nothing that may run Python comes in between
+    (ids kept across calls: tapead/_c/holds.py, HeldIds)."""
+    return _c.int64s([v._i for v in vals])
+
+
+def node_ids(values: Union[Value, Iterable[Value]], what: str = "values") -> Tuple[List[Value], Any]:
+    """(values_of(values), their ids_of) for a bulk C call with no other argument to take first."""
+    vals = values_of(values, what)
+    return vals, ids_of(vals)
 
 
 
@@ -183,6 +201,8 @@ class Value:
         if (_children if type(_children) is tuple else not _custom.no_children(_children)) \
                 or local_grads is not None or (type(_op) is not str and _op is not None):
             _custom.record(self, data, _children, _op, local_grads)
+            if self.__weakref__ is not None:
+                _rebound()
             if label:
                 self._set_label(label)
             return
@@ -194,6 +214,11 @@ class Value:
         self._i = i
         self._t = t
         self._o = None
+        # the node moved (or this is a new Value, which is rarely weakly
+        # referenced yet): a holder of this Value's old id, which keeps a weak
+        # reference to it, takes the ids again (csrc/cdef.h: ta_rebinds)
+        if self.__weakref__ is not None:
+            _rebound()
         if label:
             self._set_label(label)
 

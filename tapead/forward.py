@@ -10,20 +10,20 @@ from __future__ import annotations
 from typing import Any, Iterable, List, SupportsFloat, Tuple
 
 from ._c import higher as _ch
-from .engine import Value, _real, node_ids
+from .engine import Value, _real, ids_of, values_of
 
 
 def seeds(inputs: Iterable[Value], tangents: Iterable[SupportsFloat],
           who: str = "jvp") -> Tuple[int, Any, List[float]]:
     """(n, int64 ids, tangents as floats) for C, checking the Python side; `who` names the caller."""
-    vals, ids = node_ids(inputs, f"{who}: inputs")
+    vals = values_of(inputs, f"{who}: inputs")
     try:
         ts = [_real(t) for t in tangents]
     except TypeError as e:
         raise TypeError(f"{who}: tangents must be real numbers ({e})") from None
     if len(vals) != len(ts):
         raise ValueError(f"{who}: {len(vals)} inputs but {len(ts)} tangents")
-    return len(vals), ids, ts
+    return len(vals), ids_of(vals), ts     # (the ids last: _real may run Python)
 
 
 def jvp(output: Value, inputs: Iterable[Value], tangents: Iterable[SupportsFloat]) -> float:

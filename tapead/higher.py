@@ -13,7 +13,7 @@ any Value's .grad: they return their results instead of accumulating.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, List, SupportsFloat, Tuple, Union
+from typing import TYPE_CHECKING, Any, Iterable, List, SupportsFloat, Union
 
 if TYPE_CHECKING:
     import numpy
@@ -24,13 +24,8 @@ if TYPE_CHECKING:
 from ._c import higher as _ch
 from ._c.holds import held_list
 from .arrays import floats
-from .engine import Value, handles, node_ids
+from .engine import Value, handles, ids_of, values_of
 from .replay import _np
-
-
-def _ids(values: Union[Value, Iterable[Value]], what: str) -> Tuple[Any, int]:
-    vals, ids = node_ids(values, what)
-    return ids, len(vals)
 
 
 def grad(outputs: Union[Value, Iterable[Value]], inputs: Union[Value, Iterable[Value]],
@@ -50,8 +45,8 @@ def grad(outputs: Union[Value, Iterable[Value]], inputs: Union[Value, Iterable[V
     [18.0]
     """
     single = isinstance(inputs, Value)
-    outs, nout = _ids(outputs, "outputs")
-    ins, nin = _ids(inputs, "inputs")
+    outs, ins = values_of(outputs, "outputs"), values_of(inputs, "inputs")
+    nout, nin = len(outs), len(ins)
     w = None
     if grad_outputs is not None:
         ws = floats(grad_outputs, "grad(): grad_outputs").ravel().tolist()  # type: ignore[arg-type]
@@ -61,10 +56,10 @@ def grad(outputs: Union[Value, Iterable[Value]], inputs: Union[Value, Iterable[V
     res: List[Any]
     if create_graph:
         h = held_list(nin)
-        _ch.grad(outs, w, nout, ins, nin, h)
+        _ch.grad(ids_of(outs), w, nout, ids_of(ins), nin, h)
         res = handles(h, nin)
     else:
-        res = _ch.grad(outs, w, nout, ins, nin)
+        res = _ch.grad(ids_of(outs), w, nout, ids_of(ins), nin)
     return res[0] if single else res
 
 
@@ -81,15 +76,16 @@ def hvp(output: Value, inputs: Iterable[Value], v: ArrayLike) -> _F64Array:
     array([4., 2.])
     """
     np = _np()
-    out, n1 = _ids(output, "output")
-    if n1 != 1:
+    out = values_of(output, "output")
+    if len(out) != 1:
         raise ValueError("hvp needs one scalar output")
-    ins, nin = _ids(inputs, "inputs")
+    ins = values_of(inputs, "inputs")
+    nin = len(ins)
     vv = floats(v, "hvp(): v").reshape(-1)
     if vv.size != nin:
         raise ValueError(f"v has {vv.size} entries for {nin} inputs")
     hv: _F64Array = np.zeros(nin)
-    _ch.hvp(out[0], ins, nin, vv, hv)
+    _ch.hvp(out[0]._i, ids_of(ins), nin, vv, hv)
     return hv
 
 
@@ -110,12 +106,13 @@ def hessian(output: Value, inputs: Iterable[Value]) -> _F64Array:
     [[4.0, 2.0], [2.0, 2.0]]
     """
     np = _np()
-    out, n1 = _ids(output, "output")
-    if n1 != 1:
+    out = values_of(output, "output")
+    if len(out) != 1:
         raise ValueError("hessian needs one scalar output")
-    ins, nin = _ids(inputs, "inputs")
+    ins = values_of(inputs, "inputs")
+    nin = len(ins)
     H: _F64Array = np.zeros((nin, nin))
-    _ch.hessian(out[0], ins, nin, H)
+    _ch.hessian(out[0]._i, ids_of(ins), nin, H)
     return H
 
 
@@ -129,8 +126,8 @@ def jacobian(outputs: Union[Value, Iterable[Value]], inputs: Iterable[Value]) ->
            [1., 1.]])
     """
     np = _np()
-    outs, nout = _ids(outputs, "outputs")
-    ins, nin = _ids(inputs, "inputs")
+    outs, ins = values_of(outputs, "outputs"), values_of(inputs, "inputs")
+    nout, nin = len(outs), len(ins)
     J: _F64Array = np.zeros((nout, nin))
-    _ch.jacobian(outs, nout, ins, nin, J)
+    _ch.jacobian(ids_of(outs), nout, ids_of(ins), nin, J)
     return J

@@ -12,7 +12,9 @@ The weight ids are cached per Layer, with the neurons, weights, biases and
 flags they came from: each call checks those against the Layer's current
 ones (identity, in C's list comparison), so no way of changing them -- an
 attribute, a list method, layer.__dict__.update(...), vars(neuron)["w"] =
-..., list.__setitem__ -- can leave the cache stale.
+..., list.__setitem__ -- can leave the cache stale; and the cache holds
+the weights' nodes and follows a weight that w.__init__(x) moves to a new
+node (tapead/_c/holds.py: HeldIds), so it never reads another Value's.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 import random
 
 from ._c import bulk as _bulk, doubles, int64s
-from ._c.holds import held_list
+from ._c.holds import HeldIds, held_list
 from .custom import join_all
 from .engine import Operand, Value, handles
 
@@ -139,8 +141,9 @@ _STATE = attrgetter("w", "b", "nonlin")
 
 
 class _FusedLayer:
-    """A Layer's weight and bias ids as C arrays, for ta_layer, with the
-    objects they came from (which also keeps those ids from dangling)."""
+    """A Layer's weight and bias ids as a C array, for ta_layer, with the
+    objects they came from (HeldIds: held, and taken again when one of
+    those Values moves to a new node)."""
 
     def __init__(self, layer: Layer) -> None:
         neurons: Any = layer.__dict__.get("neurons")
@@ -159,8 +162,8 @@ class _FusedLayer:
         if not self.ok:
             return
         self.relu = int(bool(neurons[0].nonlin))
-        self.w = int64s([p._i for n in neurons for p in n.w])
-        self.b = int64s([n.b._i for n in neurons])
+        self.nodes = HeldIds([p for n in neurons for p in n.w] + [n.b for n in neurons])
+        self.w = self.b = None                # (the weights' and biases' ids, from nodes)
         self.xid = int64s(self.nin)
         self.xc = doubles(self.nin)
         self.out = held_list(self.nout)   # filled and emptied by each fused call
@@ -196,7 +199,10 @@ class _FusedLayer:
                     self.xid[i], xc[i] = -1, v
                 else:  # anything else (duck-typed `_i` included): micrograd's loop decides
                     return None
-        if not _bulk.layer(self.w, self.b, self.nout, self.nin, self.xid, xc, self.relu, self.out):
+        w = self.nodes.current()
+        if w is not self.w:
+            self.w, self.b = w, w + self.nout * self.nin
+        if not _bulk.layer(w, self.b, self.nout, self.nin, self.xid, xc, self.relu, self.out):
             return None
         return handles(self.out, self.nout, join_all(x))
 

@@ -13,6 +13,18 @@ checked where they are set (`opt.lr` may change between steps).  An
 optimizer pickles and copies with its state (a checkpoint), its
 parameters as detached leaves, shared with the model's when both are
 pickled or copied together.
+
+The optimizer steps the Value objects it was given, as torch.optim steps
+the tensors it was given whatever their .data becomes: a parameter that
+p.__init__(x) moves to a new node (re-initialising a model's weights, say)
+is stepped and zeroed there from the next call on, with its state
+(momentum, moments) kept, because that Value is what the model reads and
+what the user handed over.  (Stepping the old node would leave the Value
+untrained without a word, and an error would make a supported way of
+resetting a Value unusable while an optimizer exists.)  C holds the nodes
+it steps, so a step never writes another Value, and the ids are taken
+again only when some watched Value has moved (one C call per step
+compares a count: tapead/_c/holds.py, HeldIds).
 """
 from __future__ import annotations
 
@@ -20,6 +32,7 @@ import math
 from typing import Any, Dict, Iterable, NoReturn, Optional, SupportsFloat, Tuple
 
 from ._c import bulk as _bulk, doubles
+from ._c.holds import HeldIds
 from .engine import Value, _real, node_ids
 
 
@@ -64,18 +77,19 @@ def _check_hyper(name: str, value: SupportsFloat, lo: float, hi: float) -> float
 
 
 class Optimizer:
-    """Holds the parameters (keeping them alive) and their ids as a C array."""
+    """Holds the parameters (keeping them alive) and their nodes' ids as a C array (HeldIds)."""
     lr = _Hyper()
     _state: Tuple[str, ...] = ()   # names of per-parameter C arrays (double[n]) to checkpoint
 
     def __init__(self, params: Iterable[Value], lr: SupportsFloat) -> None:
-        vals, self._ids = node_ids(params, "optimizer parameters")
+        vals = node_ids(params, "optimizer parameters")[0]
         seen: Dict[int, int] = {}
         for k, p in enumerate(vals):
             if seen.setdefault(id(p), k) != k:
                 raise ValueError(f"optimizer parameters must be distinct: parameter {k} is "
                                  f"parameter {seen[id(p)]} again (it would be stepped twice)")
         self._params = Params(vals)
+        self._nodes = HeldIds(self._params)
         self.lr = lr
 
     @property
@@ -93,18 +107,18 @@ class Optimizer:
 
     def zero_grad(self) -> None:
         """Set every parameter's grad to 0 (one C call)."""
-        _bulk.fill_adj(self._ids, self.n)
+        _bulk.fill_adj(self._nodes.current(), self.n)
 
     # ------------------------------------------------ pickle, copy (checkpoints)
     def __getstate__(self) -> Dict[str, Any]:
-        state = {k: v for k, v in self.__dict__.items() if k != "_ids" and k not in self._state}
+        state = {k: v for k, v in self.__dict__.items() if k != "_nodes" and k not in self._state}
         for k in self._state:
             state[k] = list(getattr(self, k)[0:self.n])
         return state
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
         self.__dict__.update({k: v for k, v in state.items() if k not in self._state})
-        self._ids = node_ids(self._params)[1]
+        self._nodes = HeldIds(self._params)
         for k in self._state:
             buf = self._buffer()
             buf[0:self.n] = state[k]
@@ -130,7 +144,7 @@ class SGD(Optimizer):
 
     def step(self) -> None:
         """One update of every parameter from its .grad (one C call)."""
-        _bulk.sgd_step(self._ids, self.n, self.lr, self.momentum, self.weight_decay, self._buf,
+        _bulk.sgd_step(self._nodes.current(), self.n, self.lr, self.momentum, self.weight_decay, self._buf,
                        self._t == 0)
         self._t += 1
 
@@ -193,7 +207,7 @@ class Adam(Optimizer):
     def step(self) -> None:
         """One update of every parameter from its .grad (one C call)."""
         b1, b2 = self.betas
-        _bulk.adam_step(self._ids, self.n, self.lr, b1, b2, self.eps, self.weight_decay,
+        _bulk.adam_step(self._nodes.current(), self.n, self.lr, b1, b2, self.eps, self.weight_decay,
                         self._t + 1, self._m, self._v)
         self._t += 1
 

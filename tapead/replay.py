@@ -7,10 +7,12 @@
 - Comparisons of Values (``<``, ``<=``, ``>``, ``>=``) return a bool and are
   recorded as guards; a recompute (or a Program run) whose guards flip raises
   GuardError and leaves every value as it was.  A recompute from root (and
-  compile) checks every live guard on nodes created no later than root: the
-  comparisons that could have steered root's recording.  That is
-  conservative: an unrelated earlier comparison that also flips raises too
-  (``clear_guards()`` forgets them all).  Guards die with their nodes.
+  compile) checks every live guard whose operands read a leaf it varies,
+  made before root or after it: any of them could have steered root's
+  recording or chosen root among existing Values (``max(a, b)``).  That is
+  conservative: a bookkeeping comparison over the same leaves that flips
+  raises too (``clear_guards()`` forgets them all; docs/api.md says which
+  guards bind).  Guards die with their nodes.
   Branching on ``.data`` (a plain float) cannot be seen, so it cannot be
   guarded: compare the Values themselves.  ``==`` stays identity (Values
   hash by identity).
@@ -38,7 +40,7 @@ if TYPE_CHECKING:
 from ._c import OP
 from ._c import program as _prog
 from .errors import GuardError
-from .engine import Value, node_ids
+from .engine import Value, ids_of, values_of
 
 __all__ = ["GuardError", "recompute", "compile", "Program", "clear_guards", "guard_count"]
 
@@ -203,9 +205,12 @@ class Program:
 
     Made by tapead.compile.  Leaves listed as inputs take their values from
     the columns of X; every other leaf is a parameter.  A Program compiled
-    here reads its parameters from their Values' current .data at each call,
+    here reads its parameters from their nodes' current .data at each call,
     so training updates are seen, until ``prog.params`` is assigned; then it
-    holds those values (``prog.params = None`` follows the Values again).
+    holds those values (``prog.params = None`` follows the nodes again).
+    It holds those nodes: a Value that ``v.__init__(x)`` moves to a new
+    node is a new leaf, which the Program never read (compile again), while
+    the node it had stays what the Program reads.
     ``params=`` on a call overrides them for that call; its order is wrt's
     (then any parameter leaves not in wrt, in the order they were created).  A Program pickles
     (its flat program, guards and parameter values at that moment) and runs
@@ -239,10 +244,10 @@ class Program:
             from .codegen import SHAPES
             raise ValueError(f"native must be None, True, False or a kernel shape "
                              f"({', '.join(map(repr, SHAPES))}), not {native!r}")
-        outs, oid = node_ids(outputs, "outputs")
-        ins, iid = node_ids(inputs, "inputs")
-        wrts, wid = node_ids(wrt, "wrt")
-        p = _prog.prog_new(oid, len(outs), iid, len(ins), wid, len(wrts))
+        outs = values_of(outputs, "outputs")
+        ins = values_of(inputs, "inputs")
+        wrts = values_of(wrt, "wrt")
+        p = _prog.prog_new(ids_of(outs), len(outs), ids_of(ins), len(ins), ids_of(wrts), len(wrts))
         if p is None:
             raise ValueError("compile: outputs must be non-empty; inputs and wrt must be leaf "
                              "Values (made by Value(x), not by an operation), inputs distinct")
@@ -321,7 +326,7 @@ class Program:
 
     @property
     def follows_values(self) -> bool:
-        """True while parameters are read from their Values at each call."""
+        """True while parameters are read from the tape (their nodes' .data) at each call."""
         return _prog.prog_size(self._p, "live") == 1
 
     def _threads(self, threads: Optional[int], B: int) -> int:

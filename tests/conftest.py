@@ -1,8 +1,9 @@
 """Shared helpers: micrograd as the reference, extended with the tanh and exp
 that micrograd's lecture version has (0.1.0 ships without them); a
-function run on a thread of its own (so on a tape of its own); and
+function run on a thread of its own (so on a tape of its own);
 release_garbage() and collect_all(), for tests that mean "once the garbage
-is gone"."""
+is gone"; and lonely() and move_and_reclaim(), for tests of what keeps node
+ids while Values move to new nodes."""
 import gc
 import math
 import os
@@ -100,6 +101,36 @@ def collect_all():
     while idle < 2:
         gc.collect()
         idle = idle + 1 if tapead.collect() == 0 else 0
+
+
+def lonely(xs):
+    """New leaf Values of data xs, in a segment nothing else will hold once
+    they move (the Values made around them are gone)."""
+    pad = [tapead.Value(0.0) for _ in range(5000)]
+    del pad
+    collect_all()
+    return [tapead.Value(x) for x in xs]
+
+
+def move_and_reclaim(vals, data, n=20000):
+    """v.__init__(data) for each Value v (a new leaf, away from its old
+    node), then the old nodes reclaimed and their slots filled: n new
+    Values, of data 0.0, 1.0, ... and grad 1.0, returned.  An id of an old
+    node now names one of them (ids carry no generation)."""
+    pad = [tapead.Value(0.0) for _ in range(5000)]
+    for v in vals:
+        v.__init__(data)
+    del pad
+    collect_all()
+    others = [tapead.Value(float(k)) for k in range(n)]
+    for v in others:
+        v.grad = 1.0
+    return others
+
+
+def untouched(others):
+    """Whether the Values move_and_reclaim made still have their data and grad."""
+    return all(v.data == k and v.grad == 1.0 for k, v in enumerate(others))
 
 
 def on_fresh_tape(fn):

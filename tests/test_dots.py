@@ -13,7 +13,7 @@ from hypothesis import given, strategies as st
 
 import tapead
 from tapead import Value, dot, linear
-from conftest import MG, on_fresh_tape
+from conftest import MG, lonely, move_and_reclaim, on_fresh_tape, untouched
 
 # an operand: a Value (its data), or a plain number of each kind the operators take
 NUMS = st.floats(-1e3, 1e3, allow_nan=False) | st.sampled_from([0.0, -0.0, 1e-300, 2.5e300])
@@ -325,3 +325,23 @@ def test_ta_dots_checks_what_it_is_handed():
     bad = ffi.new("int64_t[]", [(a._i >> 32 << 32) | 0xFFFFF000])   # no such segment
     assert lib.ta_dots(bad, cs, 1, 1, ids, cs, c0, f0, out) == lib.TA_EBADID
     assert lib.ta_dots(ids, cs, 1, 1, ids, cs, c0, f0, out) == 0
+
+
+def test_a_conversion_that_moves_an_operand_never_makes_dot_read_another_value():
+    """A float subclass's __float__ runs while dot converts its operands; one
+    that moves an operand to a new node (w.__init__) and lets the tape
+    reclaim the old one must not leave dot holding an id that names another
+    Value: dot reads its Values' nodes once the conversions are done."""
+    w0, x0, x1 = lonely([2.0, 3.0, 4.0])
+    others = []
+
+    class Moving(float):
+        def __float__(self):
+            if not others:
+                others.extend(move_and_reclaim([x0], 5.0))
+            return float.__float__(self)
+    y = dot([w0, Moving(0.5)], [x0, x1])               # (xs' ids were read first)
+    assert y.data == 2.0 * 5.0 + 0.5 * 4.0
+    y.backward()
+    assert (w0.grad, x0.grad, x1.grad) == (5.0, 2.0, 0.5)
+    assert untouched(others)

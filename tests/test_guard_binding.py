@@ -11,6 +11,7 @@ import pytest
 
 import tapead
 from tapead import Value, GuardError
+from conftest import collect_all, on_fresh_tape
 
 
 def col(*xs):
@@ -94,14 +95,22 @@ def test_a_comparison_of_a_param_with_an_unrelated_leaf_binds_and_closes():
     np.testing.assert_array_equal(prog(X)[:, 0], X[:, 0])
 
 
-def test_guards_recorded_after_the_outputs_do_not_bind():
+def test_guards_recorded_after_the_outputs_bind_too():
+    # a comparison made after y may have chosen y (y if x*5 <= 100 else z):
+    # it reads input x, so it binds, and x*5 is computed at each row to check it
     tapead.clear_guards()
     x = Value(1.0)
     y = x * 2.0
     assert (x * 5 > 100) is False
     prog = tapead.compile(y, [x])
-    assert prog.guards == 0
-    np.testing.assert_array_equal(prog(col(1.0, 100.0))[:, 0], [2.0, 200.0])
+    assert prog.guards == 1 and len(prog.params) == 0
+    np.testing.assert_array_equal(prog(col(1.0, 20.0, -7.0))[:, 0], [2.0, 40.0, -14.0])
+    with pytest.raises(GuardError, match="row 1"):
+        prog(col(1.0, 20.5))                    # 102.5 > 100: the comparison flips
+    x.data = 21.0
+    with pytest.raises(GuardError):
+        y.recompute()
+    assert y.data == 2.0
 
 
 def test_binding_survives_pickling():
@@ -135,6 +144,117 @@ def test_an_unrelated_comparison_over_a_custom_node_does_not_refuse_compile():
         tapead.compile(y, [x])
     with pytest.raises(tapead.TapeadError, match="'mysin2'"):
         y.recompute()
+
+
+def test_a_bound_guard_over_a_custom_node_refuses_whatever_slots_are_free():
+    """Marking a bound guard's nodes once read a custom node's input field as
+    a node ref (it holds the index of the node's entry): here entry 0 read
+    as slot 0, freed, which crashed.  The replay must refuse, naming it."""
+    def run():
+        S = 2048
+        a = [Value(0.0) for _ in range(3 * S)]      # slots 0, 1, 2
+        del a
+        collect_all()                                # 0, 1 freed; the next take 0, then 1
+        b = [Value(0.0) for _ in range(2 * S)]
+        keep = b[-1]                                 # holds slot 1
+        del b
+        collect_all()                                # slot 0 freed, not taken again yet
+        x = Value(0.5)
+        d = tapead.precomputed(math.sin(x.data), [x], [math.cos(x.data)], name="mysin3")
+        y = x * 2.0
+        assert (d < 1) is True                       # reads input x: binds
+        with pytest.raises(tapead.TapeadError, match="'mysin3'"):
+            tapead.compile(y, [x])
+        with pytest.raises(tapead.TapeadError, match="'mysin3'"):
+            y.recompute()
+        assert keep.data == 0.0 and tapead._c.lib.ta_validate() == 0
+    on_fresh_tape(run)
+
+
+# ------------------------------------------------------------ selection
+# A comparison that chooses which existing Value becomes the output, made
+# after both candidates were recorded: it shaped the output, so it binds.
+# Reference: the same Python over plain floats.
+SELECT = {
+    "max": lambda a, b: max(a, b),
+    "ternary": lambda a, b: a if a > b else b,
+    "difference": lambda a, b: a if (a - b) > 0 else b,
+    "sorted": lambda a, b: sorted([a, b])[-1],
+    "min": lambda a, b: min(a, b),
+}
+
+
+def select(name, x0, pad=0):
+    """(pick, x, a, b, out, kept): out = pick(a, b) recorded at x = x0 with
+    a = 2x, then (after pad nodes of x, kept alive) b = 1 - x; they cross at
+    x = 1/3, so the pick flips there.  No other guard on the tape."""
+    pick = SELECT[name]
+    tapead.clear_guards()
+    x = Value(x0)
+    a = x * 2.0
+    kept = [x * 1.0 for _ in range(pad)]
+    b = 1.0 - x
+    return pick, x, a, b, pick(a, b), kept
+
+
+def python(pick, x):
+    return pick(x * 2.0, 1.0 - x)
+
+
+def branch(x):
+    return x > 1 / 3
+
+
+@pytest.mark.parametrize("x0", [0.5, 0.1])
+@pytest.mark.parametrize("name", sorted(SELECT))
+def test_a_selecting_comparison_binds_compile(name, x0):
+    pick, x, a, b, out, _ = select(name, x0)
+    prog = tapead.compile(out, [x], wrt=[x])
+    assert prog.guards == 1
+    same = [v for v in (-5.0, 0.0, 0.2, 0.3, 0.34, 0.5, 0.9, 7.0) if branch(v) == branch(x0)]
+    np.testing.assert_array_equal(prog(col(*same))[:, 0], [python(pick, v) for v in same])
+    flip = 0.2 if branch(x0) else 0.5
+    with pytest.raises(GuardError, match="row 1"):
+        prog(col(same[0], flip))
+    Y, G = prog.grad(col(*same), per_sample=True)     # d/dx: 2 on a's side, -1 on b's
+    np.testing.assert_array_equal(Y[:, 0], [python(pick, v) for v in same])
+    np.testing.assert_array_equal(G[:, 0], [2.0 if python(pick, v) == 2.0 * v else -1.0
+                                            for v in same])
+
+
+@pytest.mark.parametrize("x0", [0.5, 0.1])
+@pytest.mark.parametrize("name", sorted(SELECT))
+def test_a_selecting_comparison_binds_recompute(name, x0):
+    pick, x, a, b, out, _ = select(name, x0)
+    for v in (0.9, 0.34, 3.0) if branch(x0) else (0.0, -2.0, 0.3):
+        x.data = v
+        out.recompute()
+        assert out.data == python(pick, v)
+    before = out.data
+    x.data = 0.2 if branch(x0) else 0.5
+    with pytest.raises(GuardError):
+        out.recompute()
+    assert out.data == before and a.data == 2.0 * v and b.data == 1.0 - v   # left as they were
+
+
+@pytest.mark.parametrize("name", sorted(SELECT))
+def test_a_selecting_comparison_over_segments_binds(name):
+    # the candidates lie 5000 nodes apart (three segments): the guard's
+    # nodes join the program, b (or a - b) above the output a on the tape
+    pick, x, a, b, out, kept = select(name, 0.5, pad=5000)
+    prog = tapead.compile(out, [x])
+    # x, a and b (and a - b, compared to 0): not the padding between them
+    assert prog.guards == 1 and prog.nodes == 3 + (name == "difference")
+    np.testing.assert_array_equal(prog(col(0.5, 2.0))[:, 0], [python(pick, 0.5), python(pick, 2.0)])
+    with pytest.raises(GuardError, match="row 0"):
+        prog(col(0.0))
+    x.data = 0.0
+    with pytest.raises(GuardError):
+        out.recompute()
+    x.data = 2.0
+    out.recompute()
+    assert out.data == python(pick, 2.0)
+    assert a.data == 4.0 and b.data == -1.0             # both recomputed, to check the guard
 
 
 # ------------------------------------------------------------ recompute
@@ -182,9 +302,10 @@ def test_recompute_same_rule_for_bound_guards():
 # ------------------------------------------------- against a reference
 # Random graphs with comparisons anywhere among them; which guards bind, and
 # which leaves become parameters, from a plain-Python model of the rule:
-# V = the inputs and the leaves of the outputs' cone; a guard on nodes made
-# no later than the output binds iff its operands' cones meet V; a bound
-# guard's leaves join V; repeat until nothing changes.
+# V = the inputs and the leaves of the outputs' cone; a guard binds iff its
+# operands' cones meet V, wherever its nodes lie on the tape (before or
+# after the output); a bound guard's leaves join V; repeat until nothing
+# changes.
 import random  # noqa: E402
 
 from hypothesis import given, settings, strategies as st  # noqa: E402
@@ -203,20 +324,20 @@ graph_st = st.tuples(
 
 
 def build(leafvals, steps):
-    """Values in creation (tape) order, each node's inputs, and the guards
-    by key (as guard.c keeps them: one per key, constants merged)."""
+    """Values in creation (tape) order, each node's inputs, and the guards'
+    keys (as guard.c keeps them: one per key, constants merged)."""
     vals = [Value(v) for v in leafvals]
     deps = [() for _ in vals]
-    guards = {}
+    guards = set()
     for op, i, j, c in steps:
         a, b = i % len(vals), j % len(vals)
         if op == "cmp":
             if a != b:
                 out = vals[a] < vals[b]
-                guards.setdefault((a, b, out), max(a, b))
+                guards.add((a, b, out))
         elif op == "cmpc":
             out = vals[a] > c
-            guards.setdefault((a, None, out), a)
+            guards.add((a, None, out))
         else:
             vals.append(OPS[op](vals[a], vals[b]))
             deps.append((a,) if op == "tanh" else (a, b))
@@ -241,7 +362,7 @@ def bound_by_rule(deps, guards, out, ins):
     varied = leaves | set(ins)
     bound = set()
     while True:
-        new = {g for g, top in guards.items() if top <= out and g not in bound and
+        new = {g for g in guards if g not in bound and
                leaves_of([k for k in g[:2] if k is not None]) & varied}
         if not new:
             return bound, leaves
@@ -286,11 +407,12 @@ def test_binding_matches_the_rule(case):
 def test_binding_matches_the_rule_across_segments():
     # four chains interleaved over several segments (2048 nodes each), new
     # leaves along the way, comparisons within chains and from chain 0 to 1:
-    # chain 0's program takes chain 1's guards in (closed), 1's does not
-    # take 0's, 2's takes those of 3 that read its input from chain 3
+    # chains 0 and 1 take each other's guards in (closed, through the
+    # comparisons from 0 to 1, wherever they lie), 2's takes those of 3
+    # that read its input from chain 3
     rng = random.Random(12)
     tapead.clear_guards()
-    vals, deps, guards, chains = [], [], {}, [[] for _ in range(4)]
+    vals, deps, guards, chains = [], [], set(), [[] for _ in range(4)]
 
     def leaf(ch):
         vals.append(Value(rng.uniform(-1, 1)))
@@ -307,7 +429,7 @@ def test_binding_matches_the_rule_across_segments():
             a = rng.choice(chains[ch][-20:])         # chain 0 compares with 1 too
             b = rng.choice(chains[1 if ch == 0 and rng.random() < 0.3 else ch][-20:])
             if a != b:
-                guards.setdefault((a, b, vals[a] < vals[b]), max(a, b))
+                guards.add((a, b, vals[a] < vals[b]))
         else:
             a, b = rng.choice(chains[ch][-5:]), rng.choice(chains[ch][-5:])
             vals.append((vals[a] * 0.5 + vals[b] * 0.25).tanh())

@@ -13,6 +13,8 @@ import tapead.nn
 from tapead import Value
 from tapead import demo
 
+from conftest import collect_all, move_and_reclaim, untouched
+
 SHAPES = [(1, [1]), (2, [1]), (3, [4, 4, 1]), (2, [16, 16, 1]), (5, [3, 2]), (4, [7])]
 
 
@@ -254,3 +256,31 @@ def test_ta_layer_checks_what_it_is_handed():
     assert lib.ta_layer(ids, ids, 1, 1, ffi.NULL, ffi.NULL, 1, out) == lib.TA_EARG
     assert lib.ta_layer(ids, ids, 1 << 20, 1 << 20, ids, ffi.NULL, 1, out) == lib.TA_EARG
     assert lib.ta_layer(ids, ids, 1, 1, ids, ffi.NULL, 1, out) == 0
+
+
+def test_fused_layer_follows_weights_that_init_moves():
+    """The cache holds weight ids; w.__init__(x) moves a weight to a new node,
+    and the old one's slot, once reclaimed, goes to other Values.  The
+    layer must read the weights where they now are, and backward() must
+    reach them, never those other Values.  Reference: plain Python."""
+    random.seed(4)
+    collect_all()
+    layer = tapead.nn.Layer(3, 2)                       # its weights alone in a segment
+    x = [1.5, -2.0, 0.5]
+    layer(x)                                            # the cache is made
+    params = layer.parameters()
+    new = [0.25 * (k - 3) for k in range(len(params))]  # w00 w01 w02 b0 w10 w11 w12 b1
+    others = move_and_reclaim(params, 0.0, n=8000)
+    for p, v in zip(params, new):
+        p.data = v
+    out = layer(x)
+    acts = [sum((w * xi for w, xi in zip(new[4 * j:4 * j + 3], x)), new[4 * j + 3]) for j in (0, 1)]
+    assert [v.data for v in out] == [max(a, 0.0) for a in acts]
+    (out[0] + out[1]).backward()
+    want = []
+    for j in (0, 1):
+        on = 1.0 if acts[j] > 0 else 0.0
+        want += [on * xi for xi in x] + [on]
+    assert [p.grad for p in params] == want
+    assert untouched(others)
+    assert tapead._c.lib.ta_validate() == 0

@@ -8,6 +8,8 @@ import threading
 import pytest
 from hypothesis import example, given, strategies as st
 
+from conftest import lonely, move_and_reclaim, untouched
+
 import tapead
 from tapead import Value
 from tapead.optim import SGD, Adam
@@ -329,3 +331,76 @@ def test_optimizer_checkpoint_resumes_the_same_trajectory(make, how):
         for q, o in ((ps, opt), (ps2, opt2)):
             o.zero_grad(); loss_value(q).backward(); o.step()
     assert [p.data for p in ps2] == [p.data for p in ps]
+
+
+# ------------------------------------------------- parameters that __init__ moves
+OPTS = {
+    "SGD": (lambda ps: SGD(ps, lr=0.1, momentum=0.9, weight_decay=0.01),
+            lambda x: RefSGD(x, 0.1, 0.9, 0.01)),
+    "Adam": (lambda ps: Adam(ps, lr=0.1, weight_decay=0.01),
+             lambda x: RefAdam(x, 0.1, weight_decay=0.01)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OPTS))
+def test_a_parameter_that_init_moves_is_stepped_and_zeroed_where_it_now_is(name):
+    """p.__init__(x) moves p to a new node: step() and zero_grad() follow p
+    there (its momentum or moments kept, as torch.optim keeps a tensor's
+    state when its .data is replaced), as the reference does with x."""
+    make, ref = OPTS[name]
+    ps = [Value(x) for x in START]
+    opt, r = make(ps), ref(START)
+    for k in range(7):
+        if k in (2, 5):                               # re-initialise some, mid-run
+            for i in range(k % 3, len(ps), 2):
+                r.x[i] = r.x[i] * 0.5 + 0.25
+                ps[i].__init__(r.x[i])
+                ps[i].grad = 9.0                      # for zero_grad to clear
+        opt.zero_grad()
+        assert [p.grad for p in ps] == [0.0] * len(ps)
+        loss_value(ps).backward()
+        g = loss_grad(r.x)
+        opt.step()
+        r.step(g)
+        assert [p.data for p in ps] == pytest.approx(r.x, rel=1e-9, abs=1e-12), f"step {k}"
+
+
+@pytest.mark.parametrize("name", sorted(OPTS))
+def test_a_step_never_writes_values_in_a_moved_parameters_old_slots(name):
+    """The optimizer used to keep node ids: after p.__init__(x) and a
+    reclamation, those ids named other Values, whose data step() changed
+    and whose grads zero_grad() zeroed."""
+    make, ref = OPTS[name]
+    ps = lonely([1.0, 1.0, 1.0])
+    opt = make(ps)
+    others = move_and_reclaim(ps, 5.0)
+    for p in ps:
+        p.grad = 2.0
+    opt.step()
+    r = ref([5.0] * 3)
+    r.step([2.0] * 3)
+    assert [p.data for p in ps] == pytest.approx(r.x, rel=1e-12)
+    opt.zero_grad()
+    assert [p.grad for p in ps] == [0.0] * 3
+    assert untouched(others)
+    assert tapead._c.lib.ta_validate() == 0
+
+
+@pytest.mark.parametrize("name", sorted(OPTS))
+def test_a_parameter_moved_to_another_thread_raises_and_changes_nothing(name):
+    """v.__init__ in another thread makes v that thread's: the next step
+    raises TapeError, changing nothing, as for any other thread's Value."""
+    make, _ = OPTS[name]
+    ps = [Value(x) for x in START]
+    opt = make(ps)
+    loss_value(ps).backward()
+    opt.step()
+    t = threading.Thread(target=lambda: ps[1].__init__(7.0))
+    t.start(); t.join()
+    mine = ps[:1] + ps[2:]
+    before = [(p.data, p.grad) for p in mine]
+    with pytest.raises(tapead.TapeError):
+        opt.step()
+    with pytest.raises(tapead.TapeError):
+        opt.zero_grad()
+    assert [(p.data, p.grad) for p in mine] == before

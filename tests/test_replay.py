@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st
 
 import tapead
 from tapead import Value, GuardError
-from conftest import release_garbage
+from conftest import lonely, move_and_reclaim, release_garbage, untouched
 from opcases import FORMS
 
 
@@ -133,15 +133,20 @@ def test_guard_on_node_not_in_root_graph():
     assert y.data == 3.0 and z.data == 9.0
 
 
-def test_guard_between_two_values_and_after_root_ignored():
+def test_guard_between_two_values_and_after_root():
     tapead.clear_guards()
     a, b = Value(1.0), Value(2.0)
     y = (a + b) if a < b else (a - b)
-    if y > 100:  # recorded after y: cannot have shaped y
+    if y > 100:  # recorded after y, on y: binds too (it could have chosen y)
         pass
     a.data = 5.0
     with pytest.raises(GuardError, match="<"):
         y.recompute()
+    b.data = 200.0                      # a < b holds, y > 100 flips
+    with pytest.raises(GuardError, match=">"):
+        y.recompute()
+    assert y.data == 3.0
+    b.data = 2.0
     tapead.clear_guards()
     y.recompute()
     assert y.data == 7.0
@@ -790,3 +795,36 @@ def test_native_run_checks_what_it_is_handed():
     bad = np.array([[0.0], [1.0], [400.0], [1.0]])
     with pytest.raises(OverflowError, match="row 2"):
         p(bad)
+
+
+# ------------------------------------------ ids read after the caller's code
+def test_compile_reads_ids_after_iterating_its_arguments():
+    """compile() runs the caller's code (iterating inputs) before it reads
+    the outputs' ids: an iterator that moves the output to a new node, the
+    old one reclaimed, must not hand C an id that names another Value."""
+    x = Value(1.0)
+    (y,) = lonely([0.0])
+    others = []
+
+    def inputs():
+        others.extend(move_and_reclaim([y], 5.0))     # y: a new leaf, a parameter
+        yield x
+    prog = tapead.compile(y, inputs())
+    assert list(prog.params) == [5.0]
+    np.testing.assert_array_equal(prog(np.array([[0.0], [2.0]]))[:, 0], [5.0, 5.0])
+    y.data = 6.0                                        # read from its node at each run
+    np.testing.assert_array_equal(prog(np.array([[0.0]]))[:, 0], [6.0])
+    assert untouched(others)
+
+
+def test_set_data_reads_ids_after_converting_the_array():
+    vals = lonely([1.0, 2.0])
+    others = []
+
+    class Moving:
+        def __array__(self, dtype=None, copy=None):
+            others.extend(move_and_reclaim(vals[:1], 9.0))
+            return np.array([3.0, 4.0])
+    tapead.set_data(vals, Moving())
+    assert [v.data for v in vals] == [3.0, 4.0]
+    assert untouched(others)

@@ -151,6 +151,7 @@ check_node = lib.ta_check
 peek = lib.ta_peek
 orphaned = lib.ta_orphaned
 node_stamp = lib.ta_node_stamp
+rebound = lib.ta_rebound
 # the statuses a hot path tells apart from errors (everything else goes to _c.status.error())
 ELIMIT, ENOGRAD = lib.TA_ELIMIT, lib.TA_ENOGRAD
 

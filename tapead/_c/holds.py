@@ -4,7 +4,8 @@ A Value of the cffi front holds a token, shared by every Value whose node
 lives in the same segment; the token owns one hold on that segment
 (csrc/tapead.h: holds), dropped by C when the token dies.  A bulk call
 returns its new nodes in a held list, each id held once, which adopt()
-turns into tokens.  Each thread has a current token, for the segment the
+turns into tokens; HeldIds keeps the ids of given Values (an optimizer's
+parameters) in one, following them when __init__ moves one.  Each thread has a current token, for the segment the
 next node goes to: every recording call passes its key, and slow() takes
 a new one when C says the node would land elsewhere.  What the holds decide (which segments are garbage) is
 here too: reclaim() and collect(), the node limit (within_limit,
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import gc
 from _thread import get_ident
+from _weakref import ref as _weakref
 
 TYPE_CHECKING = False                  # typing is not imported at run time: `import tapead` stays cheap
 if TYPE_CHECKING:
@@ -284,6 +286,47 @@ def set_limit(max_nodes: Optional[SupportsInt]) -> None:
 def hold_ids(ids: List[int], h: Any) -> None:
     """Put a hold on each existing node of ids into the held list h."""
     check(lib.ta_held_ids(int64s(ids), len(ids), h))
+
+
+_rebinds = lib.ta_rebinds
+
+
+class HeldIds:
+    """The node ids of some Values as a C array, for C calls made again and
+    again across user code (an optimizer's steps, a fused layer's calls).
+
+    Ids carry no generation: once a Value moves to another node
+    (v.__init__(x)) and the tape reclaims the old one, its id names
+    whatever node takes the slot.  So the nodes are held (a held list):
+    the ids never name another Value's node.  And each Value is weakly
+    referenced, which makes re-initialising it move the rebind count
+    (csrc/cdef.h: ta_rebinds); current() compares that count, one C call,
+    and takes the ids again from the Values when it has moved, so the
+    calls follow the Values, not the nodes they had.  The ids are taken at
+    the first current(), in the thread that makes the calls (which may not
+    be the one that made this), and raise as ta_held_ids does (TapeError
+    for another thread's Value), taking nothing."""
+    __slots__ = ("vals", "ids", "_refs", "_gen", "_h")
+
+    def __init__(self, vals: Any) -> None:
+        self.vals = vals
+        self._refs = [_weakref(v) for v in vals]   # a move from here on counts
+        self._gen = -1                              # (the count never is: the first call takes them)
+        self.ids = self._h = None
+
+    def _take(self) -> None:
+        gen = _rebinds()                            # (before the ids: a move after it shows next time)
+        ids = [v._i for v in self.vals]
+        h = held_list(max(len(ids), 1))
+        check(lib.ta_held_ids(int64s(ids), len(ids), h))
+        self._h, self._gen = h, gen
+        self.ids = ffi.cast("int64_t *", h) + 1
+
+    def current(self) -> Any:
+        """The ids (an int64_t *), taken again from the Values if one may have moved."""
+        if self._gen != _rebinds():
+            self._take()
+        return self.ids
 
 
 on_limit(stats)
