@@ -78,6 +78,13 @@ class NativeState:
                 return
             try:
                 address, uniform, nscratch = kernel(code, shape)
+            except build.BuildTimeout as e:
+                if mode is not True and not landed:
+                    raise                    # (a shape named: the user asked for this build)
+                self.why = f"native=True, but its kernel took too long to build: {e}"
+                import warnings
+                warnings.warn(f"tapead.compile: the interpreter runs this program: {self.why}", stacklevel=4)
+                return
             except CompilerError as e:
                 if not landed:
                     raise
