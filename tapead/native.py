@@ -79,9 +79,15 @@ class NativeState:
             try:
                 address, uniform, nscratch = kernel(code, shape)
             except CompilerError as e:
-                if not landed:
+                late = isinstance(e, build.BuildTimeout) and mode is True    # (a shape named: asked for)
+                if not (landed or late):
                     raise
-                self.why = f"native=True, but the build failed where it was unpickled: {e}"
+                self.why = (f"native=True, but the build failed where it was unpickled: {e}" if landed
+                            else f"native=True, but its kernel took too long to build: {e}")
+                if not landed:
+                    import warnings
+                    warnings.warn(f"tapead.compile: the interpreter runs this program: {self.why}",
+                                  stacklevel=4)
                 return
             from ._c import program as _prog
             _prog.prog_set_kernel(prog._p, address, uniform, nscratch)

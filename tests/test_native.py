@@ -713,3 +713,68 @@ def test_a_fused_uniform_forward_stores_every_uniform_value():
         got[shape] = U
     assert not np.isnan(got["lanes2"][:code.nu]).any()
     assert got["split"].tobytes() == got["lanes2"].tobytes() == got["rows"].tobytes()
+
+
+def parameter_network(n_embd=24, n_hidden=96, n_tok=6, seed=3):
+    """(loss, parameters) of a GPT-like loss over its parameters alone (a
+    program of uniform nodes, tens of thousands of them): per position an
+    embedding row, rmsnorm, an MLP through tapead.linear, a softmax and the
+    log-probability of a target, averaged."""
+    rng = random.Random(seed)
+
+    def matrix(r, c):
+        return [[Value(rng.gauss(0, 0.1)) for _ in range(c)] for _ in range(r)]
+    wte, fc1, fc2, head = matrix(n_tok, n_embd), matrix(n_hidden, n_embd), matrix(n_embd, n_hidden), matrix(n_tok, n_embd)
+    losses = []
+    for pos in range(n_tok - 1):
+        x = wte[pos]
+        scale = (sum(v * v for v in x) * (1.0 / n_embd) + 1e-5) ** -0.5
+        x = [v * scale for v in x]
+        h = [v.relu() for v in tapead.linear(x, fc1)]
+        x = [a + b for a, b in zip(tapead.linear(h, fc2), x)]
+        logits = tapead.linear(x, head)
+        top = max(v.data for v in logits)
+        exps = [(v - top).exp() for v in logits]
+        losses.append(-(exps[pos + 1] * sum(exps) ** -1).log())
+    return sum(losses) * (1.0 / len(losses)), [p for m in (wte, fc1, fc2, head) for r in m for p in r]
+
+
+def test_a_large_program_of_parameters_builds_and_replays_bit_for_bit(monkeypatch):
+    """A program of tens of thousands of uniform nodes (a GPT-like loss over
+    its parameters) builds natively in bounded units within the time the
+    build allows (a minute here: its compilers are stopped past it) and
+    gives the interpreter's bits; its dots are fused."""
+    monkeypatch.setenv("TAPEAD_BUILD_TIMEOUT", "60")
+    tapead.clear_guards()
+    loss, params = parameter_network()
+    slow, fast = pair([loss], [], params)
+    code = Code.of(fast)
+    assert code.n > 20000 and codegen.choose(code) == "split" and fast.native
+    assert len(codegen.schedule.uniform_dots(code)) >= 500
+    X = np.zeros((1, 0))
+    pv = np.asarray(slow.params) * 1.01
+    for call in (lambda p: p(X), lambda p: p.grad(X), lambda p: p.grad(X, params=pv),
+                 lambda p: p.grad(X, per_sample=True), lambda p: p.grad(np.zeros((3, 0)), threads=2)):
+        assert same(call(slow), call(fast))
+
+
+def test_a_build_past_its_time_falls_back_where_the_shape_was_chosen(monkeypatch):
+    """native=True whose build runs out of time (TAPEAD_BUILD_TIMEOUT) runs in
+    the interpreter, with a warning and repr saying why; a shape named
+    raises, as any failed build does."""
+    tapead.clear_guards()
+    x, w = Value(0.3), Value(2.0)
+    y = (w * x).exp() * (x + secrets_token())      # a kernel no cache holds
+    monkeypatch.setenv("TAPEAD_BUILD_TIMEOUT", "0.001")
+    with pytest.warns(UserWarning, match="took too long to build"):
+        p = tapead.compile([y], [x], wrt=[w], native=True)
+    assert not p.native and "took too long to build" in repr(p) and "TAPEAD_BUILD_TIMEOUT" in repr(p)
+    X = np.linspace(-1, 1, 9).reshape(-1, 1)
+    assert same(p.grad(X), tapead.compile([y], [x], wrt=[w], native=False).grad(X))
+    with pytest.raises(native.CompilerError, match="TAPEAD_BUILD_TIMEOUT"):
+        tapead.compile([y], [x], wrt=[w], native="lanes2")
+
+
+def secrets_token():
+    import secrets
+    return 1.0 + secrets.randbelow(10 ** 9) * 1e-12

@@ -30,13 +30,17 @@ import time
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-__all__ = ["CompilerError", "cache_dir", "cache_limit", "build_timeout", "key", "headers", "compiler",
+__all__ = ["CompilerError", "BuildTimeout", "cache_dir", "cache_limit", "build_timeout", "key", "headers", "compiler",
            "flags", "avx2", "jobs", "c_key", "library", "fetch", "Entry", "Build"]
 
 
 class CompilerError(RuntimeError):
     """Generated code could not be built: no compiler, or it failed or ran
     out of time (the message says which and why)."""
+
+
+class BuildTimeout(CompilerError):
+    """A compiler ran past its time limit (TAPEAD_BUILD_TIMEOUT) and was stopped."""
 
 
 # ------------------------------------------------------------ settings
@@ -456,30 +460,36 @@ class Build:
                 pass
 
     def run(self, jobs: Sequence[Tuple[List[str], str]], timeout: float, name: str,
-            advice: str = "pass native=False to run the interpreter instead") -> None:
+            advice: str = "pass native=False to run the interpreter instead", at_once: int = 0) -> None:
         """Run each job (argv, what it is: 'unit 1 of 3 (...)') in the build
-        folder, all at once, for at most timeout seconds.  CompilerError
-        (naming name, the compiler, and the job) as soon as one fails, cannot
-        start or runs out of time; no process of any job outlives the call."""
+        folder, at most at_once at a time (0: all), each for at most timeout
+        seconds.  CompilerError (naming name, the compiler, and the job) as
+        soon as one fails, cannot start or runs out of time; no process of
+        any job outlives the call."""
         import selectors
         procs: List["subprocess.Popen[bytes]"] = []
+        waiting = list(jobs)
+        limit = at_once if at_once > 0 else max(1, len(waiting))
         try:
             with selectors.DefaultSelector() as sel:
-                for argv, what in jobs:
-                    p = subprocess.Popen(argv, cwd=self.path, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                         stderr=subprocess.STDOUT, start_new_session=_POSIX)
-                    procs.append(p)
-                    self._tell(f"+{p.pid}")
-                    assert p.stdout is not None
-                    sel.register(p.stdout, selectors.EVENT_READ, (p, what, []))
-                deadline = time.monotonic() + timeout
-                while sel.get_map():            # until every job's output has ended
-                    left = deadline - time.monotonic()
+                while waiting or sel.get_map():     # until every job has started and its output ended
+                    while waiting and len(sel.get_map()) < limit:
+                        argv, what = waiting.pop(0)
+                        p = subprocess.Popen(argv, cwd=self.path, stdin=subprocess.DEVNULL,
+                                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                             start_new_session=_POSIX)
+                        procs.append(p)
+                        self._tell(f"+{p.pid}")
+                        assert p.stdout is not None
+                        sel.register(p.stdout, selectors.EVENT_READ,
+                                     (p, what, [], time.monotonic() + timeout))
+                    first = min(sel.get_map().values(), key=lambda k: k.data[3])
+                    left = first.data[3] - time.monotonic()
                     ready = sel.select(left) if left > 0 else []
                     if not ready:
-                        raise _late(name, next(iter(sel.get_map().values())).data[1], timeout, advice)
+                        raise _late(name, first.data[1], timeout, advice)
                     for k, _ in ready:
-                        p, what, out = k.data
+                        p, what, out, deadline = k.data
                         chunk = os.read(k.fd, 65536)
                         if chunk:
                             out.append(chunk)
@@ -529,7 +539,7 @@ class Build:
 
 
 def _late(name: str, what: str, timeout: float, advice: str) -> CompilerError:
-    return CompilerError(f"tapead stopped {name} after {timeout:g} s: {what} was still being built. "
+    return BuildTimeout(f"tapead stopped {name} after {timeout:g} s: {what} was still being built. "
                          f"Generated code this large takes long to compile: {advice}, or allow it more "
                          f"time with TAPEAD_BUILD_TIMEOUT=<seconds> (now {timeout:g})")
 
@@ -698,7 +708,7 @@ def _build_c(b: Build, argv: List[str], opt: str, include: str, units: List[str]
     else:
         objs = [s[:-2] + ".o" for s in srcs]
         b.run([(argv + flags(opt) + inc + ["-c", "-o", o, s], f"unit {i + 1} of {n} ({s}: {_lines(t)})")
-               for i, (s, o, t) in enumerate(zip(srcs, objs, units))], timeout, name)
+               for i, (s, o, t) in enumerate(zip(srcs, objs, units))], timeout, name, at_once=jobs())
         b.run([(argv + _link_flags() + ["-o", out] + objs + ["-lm"], f"the link of its {n} units")],
               timeout, name)
     with open(os.path.join(b.path, out), "rb") as fh:

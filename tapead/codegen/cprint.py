@@ -381,9 +381,18 @@ def uniform_library(code: Code, dots: Dict[int, UDot]) -> Tuple[List[str], str]:
     return defs, protos + top
 
 
-def deal(units: List[str], funcs: List[str]) -> List[str]:
-    """units with funcs dealt out among them in turn (each gets some of each kind)."""
-    out = list(units)
+# A translation unit holds about this many bytes of C at most (more units
+# are made where a program needs them, compiled a few at a time): a
+# compiler's memory grows with its unit (about 170 MB for 1.3 MB of C here)
+UNIT_BYTES = 2 << 20
+
+
+def deal(units: List[str], funcs: List[str], pre: str) -> List[str]:
+    """units with funcs dealt out among them in turn (each gets some of each
+    kind), and more units (each starting with pre) while the functions
+    would make a unit pass UNIT_BYTES."""
+    size = sum(map(len, funcs)) + sum(map(len, units))
+    out = list(units) + [pre] * max(0, -(-size // UNIT_BYTES) - len(units))
     for i, f in enumerate(funcs):
         out[i % len(out)] += f
     return out
@@ -614,4 +623,4 @@ class SplitPrinter(CPrinter):
         uparts, utop = uniform_library(code, dots)
         n = max(1, min(n, len(funcs) + len(uparts)))
         units = [pre + decl + "".join(kernels) + DISPATCH + utop] + [pre] * (n - 1)
-        return deal(units, funcs + uparts)
+        return deal(units, funcs + uparts, pre)

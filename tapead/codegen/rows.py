@@ -462,5 +462,5 @@ TA_PART int ta_rows_forward(const ta_run_t *R, const double *U, double *const re
         uparts, utop = uniform_library(code, self.dots)
         if n <= 1:
             return [pre + defs + fwfn + "".join(ks) + DISPATCH + utop + "".join(uparts)]
-        return deal([pre + decls + defs + fwfn + ks[0] + DISPATCH + utop, pre + ks[1], pre + ks[2]], uparts)
+        return deal([pre + decls + defs + fwfn + ks[0] + DISPATCH + utop, pre + ks[1], pre + ks[2]], uparts, pre)
 
