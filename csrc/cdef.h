@@ -140,7 +140,7 @@ int64_t ta_tapes_alive(void);          /* tapes (and no_grad arenas) not yet fre
  * being what a tape is per, which threading.local need not be (gevent
  * makes it per greenlet). */
 int64_t ta_tape_tag(void);
-/* native.c: put the native front (module tapead._native) into sys.modules;
+/* module.c: put the native front (module tapead._native) into sys.modules;
  * TA_OK, or a status if this build has none (PyPy) or it failed. */
 int     ta_native_install(void);
 int     ta_collect(void);

@@ -306,7 +306,7 @@ static inline void ta_adj_put(ta_tape *T, ta_seg *s, uint32_t o, double v)
  * extern "Python+C", defined in tapead/custom.py): 0, or -1 if it raised. */
 int ta_custom_rule(int64_t node, int64_t key);
 /* The native front's direct route to the same Python function (set by
- * native.c; NULL: use ta_custom_rule, the cffi callback). */
+ * module.c's bind; NULL: use ta_custom_rule, the cffi callback). */
 extern int (*ta_rule_hook)(int64_t node, int64_t key);
 
 

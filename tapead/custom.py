@@ -42,7 +42,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False   # typing is not imported at run time (see tapead._c)
 if TYPE_CHECKING:
-    from typing import Any, Callable, Iterable, List, Optional, Sequence, SupportsFloat, Tuple
+    from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, SupportsFloat, Tuple
 
 from . import _c
 from ._c import OP, OP_KINDS, OP_NAMES
@@ -79,14 +79,14 @@ class _Node:
 
 
 # The owner type of this front: _Node, or the native front's C type of the
-# same fields (csrc/native.c: vn_obj), which makes, registers, runs and
-# sets owners in C, through _c.tape and _every below (bind_native).
+# same fields (csrc/owner.c: vn_obj), which makes, registers, runs and
+# sets owners in C, through _c.tape and _every below (native_hooks).
 _Owner: Any = _Node
 
 
 def join(a: Any, b: Any) -> Any:
     """What a Value made from Values carrying a and b carries (None: nothing;
-    csrc/native.c: va_join does the same for the native front's ops)."""
+    csrc/value.c: va_join does the same for the native front's ops)."""
     if a is None or a is b:
         return b
     if b is None:
@@ -218,11 +218,19 @@ def attach(front: Any) -> None:
     _engine = front
 
 
+def native_hooks() -> Dict[str, Any]:
+    """What the native front calls here, by name (engine.native_hooks): the
+    rule hook, local_grads' node, the map of owners (this thread's Tape), the
+    nudge each 64th owner gives, and where a rule's exception waits."""
+    return dict(rule=ta_custom_rule, grads=grads_value, tape=_c.tape, every=_every, tl=_tl)
+
+
 def bind_native(native: Any) -> None:
-    """The native front's C versions of the hot helpers (engine._native_front)."""
+    """The native front's C versions of the hot helpers and its owner type
+    (engine._native_front, once the hooks are bound)."""
     global _raw_info, _key, _native_pre, _Owner
     _raw_info, _key, _native_pre = native.custom_info, native.custom_key, native.precomputed
-    _Owner = native.owners(_c.tape, _every, _tl)
+    _Owner = native.owner_type()
 
 
 def info(v: Any) -> Optional[Tuple[Tuple[int, ...], str, int]]:
@@ -374,7 +382,7 @@ def no_children(children: Any) -> bool:
     """Whether Value(data, children, ...) has no children: None, or a sized
     container with no items.  By its length, not its truth value, which a
     numpy array of Values has not; an iterator's items decide later.
-    (csrc/native.c: va_no_children is the native front's.)"""
+    (csrc/owner.c: va_no_children is the native front's.)"""
     if children is None:
         return True
     try:

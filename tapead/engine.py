@@ -772,7 +772,7 @@ def collect() -> int:
 
 
 # ------------------------------------------------------------ the fronts
-# tapead.Value is the native type (csrc/native.c) on CPython, or the class
+# tapead.Value is the native type (csrc/value.c) on CPython, or the class
 # above (the cffi front: PyPy's fast path, TAPEAD_FRONT=cffi on CPython).
 # The native type implements what is hot in C; what is not is written once,
 # above, and assigned onto it.
@@ -793,6 +793,13 @@ class _InitSignature:
         return inspect.signature(PyValue)
 
 
+def native_hooks() -> Dict[str, Any]:
+    """The Python the native front calls, by name (csrc/value.h: VA_HOOKS),
+    all bound in one call."""
+    return dict(error=error, real=_real, restore=_restore, other=_other, setattr=_nd.set_attr,
+                **_custom.native_hooks())
+
+
 def _native_front() -> Any:
     """The native Value type, or None where this build has none (PyPy)."""
     if not _c.native_install():
@@ -808,8 +815,7 @@ def _native_front() -> Any:
         setattr(t, k, PyValue.__dict__[k])
     if t.__text_signature__ is None:   # CPython 3.9: PyType_FromSpec drops the doc's signature line
         t.__signature__ = _InitSignature()
-    _native.set_hooks(error, _real, _restore, _other, _nd.set_attr, _custom.ta_custom_rule,
-                      _custom.grads_value)
+    _native.bind(**native_hooks())
     _custom.bind_native(_native)
     _cprog.bind_native(_native)
     return t

@@ -741,13 +741,13 @@ def test_the_tape_is_looked_at_every_64_owners_made():
     native = sys.modules.get("tapead._native") if E.FRONT == "native" else None
     C._every = spy
     if native is not None:
-        native.owners(tapead._c.tape, spy, C._tl)
+        native.bind(**{**E.native_hooks(), "every": spy})
     try:
         left = on_fresh_tape(run)
     finally:
         C._every = every
         if native is not None:
-            native.owners(tapead._c.tape, every, C._tl)
+            native.bind(**E.native_hooks())
     assert len(calls) == 10
     # the map: the live owner (native: the dead leave it), or a purged rest (cffi)
     assert left <= (1 if native is not None else 256 + 64 if REFCOUNTED else 640)

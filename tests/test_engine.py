@@ -256,3 +256,27 @@ def test_an_unknown_front_is_refused():
     r = subprocess.run([sys.executable, "-c", "import tapead"], capture_output=True, text=True,
                        env={**__import__("os").environ, "TAPEAD_FRONT": "fast"})
     assert r.returncode != 0 and "TAPEAD_FRONT must be 'native' or 'cffi'" in r.stderr
+
+
+@pytest.mark.skipif(tapead.FRONT != "native", reason="the native front's binding")
+def test_the_native_front_is_bound_by_name_and_refuses_a_wrong_binding_whole():
+    """bind takes every hook the native front calls, by name: one missing,
+    unknown, positional or not callable is a TypeError that names it, and
+    the hooks bound before stay as they were."""
+    import sys
+    import tapead.engine as E
+    native = sys.modules["tapead._native"]
+    hooks = E.native_hooks()
+    some = next(iter(hooks))
+    for args, kw, says in [((), {k: v for k, v in hooks.items() if k != some}, f"hook {some} is missing"),
+                           ((), {**hooks, "errror": hooks["error"]}, "no hook is named 'errror'"),
+                           ((hooks["error"],), hooks, "by name only"),
+                           ((), {**hooks, "real": 1.5}, "hook real must be callable, not float")]:
+        with pytest.raises(TypeError, match=says):
+            native.bind(*args, **kw)
+    native.bind(**hooks)                 # the whole set again: the same hooks
+    with pytest.raises(ZeroDivisionError, match="division by zero"):
+        Value(1.0) / Value(0.0)          # (the error hook, still bound)
+    with pytest.raises(TypeError, match="str"):
+        Value("1")                       # (the real hook)
+    assert (Value(2.0) * 3).data == 6.0
