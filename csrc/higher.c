@@ -28,6 +28,7 @@
 #include <string.h>
 #include "higher.h"
 #include "replay.h"
+#include "custom.h"
 
 /* Every row of the op table (ops.def) has its four rules, forward and
  * partials (ops.h), derivative as ops and second partials (higher.h):

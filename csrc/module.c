@@ -8,6 +8,7 @@ int ta_native_install(void) { return TA_ENONATIVE; }
 #else
 #include "value.h"
 #include "native_prog.h"
+#include "custom.h"
 
 PyObject *va_hooks[VA_NHOOKS];
 

@@ -10,6 +10,7 @@
 #include "value.h"
 #include <structmember.h>
 #include <string.h>
+#include "custom.h"
 
 /* An exception from a rule that could not be kept with the thread (no
  * memory; va_rule): kept here until backward() raises it (va_fail_in).

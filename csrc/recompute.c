@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "replay.h"
+#include "custom.h"
 #include "ops.h"
 
 /* -------------------------------------------------------------- plans

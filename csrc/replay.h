@@ -45,12 +45,13 @@ static inline int ta_compare(int kind, double x, double y)
     default: return x >= y;
     }
 }
-/* T's guards, created on first use (NULL: out of memory); they are the
- * one state attached to the tape (tapead.h: ta_attach). */
+/* T's guards, created on first use (NULL: out of memory); they are a
+ * layer's state attached to the tape (tapead.h: ta_attach). */
+extern const struct ta_layer ta_guard_layer;
 struct ta_guards *ta_guards_of(ta_tape *T);
 /* T's guards, or NULL if none were ever recorded: creates nothing. */
 static inline struct ta_guards *ta_guards_if_any(const ta_tape *T)
-{ return (struct ta_guards *)T->attached; }
+{ return (struct ta_guards *)ta_attached(T, &ta_guard_layer); }
 void ta_plans_drop(struct ta_guards *G);    /* recompute.c */
 
 /* ----------------------------------------------------------- subtape */

@@ -9,6 +9,7 @@
  * its own), so a failed call changes nothing. */
 #include <stdlib.h>
 #include "replay.h"
+#include "custom.h"
 
 /* Resolve the root and take its sub-tape (flags: ta_sub_extract's).  On
  * failure S holds nothing. */

@@ -13,6 +13,7 @@
 #include <structmember.h>
 #include <string.h>
 #include "ops.h"
+#include "custom.h"
 
 PyTypeObject *va_type = NULL;
 /* "data" and "grad", interned: v.grad += x in a rule sets without a lookup (va_setattro) */
