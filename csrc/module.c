@@ -10,8 +10,6 @@ int ta_native_install(void) { return TA_ENONATIVE; }
 #include "native_prog.h"
 #include "custom.h"
 
-PyObject *va_hooks[VA_NHOOKS];
-
 static const char *const va_hook_names[VA_NHOOKS] = {
 #define VA_HOOK_NAME(name, callable) #name,
     VA_HOOKS(VA_HOOK_NAME)

@@ -16,6 +16,7 @@
 #include "custom.h"
 
 PyTypeObject *va_type = NULL;
+PyObject *va_hooks[VA_NHOOKS];             /* (module.c: bind) */
 /* "data" and "grad", interned: v.grad += x in a rule sets without a lookup (va_setattro) */
 static PyObject *va_data_name = NULL, *va_grad_name = NULL;
 

@@ -89,7 +89,7 @@ enum {
 #undef VA_HOOK_ENUM
     VA_NHOOKS
 };
-extern PyObject *va_hooks[VA_NHOOKS];      /* NULL until bound (module.c) */
+extern PyObject *va_hooks[VA_NHOOKS];      /* value.c's; NULL until bound (module.c) */
 #define VA_HOOK(name) (va_hooks[VA_H_##name])
 
 /* ------------------------------------------------------ value.c */
