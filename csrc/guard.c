@@ -53,7 +53,6 @@ static void ta_guards_free(ta_tape *T, void *state)
 {
     struct ta_guards *G = (struct ta_guards *)state;
     (void)T;
-    ta_plans_drop(G);
     ta_hash_drop(G);
     free(G->g); free(G);
 }
@@ -79,7 +78,6 @@ static void ta_guards_gc(ta_tape *T, void *state)
     G->failed = -1;
     G->ver++;
     ta_hash_drop(G);    /* indices moved: rebuilt at the next comparison */
-    ta_plans_drop(G);   /* the collector may have freed nodes a plan points to */
 }
 
 /* ------------------------------------------------------ the key table */

@@ -22,15 +22,10 @@ typedef struct {
     uint8_t  bind;      /* (the tape's list) it binds the last ta_sub_replay's sub-tape */
 } ta_guard;
 
-typedef struct ta_plan ta_plan;
-#define TA_NPLANS 4
-
 struct ta_guards {
     ta_guard *g;  uint32_t n, cap;
     uint32_t *hash; uint32_t hcap;  /* index + 1 of each guard by its key (0: empty) */
     uint64_t  ver;                  /* bumped whenever a guard is added or changed */
-    ta_plan  *plans[TA_NPLANS];     /* recompute plans (recompute.c)           */
-    uint32_t  next;
     int64_t   failed;               /* guard index of the last TA_EGUARD       */
     double    fx, fy;               /* values that flipped it                  */
 };
@@ -52,7 +47,6 @@ struct ta_guards *ta_guards_of(ta_tape *T);
 /* T's guards, or NULL if none were ever recorded: creates nothing. */
 static inline struct ta_guards *ta_guards_if_any(const ta_tape *T)
 { return (struct ta_guards *)ta_attached(T, &ta_guard_layer); }
-void ta_plans_drop(struct ta_guards *G);    /* recompute.c */
 
 /* ----------------------------------------------------------- subtape */
 #define TA_NONE UINT32_MAX
