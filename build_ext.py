@@ -28,12 +28,12 @@ else:
         cflags += ["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined"]
         ldflags += ["-fsanitize=address,undefined"]
 
-# The native front (csrc/value.h and its files) uses the full CPython API, so the module
+# The CPython front (csrc/value.h and its files) uses the full CPython API, so the module
 # is built for this CPython version, not the stable ABI; PyPy builds leave
 # it out (there the cffi front is the fast one).
 defines = [("_CFFI_NO_LIMITED_API", None)]
 if platform.python_implementation() != "CPython":
-    defines.append(("TA_NO_NATIVE", None))
+    defines.append(("TA_NO_CPYTHON", None))
 
 with open(os.path.join(HERE, CSRC, "cdef.h")) as f:
     CDEF = f.read()

@@ -86,7 +86,7 @@ def prog_ref():
                    "int prog_ref(uint32_t n, const uint8_t *op, const uint32_t *a,"
                    " const uint32_t *b, const double *c, uint32_t reps);",
                    sources=[os.path.join(here, "prog_ref.c"), os.path.join(csrc, "ops.c")],
-                   include_dirs=[csrc], define_macros=[("TA_NO_NATIVE", None)],
+                   include_dirs=[csrc], define_macros=[("TA_NO_CPYTHON", None)],
                    extra_compile_args=["-O3", "-std=c99", "-fno-strict-aliasing", "-ffp-contract=off"],
                    extra_link_args=["-lm"])
     path = ffi.compile(tmpdir=tempfile.mkdtemp(prefix="prog_ref"))

@@ -74,7 +74,7 @@ int ta_set_val(int64_t id, double x)
  * (whether the Value had a node already is seen only through an
  * exception, so the cffi front also counts the rare first __init__ of a
  * Value weakly referenced before it; a count too many only makes holders
- * take their ids again).  The native front counts the same moves. */
+ * take their ids again).  The CPython front counts the same moves. */
 static int64_t ta_rebind_n = 0;       /* (atomic) */
 uint64_t ta_rebinds(void) { return (uint64_t)TA_ATOMIC_ADD64(&ta_rebind_n, 0); }
 void ta_rebound(void) { TA_ATOMIC_ADD64(&ta_rebind_n, 1); }

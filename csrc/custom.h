@@ -87,7 +87,7 @@ static inline void ta_adj_put(ta_tape *T, ta_seg *s, uint32_t o, double v)
 /* The Python hook the sweep calls at a node with a Python rule (cffi
  * extern "Python+C", defined in tapead/custom.py): 0, or -1 if it raised. */
 int ta_custom_rule(int64_t node, int64_t key);
-/* The native front's direct route to the same Python function (set by
+/* The CPython front's direct route to the same Python function (set by
  * module.c's bind; NULL: use ta_custom_rule, the cffi callback). */
 extern int (*ta_rule_hook)(int64_t node, int64_t key);
 

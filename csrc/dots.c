@@ -1,6 +1,6 @@
-/* dots.c: tapead.dot and tapead.linear on the native front (value.h: the
+/* dots.c: tapead.dot and tapead.linear on the CPython front (value.h: the
  * front's files and their contract). */
-#ifndef TA_NO_NATIVE
+#ifndef TA_NO_CPYTHON
 #include "value.h"
 #include "nn.h"
 

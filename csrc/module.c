@@ -1,13 +1,13 @@
-/* module.c: the module tapead._native, which holds the native front
+/* module.c: the module tapead._cpython, which holds the CPython front
  * (value.h: its files and their contract): its functions, the one call
  * that binds the Python it calls (bind), and its installation, which cffi
- * calls at import (ta_native_install). */
-#ifdef TA_NO_NATIVE
+ * calls at import (ta_cpython_install). */
+#ifdef TA_NO_CPYTHON
 #include "tapead.h"
-int ta_native_install(void) { return TA_ENONATIVE; }
+int ta_cpython_install(void) { return TA_ENOCPYTHON; }
 #else
 #include "value.h"
-#include "native_prog.h"
+#include "program_call.h"
 #include "custom.h"
 
 static const char *const va_hook_names[VA_NHOOKS] = {
@@ -79,15 +79,15 @@ static PyObject *va_tape_tag(PyObject *mod, PyObject *u)
 static PyObject *va_owner_type(PyObject *mod, PyObject *u)
 {
     (void)mod; (void)u;
-    if (!vn_type) { PyErr_SetString(PyExc_RuntimeError, "tapead: the native front is not bound"); return NULL; }
+    if (!vn_type) { PyErr_SetString(PyExc_RuntimeError, "tapead: the CPython front is not bound"); return NULL; }
     return VA_NEWREF(vn_type);
 }
 
 static PyMethodDef va_module_methods[] = {
-    {"make_type", va_make_type, METH_O, "make_type(docs): the native Value type"},
+    {"make_type", va_make_type, METH_O, "make_type(docs): the C Value type"},
     {"bind", (PyCFunction)(void (*)(void))va_bind, METH_VARARGS | METH_KEYWORDS,
      "bind(error, real, restore, other, setattr, rule, grads, tape, every, tl): the Python the "
-     "native front calls, every one by name"},
+     "CPython front calls, every one by name"},
     {"owner_type", va_owner_type, METH_NOARGS, "owner_type(): the type of a custom node's owner"},
     {"custom_info", va_custom_info, METH_O, "custom_info(v): (key, name, inputs) or None"},
     {"custom_key", va_custom_key, METH_O, "custom_key(v): the key of v's custom node, or None"},
@@ -96,20 +96,20 @@ static PyMethodDef va_module_methods[] = {
     {"adopt", va_adopt, METH_VARARGS, "adopt(h, n, own=None): Values taking over the holds of a held list"},
     {"dots", (PyCFunction)(void (*)(void))va_dots, METH_VARARGS | METH_KEYWORDS,
      "dots(dot=, linear=): the fast tapead.dot and tapead.linear, over these general paths"},
-    {"program_box", vp_box_type, METH_NOARGS, "program_box(): the type of a Program's box (native_prog.c)"},
+    {"program_box", vp_box_type, METH_NOARGS, "program_box(): the type of a Program's box (program_call.c)"},
     {"run", (PyCFunction)(void (*)(void))vp_run, METH_FASTCALL,
      "run(box, X, B, nin, Y, nout, seed, seedmode, G, nwrt, per_sample, parts, nblocks, params, npar, "
-     "threads): a Program's call (native_prog.c)"},
+     "threads): a Program's call (program_call.c)"},
     {NULL, NULL, 0, NULL}
 };
 
 static struct PyModuleDef va_module = {
-    PyModuleDef_HEAD_INIT, "tapead._native", "The native front (csrc/value.h).", -1,
+    PyModuleDef_HEAD_INIT, "tapead._cpython", "The CPython front (csrc/value.h).", -1,
     va_module_methods, NULL, NULL, NULL, NULL};
 
-/* Called through cffi (the GIL released): puts the module tapead._native
+/* Called through cffi (the GIL released): puts the module tapead._cpython
  * into sys.modules.  TA_OK, or TA_ENOMEM if that failed. */
-int ta_native_install(void)
+int ta_cpython_install(void)
 {
     PyGILState_STATE g = PyGILState_Ensure();
     PyObject *m, *mods;
@@ -121,7 +121,7 @@ int ta_native_install(void)
          * free list is compiled out, and every tape is its thread's own */
         PyUnstable_Module_SetGIL(m, Py_MOD_GIL_NOT_USED);
 #endif
-        if ((mods = PyImport_GetModuleDict()) && PyDict_SetItemString(mods, "tapead._native", m) == 0)
+        if ((mods = PyImport_GetModuleDict()) && PyDict_SetItemString(mods, "tapead._cpython", m) == 0)
             st = TA_OK;
         Py_DECREF(m);
     }

@@ -1,12 +1,12 @@
-/* owner.c: custom nodes on the native front.  The owner type (vn_obj,
- * the native tapead/custom.py _Node), made, registered in its tape's map
+/* owner.c: custom nodes on the CPython front.  The owner type (vn_obj,
+ * the CPython front's tapead/custom.py _Node), made, registered in its tape's map
  * and run from C; Value(data, _children, _op) and Value(data, children,
  * local_grads) as the Value's __init__ makes them; out._backward = rule
  * kept without a Python call; the rule hook the reverse sweep calls
  * (va_rule, through custom.c's ta_rule_hook); and the module's custom-node
  * functions (custom_key, custom_info, precomputed).  value.h: the front's
  * contract. */
-#ifndef TA_NO_NATIVE
+#ifndef TA_NO_CPYTHON
 #include "value.h"
 #include <structmember.h>
 #include <string.h>
@@ -20,7 +20,7 @@ static PyObject *va_rule_exc = NULL;
 
 /* ------------------------------------------------------ owners */
 
-/* A custom node's owner, the native front's tapead/custom.py _Node (the
+/* A custom node's owner, the CPython front's tapead/custom.py _Node (the
  * cffi front's is that class; the design and its reasons are written
  * there): the node's rule (the user's _backward, NULL until set), up
  * (what its inputs' Values carried), its key and its tape's Python side
@@ -509,7 +509,7 @@ PyObject *va_custom_info(PyObject *mod, PyObject *v)
 }
 
 /* precomputed(value, inputs, partials, name id): tapead.precomputed on the
- * native front, arguments already checked by Python (floats, Values, equal
+ * CPython front, arguments already checked by Python (floats, Values, equal
  * lengths), so only their types are verified here. */
 PyObject *va_precomputed(PyObject *mod, PyObject *args)
 {

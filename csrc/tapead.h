@@ -8,7 +8,7 @@
  * its segment is held.
  *
  * Holds.  Whatever Python can reach a node through holds the node's
- * segment: a native Value holds it once, a cffi-front segment token once,
+ * segment: a C Value holds it once, a cffi-front segment token once,
  * and a call that hands Python new node ids holds once per id, in a held
  * list Python owns (cdef.h), before it returns.  A hold is taken in the
  * same C call that makes the node, so a node is never visible to Python
@@ -63,7 +63,7 @@ struct ta_seg {          /* typedef'd in cdef.h, where Python sees it as opaque 
 };
 
 /* Segments are aligned to TA_SEG_ALIGN so a (segment, offset) pair packs
- * into one word: the native Value stores a node as seg | off. */
+ * into one word: the C Value stores a node as seg | off. */
 #define TA_SEG_ALIGN 4096u
 
 typedef struct ta_tape {
@@ -201,7 +201,7 @@ int ta_resolve(ta_tape *T, int64_t id, ta_seg **s, uint32_t *off);
 int ta_resolve_any(ta_tape *T, int64_t id, ta_seg **s, uint32_t *off, int *ng);
 
 /* sweep.c: ta_backward from node ro of segment rs, a node of T itself
- * (resolved, or held by the caller: the native front's Value). */
+ * (resolved, or held by the caller: the CPython front's Value). */
 int ta_backward_at(ta_tape *T, ta_seg *rs, uint32_t ro);
 
 /* record.c: appending nodes.  Append one node: ta_push gives its ref and

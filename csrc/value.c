@@ -1,4 +1,4 @@
-/* value.c: the native front's Value type (value.h: the front's files and
+/* value.c: the CPython front's Value type (value.h: the front's files and
  * their contract).  Its number slots and unary methods record on the
  * calling thread's tape through ta_record_at, the same function the cffi
  * front reaches through ta_op1/ta_op2/ta_opc, so the two fronts share
@@ -8,7 +8,7 @@
  * cffi front's (the error hook), so their types and messages are the same
  * on both fronts.  A custom node's parts (Value(data, _children, _op),
  * local_grads, out._backward = rule) are owner.c's. */
-#ifndef TA_NO_NATIVE
+#ifndef TA_NO_CPYTHON
 #include "value.h"
 #include <structmember.h>
 #include <string.h>

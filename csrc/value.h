@@ -1,17 +1,17 @@
-/* value.h: what the files of the native front share.
+/* value.h: what the files of the CPython front share.
  *
  *   value.c    the Value type: making Values, their ops, slots and methods
  *   owner.c    custom nodes on this front: the owner type, Value(data,
  *              _children, _op) and local_grads, precomputed, the rule call
  *   dots.c     tapead.dot and tapead.linear's common case
- *   module.c   the module tapead._native: its functions, bind, install
+ *   module.c   the module tapead._cpython: its functions, bind, install
  *
- * THE CONTRACT OF THESE FILES.  They and native_prog.c (a Program's call)
+ * THE CONTRACT OF THESE FILES.  They and program_call.c (a Program's call)
  * are the only C files that include Python.h; the core never calls them,
  * except through one function pointer, ta_rule_hook (custom.c), which
  * bind sets.  Every function cdef.h declares is called by cffi with the
  * GIL released, so no such function may touch a Python object: the one
- * here, ta_native_install, takes the GIL itself, and so does va_rule,
+ * here, ta_cpython_install, takes the GIL itself, and so does va_rule,
  * which the reverse sweep calls (from ta_backward through cffi, the GIL
  * released, or from Value.backward, the GIL held).  Everything else runs
  * with the GIL held (slots and methods are called by the interpreter).
@@ -19,8 +19,8 @@
  * mutable state between threads (the free list and the owner map's cache
  * are compiled out; the rest is set once, at import).
  *
- * PyPy builds (TA_NO_NATIVE) leave all of this out: there the cffi front
- * is the fast one, and ta_native_install reports that it has none. */
+ * PyPy builds (TA_NO_CPYTHON) leave all of this out: there the cffi front
+ * is the fast one, and ta_cpython_install reports that it has none. */
 #ifndef TAPEAD_VALUE_H
 #define TAPEAD_VALUE_H
 

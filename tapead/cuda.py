@@ -383,7 +383,7 @@ def _nofail(cp: Any) -> Any:
 
 
 def _failed(fail: Any) -> Optional[int]:
-    """The lowest failing row's code (row << 8 | status), or None."""
+    """The failure word of the lowest failing row (row << 8 | status), or None."""
     v = int(fail.get()[0])
     return None if v == 0 else v ^ _NOFAIL
 
@@ -418,7 +418,7 @@ class _FailWord:
         return self.dev
 
     def read(self, rt: Any, stream: int) -> Optional[int]:
-        """After the launches on stream: the lowest failing row's code (row
+        """After the launches on stream: the failure word of the lowest failing row (row
         << 8 | status), or None; waits for the stream."""
         rt.memcpyAsync(self.hptr, self.dptr, 8, rt.memcpyDeviceToHost, stream)
         rt.streamSynchronize(stream)
@@ -461,12 +461,12 @@ def _rowsum(cp: Any, P: _Plan, A: Any) -> Any:
 
 
 def _failure(cp: Any, P: _Plan, prog: Any, X: Any, par: Any, seed: Any, seedmode: int,
-             code: int, row0: int) -> Exception:
-    """The exception for the first failing row (code: *fail): that row rerun
+             fail: int, row0: int) -> Exception:
+    """The exception for the first failing row (fail: its failure word, *fail): that row rerun
     alone through the interpreter, which writes down what failed there."""
     from ._c.program import _run_error
     from types import SimpleNamespace
-    row = code >> 8
+    row = fail >> 8
     Y = cp.empty((max(P.nout, 1), row + 1), dtype=cp.float64)
     G = cp.empty((max(P.nwrt, 1), row + 1), dtype=cp.float64)
     fail = _nofail(cp)
@@ -475,7 +475,7 @@ def _failure(cp: Any, P: _Plan, prog: Any, X: Any, par: Any, seed: Any, seedmode
     d = detail.get().tolist()
     st = int(d[0]) if _failed(fail) is not None else 0
     if st == 0:    # cannot happen: the same device functions on the same row
-        return RuntimeError(f"Program on the GPU: row {row + row0} failed (status {code & 0xFF})")
+        return RuntimeError(f"Program on the GPU: row {row + row0} failed (status {fail & 0xFF})")
     f = SimpleNamespace(row=row, op=int(d[1]), x=d[2], y=d[3], guard=int(d[4]),
                         kind=int(d[5]), outcome=int(d[6]))
     return _run_error(st, f, row0)
@@ -548,9 +548,9 @@ def _run(cp: Any, prog: Any, X: Any, seed: Any, grad: Optional[str], params: Any
             _interp(cp, P, Xd, par, sd, seedmode, Y, G, fail, 0, B)
         if grad == "sum":            # queued before the wait: one wait a call
             G = _rowsum(cp, P, G)
-        code = fw.read(rt, stream)
-        if code is not None:
-            raise _failure(cp, P, prog, Xd, par, sd, seedmode, code, row0)
+        fail = fw.read(rt, stream)
+        if fail is not None:
+            raise _failure(cp, P, prog, Xd, par, sd, seedmode, fail, row0)
     elif grad == "sum":
         G = cp.zeros(nwrt, dtype=cp.float64)
     if grad is None:

@@ -9,7 +9,7 @@ so its value and every gradient are those of the generator, bit for bit.
 number is any real number the operators take (engine._real: int, float,
 bool, numpy scalars, ...).
 
-What is defined here holds on both fronts: the native front's dot and
+What is defined here holds on both fronts: the CPython front's dot and
 linear (csrc/dots.c) take the common case themselves (lists or tuples of
 this thread's Values and floats, every row's first term with a Value) and
 hand every other call to _dot / _linear below.  Those check everything
@@ -233,8 +233,8 @@ def _linear_cffi(x: Sequence[Operand], W: Sequence[Sequence[Operand]]) -> List[A
 
 dot: Callable[[Sequence[Operand], Sequence[Operand]], Union[Value, float, int]]
 linear: Callable[[Sequence[Operand], Sequence[Sequence[Operand]]], List[Any]]
-if FRONT == "native":   # C takes the common case (csrc/dots.c), then the general path
-    dot, linear = sys.modules["tapead._native"].dots(dot=_dot, linear=_linear)
+if FRONT == "cpython":   # C takes the common case (csrc/dots.c), then the general path
+    dot, linear = sys.modules["tapead._cpython"].dots(dot=_dot, linear=_linear)
 else:                   # _c.bulk.sums_fast takes the common case, then the general path
     _dot_cffi.__doc__, _linear_cffi.__doc__ = _dot.__doc__, _linear.__doc__
     dot, linear = _dot_cffi, _linear_cffi

@@ -54,10 +54,10 @@ _OFFMASK = (1 << _c.SHIFT) - 1
 
 # The cffi front's current token (_holds._tok) and what to do when C says a
 # node would land elsewhere: tapead/_c/holds.py.
-def _slow(code: int, used: _Token, fn: Callable[..., int], *args: Any) -> Value:
+def _slow(st: int, used: _Token, fn: Callable[..., int], *args: Any) -> Value:
     """The slow path of every recording call `fn(*args, key)` (holds.slow):
     the new node's Value, or the error raised."""
-    i, t = _holds.slow(code, used, fn, *args)
+    i, t = _holds.slow(st, used, fn, *args)
     v = _new(PyValue); v._i = i; v._t = t; v._o = None
     return v
 
@@ -182,7 +182,7 @@ class Value:
     (10.0, 7.0)
     """
     # __dict__: the user's attributes (v.name = 'x1', as micrograd's Value
-    # takes), made only when one is set; the native type keeps them with the
+    # takes), made only when one is set; the C type keeps them with the
     # node instead (tapead/nodedata.py), to stay small.
     __slots__ = ("_i", "_t", "_o", "__weakref__", "__dict__")
     _i: int                   # node id
@@ -772,9 +772,9 @@ def collect() -> int:
 
 
 # ------------------------------------------------------------ the fronts
-# tapead.Value is the native type (csrc/value.c) on CPython, or the class
+# tapead.Value is the C type (csrc/value.c) on CPython, or the class
 # above (the cffi front: PyPy's fast path, TAPEAD_FRONT=cffi on CPython).
-# The native type implements what is hot in C; what is not is written once,
+# The C type implements what is hot in C; what is not is written once,
 # above, and assigned onto it.
 PyValue = Value
 FRONT = "cffi"
@@ -786,50 +786,52 @@ _DOCUMENTED = ("data", "grad", "backward", "maximum", "minimum", *(name for name
 
 class _InitSignature:
     """inspect.signature(Value) where the type's doc lost its signature line:
-    the cffi Value's constructor, whose arguments the native type takes."""
+    the cffi Value's constructor, whose arguments the C type takes."""
 
     def __get__(self, obj: Any, cls: Any = None) -> Any:
         import inspect
         return inspect.signature(PyValue)
 
 
-def native_hooks() -> Dict[str, Any]:
-    """The Python the native front calls, by name (csrc/value.h: VA_HOOKS),
+def cpython_hooks() -> Dict[str, Any]:
+    """The Python the CPython front calls, by name (csrc/value.h: VA_HOOKS),
     all bound in one call."""
     return dict(error=error, real=_real, restore=_restore, other=_other, setattr=_nd.set_attr,
-                **_custom.native_hooks())
+                **_custom.cpython_hooks())
 
 
-def _native_front() -> Any:
-    """The native Value type, or None where this build has none (PyPy)."""
-    if not _c.native_install():
+def _cpython_front() -> Any:
+    """The C Value type, or None where this build has none (PyPy)."""
+    if not _c.cpython_install():
         return None
-    _native: Any = sys.modules["tapead._native"]   # put there by ta_native_install
+    front: Any = sys.modules["tapead._cpython"]   # put there by ta_cpython_install
     docs = {k: getattr(PyValue, k).__doc__ or "" for k in _DOCUMENTED}
     # the constructor's signature, as CPython reads it off a C type's doc
     # (inspect.signature, help): the first line, then "--"
     docs["Value"] = ("Value(data, _children=(), _op='', label='', local_grads=None)\n--\n\n"
                      + (PyValue.__doc__ or ""))
-    t = _native.make_type(docs)
+    t = front.make_type(docs)
     for k in _SHARED:
         setattr(t, k, PyValue.__dict__[k])
     if t.__text_signature__ is None:   # CPython 3.9: PyType_FromSpec drops the doc's signature line
         t.__signature__ = _InitSignature()
-    _native.bind(**native_hooks())
-    _custom.bind_native(_native)
-    _cprog.bind_native(_native)
+    front.bind(**cpython_hooks())
+    _custom.bind_cpython(front)
+    _cprog.bind_cpython(front)
     return t
 
 
 if not TYPE_CHECKING:
-    _want = os.environ.get("TAPEAD_FRONT", "native")
-    if _want not in ("native", "cffi"):
-        raise ImportError(f"TAPEAD_FRONT must be 'native' or 'cffi', not {_want!r}")
-    _nt = _native_front() if _want == "native" else None
+    _want = os.environ.get("TAPEAD_FRONT", "cpython")
+    if _want == "native":   # the CPython front's older name, still accepted
+        _want = "cpython"
+    if _want not in ("cpython", "cffi"):
+        raise ImportError(f"TAPEAD_FRONT must be 'cpython' or 'cffi', not {_want!r}")
+    _nt = _cpython_front() if _want == "cpython" else None
     if _nt is not None:
         Value = _nt
-        FRONT = "native"
-        _adopt = sys.modules["tapead._native"].adopt
+        FRONT = "cpython"
+        _adopt = sys.modules["tapead._cpython"].adopt
 
         def handles(h: Any, n: int, own: Any = None) -> List[Value]:  # held() reaches it through this global
             return _adopt(_holds.held_bytes(h), n, own)

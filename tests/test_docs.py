@@ -95,7 +95,7 @@ def test_the_readme_first_example_prints_what_it_says():
 
 def test_help_shows_the_constructor_and_what_data_and_grad_are():
     """help(tapead.Value) and inspect.signature on either front: the
-    constructor's arguments (the native type's come from its doc's first
+    constructor's arguments (the C type's come from its doc's first
     line), and docstrings for data and grad."""
     from tapead import Value
     params = list(inspect.signature(Value).parameters)

@@ -156,15 +156,15 @@ rebound = lib.ta_rebound
 ELIMIT, ENOGRAD = lib.TA_ELIMIT, lib.TA_ENOGRAD
 
 
-def native_install() -> bool:
-    """Install the native Value type (as sys.modules["tapead._native"]);
+def cpython_install() -> bool:
+    """Install the C Value type (as sys.modules["tapead._cpython"]);
     False where this build has none (PyPy), else binds its tape_tag (the
     same C function, called without cffi's cost) for tape()."""
     global _tape_tag
-    if lib.ta_native_install() != 0:
+    if lib.ta_cpython_install() != 0:
         return False
     import sys
-    _tape_tag = sys.modules["tapead._native"].tape_tag
+    _tape_tag = sys.modules["tapead._cpython"].tape_tag
     return True
 
 

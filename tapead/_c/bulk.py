@@ -124,7 +124,7 @@ def _fill(seq: Any, n: int, ids: Any, cs: Any, off: int, V: Any) -> bool:
 
 def sums_fast(rows: Any, x: Any, V: Any, carrying: Any) -> Any:
     """tapead.linear(x, rows) for the common case on the cffi front (the
-    native front's va_linear): lists or tuples of Values and floats, every
+    CPython front's va_linear): lists or tuples of Values and floats, every
     row's first term with a Value.  The list of row Values, or None where
     the general path (tapead/dots.py) must decide: nothing recorded then.
 
