@@ -1,5 +1,5 @@
 """Type stub for the cffi-compiled extension tapead._tapead_c (built by build_ext.py
-from csrc/cdef.h; keep the two in step).
+from csrc/api/cdef.h; keep the two in step).
 
 C types map as: int, int64_t, uint32_t, uint64_t, size_t -> int; double -> float
 (as an argument: SupportsFloat, since cffi converts anything with __float__);

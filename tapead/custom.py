@@ -1,6 +1,6 @@
 """Custom nodes: new ops written micrograd's way, or from their partials.
 
-Two ways to add an op (csrc/custom.c holds the nodes' side table):
+Two ways to add an op (csrc/custom/custom.c holds the nodes' side table):
 
 * micrograd's idiom, unchanged: ``out = Value(f(x.data), (x,), 'softplus')``
   then ``out._backward = _backward``.  The node's inputs are the children;
@@ -58,7 +58,7 @@ _SHIFT = _c.SHIFT
 _new = object.__new__
 
 # ------------------------------------------------------------------ names
-# A node's name lives in C with the node (csrc/custom.c) and dies with it.
+# A node's name lives in C with the node (csrc/custom/custom.c) and dies with it.
 name_bytes = _cc.name_bytes
 
 
@@ -79,14 +79,14 @@ class _Node:
 
 
 # The owner type of this front: _Node, or the CPython front's C type of the
-# same fields (csrc/owner.c: vn_obj), which makes, registers, runs and
+# same fields (csrc/python/owner.c: vn_obj), which makes, registers, runs and
 # sets owners in C, through _c.tape and _every below (cpython_hooks).
 _Owner: Any = _Node
 
 
 def join(a: Any, b: Any) -> Any:
     """What a Value made from Values carrying a and b carries (None: nothing;
-    csrc/value.c: va_join does the same for the CPython front's ops)."""
+    csrc/python/value.c: va_join does the same for the CPython front's ops)."""
     if a is None or a is b:
         return b
     if b is None:
@@ -382,7 +382,7 @@ def no_children(children: Any) -> bool:
     """Whether Value(data, children, ...) has no children: None, or a sized
     container with no items.  By its length, not its truth value, which a
     numpy array of Values has not; an iterator's items decide later.
-    (csrc/owner.c: va_no_children is the CPython front's.)"""
+    (csrc/python/owner.c: va_no_children is the CPython front's.)"""
     if children is None:
         return True
     try:
@@ -495,7 +495,7 @@ def _run(key: int, node: int) -> None:
 
 
 def ta_custom_rule(node: int, key: int) -> int:
-    """Called by the C sweep at a node with a Python rule (csrc/sweep.c)."""
+    """Called by the C sweep at a node with a Python rule (csrc/diff/sweep.c)."""
     try:
         _run(key, node)
     except BaseException as e:   # KeyboardInterrupt too: backward() re-raises it

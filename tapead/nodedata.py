@@ -16,7 +16,7 @@ on a node after nodes depending on it were recorded is reached from those
 only while a Value it was set on lives.)
 
 A node id is reused once its tape segment is reclaimed, so each entry
-carries its node's stamp (csrc/access.c: ta_node_stamp, never given to
+carries its node's stamp (csrc/tape/access.c: ta_node_stamp, never given to
 another node of that tape).  An entry whose stamp is no longer its id's
 belongs to a dead node: it is never shown, and it is dropped at lookup and
 in one pass over the table whenever the table has doubled since the last.

@@ -69,7 +69,7 @@ def test_the_docs_op_lists_match_the_op_table():
     """docs/api.md's API row lists every op's method, and the migration tables
     (docs/micrograd.md's and the README's short one) every op micrograd lacks
     (micrograd's engine has relu; its lecture's tanh): an op added to
-    csrc/ops.def fails here until the docs name it."""
+    csrc/api/ops.def fails here until the docs name it."""
     with open(API) as f:
         api = re.search(r"ops `\+ - \* / \*\* abs\(\)`, `([a-z0-9 ]+)` \(methods, and functions", f.read())
     assert api and set(api.group(1).split()) == OPS, api and set(api.group(1).split()) ^ OPS

@@ -2,7 +2,7 @@
 
 A Value of the cffi front holds a token, shared by every Value whose node
 lives in the same segment; the token owns one hold on that segment
-(csrc/tapead.h: holds), dropped by C when the token dies.  A bulk call
+(csrc/api/tapead.h: holds), dropped by C when the token dies.  A bulk call
 returns its new nodes in a held list, each id held once, which adopt()
 turns into tokens; HeldIds keeps the ids of given Values (an optimizer's
 parameters) in one, following them when __init__ moves one.  Each thread has a current token, for the segment the
@@ -30,9 +30,9 @@ _orphaned = lib.ta_orphaned
 
 
 class _Token:
-    """A hold on one tape segment (csrc/tapead.h: holds), shared by every
+    """A hold on one tape segment (csrc/api/tapead.h: holds), shared by every
     cffi-front Value whose node lives there; `key` is the segment's key
-    (node id >> SHIFT), `box` the box the hold sits in (csrc/cdef.h).
+    (node id >> SHIFT), `box` the box the hold sits in (csrc/api/cdef.h).
 
     The box is owned through ffi.gc before C puts the hold in it, and C
     drops the hold when the box dies (ffi.gc calls ta_unhold directly): no
@@ -70,7 +70,7 @@ def hold_current(st: int) -> _Token:
 
 
 def held_list(cap: int) -> Any:
-    """An empty held list (csrc/cdef.h) for up to cap node ids: what a bulk
+    """An empty held list (csrc/api/cdef.h) for up to cap node ids: what a bulk
     call fills, each id held once; the holds still in it when it dies are
     dropped by C."""
     h = ffi.new("int64_t[]", 1 + 2 * cap)
@@ -300,7 +300,7 @@ class HeldIds:
     whatever node takes the slot.  So the nodes are held (a held list):
     the ids never name another Value's node.  And each Value is weakly
     referenced, which makes re-initialising it move the rebind count
-    (csrc/cdef.h: ta_rebinds); current() compares that count, one C call,
+    (csrc/api/cdef.h: ta_rebinds); current() compares that count, one C call,
     and takes the ids again from the Values when it has moved, so the
     calls follow the Values, not the nodes they had.  The ids are taken at
     the first current(), in the thread that makes the calls (which may not

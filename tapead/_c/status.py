@@ -2,7 +2,7 @@
 
 Every fallible C call returns a status; error() turns a negative one into
 the exception it stands for, with its message, from C's status table
-(csrc/status.def) and, for the statuses whose message names the failing op
+(csrc/api/status.def) and, for the statuses whose message names the failing op
 or guard, from what C recorded about the failure.  The classes are
 tapead.errors'.
 """
@@ -62,7 +62,7 @@ def _inputs(op: int, x: float, y: float) -> str:
 
 def _status_table() -> Dict[int, Tuple[Any, str]]:
     """status -> (exception class, message), from C's status table
-    (csrc/status.def); an empty message is formatted by error()."""
+    (csrc/api/status.def); an empty message is formatted by error()."""
     classes = {"TapeadError": TapeadError, "TapeError": TapeError, "AnomalyError": AnomalyError,
                "GuardError": GuardError, "MemoryError": MemoryError,
                "ValueError": ValueError,

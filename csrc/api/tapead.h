@@ -140,6 +140,14 @@ static inline void ta_hold(ta_seg *s)
 }
 void ta_unhold_seg(ta_seg *s);
 
+/* Give node (s, o) `bit`, counting it in *pending if it had none. */
+static inline void ta_mark(ta_seg *s, uint32_t o, uint8_t bit, uint64_t *pending)
+{
+    if (s->op[o] & bit) return;
+    s->op[o] |= bit;
+    ++*pending;
+}
+
 /* Held lists (cdef.h: what a bulk call hands to Python).  TA_HELD_IDS:
  * where a bulk call writes its ids; ta_held_fits: h can take n of them;
  * ta_held_take: drop what h still holds, then hold h's first n ids (fresh

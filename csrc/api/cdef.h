@@ -362,7 +362,7 @@ int ta_layer(const int64_t *w, const int64_t *b, uint32_t nout, uint32_t nin,
 /* nn.c: tapead.dot / tapead.linear in one call: row j is what
  * sum(w * x for w, x in zip(W[j], x)) records from term from[j] on (the
  * first with a node), c0[j] being the sum of the plain-number terms before
- * it (csrc/nn.h).  w: nout x nin, x: nin; an id < 0 is the constant wc /
+ * it (csrc/fused/nn.h).  w: nout x nin, x: nin; an id < 0 is the constant wc /
  * xc at its index.  The held list h gets the rows' ids.  TA_EMODEPATH
  * inside no_grad / detect_anomaly; TA_ENOGRAD for a no_grad Value (both:
  * the op-by-op path); TA_EARG for a NULL array, a count over 2**32 - 1 or a

@@ -55,7 +55,7 @@ PyObject *vp_box_type(PyObject *mod, PyObject *unused)
     static PyType_Slot slots[] = {
         {Py_tp_dealloc, (void *)vp_dealloc}, {Py_tp_getset, vp_getset},
         {Py_tp_new, (void *)PyType_GenericNew},
-        {Py_tp_doc, (void *)"A Program's C program, freed with the box (csrc/program_call.c)."},
+        {Py_tp_doc, (void *)"A Program's C program, freed with the box (csrc/python/program_call.c)."},
         {0, NULL}};
     static PyType_Spec spec = {"tapead.replay.ProgramBox", sizeof(vp_box), 0, Py_TPFLAGS_DEFAULT, slots};
     (void)mod; (void)unused;

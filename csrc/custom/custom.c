@@ -25,7 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include "custom.h"
-#include "replay.h"
 
 #define TA_CNONE UINT32_MAX
 

@@ -104,7 +104,7 @@ static PyMethodDef va_module_methods[] = {
 };
 
 static struct PyModuleDef va_module = {
-    PyModuleDef_HEAD_INIT, "tapead._cpython", "The CPython front (csrc/value.h).", -1,
+    PyModuleDef_HEAD_INIT, "tapead._cpython", "The CPython front (csrc/python/value.h).", -1,
     va_module_methods, NULL, NULL, NULL, NULL};
 
 /* Called through cffi (the GIL released): puts the module tapead._cpython

@@ -27,7 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "ops_higher.h"
-#include "replay.h"
+#include "subtape.h"
 #include "custom.h"
 
 /* Every row of the op table (ops.def) has its four rules, forward and
