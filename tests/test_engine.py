@@ -10,6 +10,7 @@ import tapead
 from tapead.bench import readme_expr
 from tapead import Value
 from opcases import FORMS
+from conftest import this_tapead
 
 
 # ------------------------------------------------------------ construction
@@ -262,12 +263,10 @@ def test_an_unknown_front_is_refused():
 @pytest.mark.skipif(platform.python_implementation() != "CPython", reason="the CPython front")
 @pytest.mark.parametrize("name", ["cpython", "native"])
 def test_the_cpython_front_is_chosen_by_its_name_or_its_older_one(name):
-    import os
     import subprocess
     import sys
     r = subprocess.run([sys.executable, "-c", "import tapead; print(tapead.FRONT)"], capture_output=True,
-                       text=True, env={**os.environ, "TAPEAD_FRONT": name,
-                                       "PYTHONPATH": os.path.dirname(os.path.dirname(tapead.__file__))})
+                       text=True, env=this_tapead(TAPEAD_FRONT=name))
     assert r.returncode == 0 and r.stdout.split() == ["cpython"], r.stderr
 
 
