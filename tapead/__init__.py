@@ -44,7 +44,7 @@ from .engine import Value, maximum, minimum, collect, FRONT as FRONT
 
 __all__ = ["Value", "maximum", "minimum", "tape_stats", "collect", "set_limit",
            "no_grad", "detect_anomaly", "TapeadError", "TapeError", "AnomalyError",
-           *(name for name, _ in _UNARY),   # the unary ops' functions (csrc/ops.def)
+           *(name for name, _ in _UNARY),   # the unary ops' functions (csrc/api/ops.def)
            "jvp", "wengert", "Wengert", "set_label", "get_label",
            "draw_dot", "to_dot", "values", "data", "grads",
            "GuardError", "recompute", "compile", "Program", "clear_guards", "guard_count",

@@ -1,4 +1,4 @@
-"""The op table's Python half, generated from csrc/ops.def by build_ext.py
+"""The op table's Python half, generated from csrc/api/ops.def by build_ext.py
 (`python build_ext.py` rewrites it): edit the table, not this file."""
 
 # The op codes, in row order (tapes store them: never renumbered).

@@ -2,7 +2,7 @@
 
 Thin wrappers for code written in the functional style (tapead.exp(x));
 a plain number becomes a leaf first.  One per unary op, generated from
-csrc/ops.def by build_ext.py: edit the table, not this file.
+csrc/api/ops.def by build_ext.py: edit the table, not this file.
 
 >>> import tapead
 >>> tapead.sqrt(9)

@@ -1,4 +1,4 @@
-"""Replay: the recorded tape as a program (see csrc/replay.c).
+"""Replay: the recorded tape as a program (see csrc/replay/).
 
 - ``v.recompute()`` re-evaluates, in one C sweep, every node v depends on
   from the current ``.data`` of its leaves, in place; ``backward()`` then
@@ -399,7 +399,7 @@ class Program:
                          params, device=device)
 
     def _flat_form(self) -> Dict[str, Any]:
-        """The flat form (csrc/cdef.h: ta_flat_t): its sizes as ints, its
+        """The flat form (csrc/api/cdef.h: ta_flat_t): its sizes as ints, its
         arrays as numpy arrays of their lengths (pickling, tapead.codegen)."""
         np = _np()
         sizes = _prog.prog_flat_sizes(self._p, _SIZES)

@@ -1,4 +1,4 @@
-"""The op cases: one row per math op of the op table (csrc/ops.def), the one
+"""The op cases: one row per math op of the op table (csrc/api/ops.def), the one
 place the tests list the op vocabulary.  Every test module that runs "every
 op" draws from ROWS (or FORMS) here, and test_opcases.py fails when an op of
 the table has no row, or a row names no op, so a new op cannot go untested.

@@ -1,4 +1,4 @@
-"""Allocation failure, injected: every C allocation goes through csrc/alloc.c,
+"""Allocation failure, injected: every C allocation goes through csrc/tape/alloc.c,
 and lib.ta_fail_alloc(n) makes the n-th one from now fail (once).
 
 For each operation, n sweeps 0, 1, 2, ... until the operation no longer

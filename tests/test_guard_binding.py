@@ -1,4 +1,4 @@
-"""Which guards bind a Program or a recompute (csrc/subtape.c: ta_bind_guards).
+"""Which guards bind a Program or a recompute (csrc/diff/subtape.c: ta_bind_guards).
 
 A guard binds only if its operands read a leaf the program reads (its inputs,
 the leaves of the outputs' cone, and, closed under the rule, the leaves a bound

@@ -29,7 +29,7 @@ from tapead import Value, codegen, native
 
 pytestmark = pytest.mark.skipif(native.compiler() is None or os.name != "posix",
                                 reason="no C compiler, or not POSIX")
-INCLUDE = codegen.include_dir()
+INCLUDE = codegen.include_dirs()
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -138,7 +138,7 @@ def test_keys_reuse_and_one_bound(tmp_path, monkeypatch):
 def test_concurrent_builders(tmp_path):
     """Processes building the same kernel at once all get it, whole, and leave no temporary files."""
     prog = ("import ctypes, tapead.codegen.build as k, tapead.codegen as c; "
-            f"a = k.library({source(7)!r}, '-O1', c.include_dir(), ('ta_kernel',), {{}})[0]; "
+            f"a = k.library({source(7)!r}, '-O1', c.include_dirs(), ('ta_kernel',), {{}})[0]; "
             "print(ctypes.CFUNCTYPE(ctypes.c_int)(a)())")
     procs = [python("-c", prog, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
     outs = [p.communicate(timeout=120) for p in procs]
@@ -170,8 +170,8 @@ def planted_kernel(tmp_path, code, marker):
         }}
         """))
     so = tmp_path / "planted.so"
-    subprocess.run(native.compiler() + native.flags("-O1") + ["-shared", "-I", INCLUDE, "-o", str(so), str(src),
-                                                             "-lm"], check=True)
+    subprocess.run(native.compiler() + native.flags("-O1") + ["-shared", *(f"-I{d}" for d in INCLUDE), "-o",
+                                                             str(so), str(src), "-lm"], check=True)
     return so.read_bytes()
 
 
@@ -482,7 +482,7 @@ def test_a_killed_or_interrupted_build_leaves_nothing(tmp_path, sig):
     child = textwrap.dedent(f"""\
         import sys, tapead.codegen.build as k, tapead.codegen as c
         try:
-            k.library(open({str(tmp_path / "big.c")!r}).read(), "-O1", c.include_dir(), ("ta_kernel",), {{}})
+            k.library(open({str(tmp_path / "big.c")!r}).read(), "-O1", c.include_dirs(), ("ta_kernel",), {{}})
         except KeyboardInterrupt:
             print("interrupted", flush=True)
             sys.exit(3)

@@ -209,7 +209,7 @@ def _sweep_cases(ops):
 
 def _sweep_valid(op, c, x):
     """Where op raises neither a domain nor a range error at x (constant c),
-    by the op's rules (csrc/ops.h), with a margin at overflow."""
+    by the op's rules (csrc/ops/ops.h), with a margin at overflow."""
     with np.errstate(all="ignore"):
         if op == "RDIVC":
             return x != 0.0
@@ -449,7 +449,7 @@ def test_fused_layers_bit_for_bit(seed):
 
 
 class _Run(ctypes.Structure):
-    """csrc/cdef.h: ta_run_t"""
+    """csrc/api/cdef.h: ta_run_t"""
     _fields_ = [("X", ctypes.c_void_p), ("B", ctypes.c_uint64), ("nin", ctypes.c_uint32),
                 ("Y", ctypes.c_void_p), ("nout", ctypes.c_uint32),
                 ("seed", ctypes.c_void_p), ("seedmode", ctypes.c_int),

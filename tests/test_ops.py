@@ -149,7 +149,7 @@ def _cube_gradient_cases():
 
 def test_cube_gradient_is_micrographs_formula_bit_for_bit():
     """x**3's gradient 3 * x**2.0 skips libm's pow where x * x is certainly
-    its number (csrc/ops.h, pow_sq): it must be micrograd's
+    its number (csrc/ops/ops.h, pow_sq): it must be micrograd's
     0 + (3 * x**(3-1)) * 1.0 on CPython to the bit, at the squares that are
     (or are near) a midpoint, where pow and x * x differ, too.  The power
     is libm's, math.pow: CPython's float ** calls it; PyPy's takes x ** 2

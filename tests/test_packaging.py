@@ -24,6 +24,19 @@ def test_license_is_an_spdx_string_and_setuptools_can_read_it():
     assert m and int(m.group(1)) >= 77, req      # 77.0.0: the first to take the SPDX string
 
 
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="tomllib is 3.11+")
+@pytest.mark.skipif(not os.path.isfile(PYPROJECT), reason="needs the source tree")
+def test_every_package_of_the_tree_is_installed():
+    """pyproject.toml lists the packages a wheel holds: a subpackage of
+    tapead/ missing there installs without its modules."""
+    import tomllib
+    with open(PYPROJECT, "rb") as f:
+        listed = set(tomllib.load(f)["tool"]["setuptools"]["packages"])
+    tree = {os.path.relpath(d, ROOT).replace(os.sep, ".")
+            for d, _, files in os.walk(os.path.join(ROOT, "tapead")) if "__init__.py" in files}
+    assert listed == tree, (sorted(tree - listed), sorted(listed - tree))
+
+
 @pytest.mark.skipif(not os.path.isfile(PYPROJECT), reason="needs the source tree")
 def test_version_is_pyprojects_alone():
     import tapead

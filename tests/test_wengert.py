@@ -11,7 +11,7 @@ import pytest
 import tapead
 from tapead import Value, wengert
 from tapead._c import ffi, lib, OP_NAMES
-from conftest import release_garbage
+from conftest import release_garbage, this_tapead
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -61,7 +61,7 @@ def test_textbook_rows_by_hand():
 
 def test_textbook_example_script():
     out = subprocess.run([sys.executable, os.path.join(HERE, "..", "examples", "wengert.py")],
-                         capture_output=True, text=True, check=True).stdout
+                         capture_output=True, text=True, check=True, env=this_tapead()).stdout
     assert "y       = 11.652" in out
     assert "dy/dx1  = 5.500" in out
     assert "dy/dx1 = 5.500, dy/dx2 = 1.716" in out

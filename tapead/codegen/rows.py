@@ -1,5 +1,5 @@
 """The rows shape: the CPU's kernel with the rows innermost, as the
-interpreter runs them (csrc/batch.c).
+interpreter runs them (csrc/replay/batch.c).
 
 Per chunk of code.ch rows, each statement (an instruction: an op, or a
 whole dot, forward or reverse; the per-sample gradients of a row) is one

@@ -1,6 +1,6 @@
 /* nn.h: weighted sums recorded in one call (nn.c), shared by micrograd's
  * Layer (ta_layer), tapead.dot / tapead.linear on the cffi front (ta_dots)
- * and on the native front (native.c).
+ * and on the CPython front (dots.c).
  *
  * Row j is what Python's left-to-right sum records: either
  *     b[j] + w[j,0]*x[0] + w[j,1]*x[1] + ...        (micrograd's Neuron: b given)

@@ -1,5 +1,6 @@
 /* access.c: the tape as Python reads and sets it.  Ids from Python
- * resolved to nodes (ta_resolve), node values and adjoints by id, a node's
+ * resolved to nodes (ta_resolve), node values by id (adjoints by id live
+ * with the layer that can pause a sweep to run Python), a node's
  * inputs and stamp, raw reads of a held segment, the no_grad and anomaly
  * modes, the node limit, stats, and ta_validate, the check of every
  * invariant the sweeps rely on. */
@@ -58,25 +59,11 @@ double ta_val(int64_t id)
     return (T && ta_resolve_any(T, id, &s, &o, &ng) == TA_OK) ? s->val[o] : NAN;
 }
 
-double ta_adj(int64_t id)
-{
-    ta_tape *T = ta_self(); ta_seg *s; uint32_t o; int ng;
-    return (T && ta_resolve_any(T, id, &s, &o, &ng) == TA_OK) ? ta_adj_get(T, s, o) : NAN;
-}
-
 int ta_set_val(int64_t id, double x)
 {
     ta_tape *T = ta_self(); ta_seg *s; uint32_t o; int st, ng;
     if (!T) return TA_ENOMEM;
     if ((st = ta_resolve_any(T, id, &s, &o, &ng)) == TA_OK) s->val[o] = x;
-    return st;
-}
-
-int ta_set_adj(int64_t id, double x)
-{
-    ta_tape *T = ta_self(); ta_seg *s; uint32_t o; int st, ng;
-    if (!T) return TA_ENOMEM;
-    if ((st = ta_resolve_any(T, id, &s, &o, &ng)) == TA_OK) ta_adj_put(T, s, o, x);
     return st;
 }
 
@@ -87,7 +74,7 @@ int ta_set_adj(int64_t id, double x)
  * (whether the Value had a node already is seen only through an
  * exception, so the cffi front also counts the rare first __init__ of a
  * Value weakly referenced before it; a count too many only makes holders
- * take their ids again).  The native front counts the same moves. */
+ * take their ids again).  The CPython front counts the same moves. */
 static int64_t ta_rebind_n = 0;       /* (atomic) */
 uint64_t ta_rebinds(void) { return (uint64_t)TA_ATOMIC_ADD64(&ta_rebind_n, 0); }
 void ta_rebound(void) { TA_ATOMIC_ADD64(&ta_rebind_n, 1); }
@@ -179,11 +166,15 @@ int ta_validate(void)
             uint32_t refs[2];
             if (op >= TA_NOPS || (s->op[i] & (TA_MARK | TA_LIVE))) return TA_ECORRUPT;
             kind = ta_kinds[op];
-            if (kind == TA_K_NARY) {
-                const ta_cnode *e;
-                if (!T->cn || s->x[i] >= T->cn->n || (e = ta_cnode_of(T, s, i))->state != 1) return TA_ECORRUPT;
-                for (a = 0; a < (int)e->n; a++) {
-                    uint32_t r = e->in[a], rk = r >> TA_SHIFT;
+            if (kind == TA_K_NARY) {       /* its inputs, as its layer holds them */
+                const uint32_t *in = NULL;
+                uint32_t n = 0, k;
+                for (k = 0; k < T->nlayers && !in; k++)
+                    if (T->layers[k].layer->inputs)
+                        in = T->layers[k].layer->inputs(T->layers[k].state, s, i, &n);
+                if (!in) return TA_ECORRUPT;
+                for (a = 0; a < (int)n; a++) {
+                    uint32_t r = in[a], rk = r >> TA_SHIFT;
                     ta_seg *rs;
                     if (rk >= T->nslots || !(rs = T->segs[rk]) || TA_OFF(r) >= rs->n) return TA_ECORRUPT;
                     if (rs->pos > p || (rs == s && TA_OFF(r) >= i)) return TA_ECORRUPT;

@@ -1,4 +1,4 @@
-/* higher.h: the dispatch from an op code to its e_ and d2_ rules (ops.h),
+/* ops_higher.h: the dispatch from an op code to its e_ and d2_ rules (ops.h),
  * for higher.c (grad with create_graph, hvp, hessian, jacobian). */
 #ifndef TAPEAD_HIGHER_H
 #define TAPEAD_HIGHER_H

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "replay.h"
+#include "custom.h"
 #include "ops.h"
 
 void ta_prog_drop(ta_prog **box)

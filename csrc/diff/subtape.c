@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "replay.h"
+#include "custom.h"
 
 /* Give `bit` to everything the `pending` nodes carrying `bit` depend on,
  * sweeping down from segment position hip; a node carrying a bit of
@@ -387,10 +388,10 @@ static int ta_sub_take(ta_tape *T, const int64_t *roots, uint32_t nroots, const 
     if ((st = ta_sub_flat(T, S, n, nseg, flags & TA_SUB_REFS)) != TA_OK || !replay) return st;
     /* a custom node that a bound guard reads (ta_plain checked the roots'
      * own cone): its value cannot be recomputed */
-    if (T->cn && T->cn->live)
+    if (ta_custom_live(T))
         for (j = S->n; j-- > 0;)
             if (ta_kinds[S->op[j]] == TA_K_NARY) {
-                T->err_node = TA_ID(T, S->ref[j]);
+                ta_custom_blame(T, S->ref[j]);
                 ta_sub_free(S);
                 return TA_ECUSTOM;
             }

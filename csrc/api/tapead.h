@@ -8,7 +8,7 @@
  * its segment is held.
  *
  * Holds.  Whatever Python can reach a node through holds the node's
- * segment: a native Value holds it once, a cffi-front segment token once,
+ * segment: a C Value holds it once, a cffi-front segment token once,
  * and a call that hands Python new node ids holds once per id, in a held
  * list Python owns (cdef.h), before it returns.  A hold is taken in the
  * same C call that makes the node, so a node is never visible to Python
@@ -32,6 +32,7 @@
 #define TA_LIVE   0x40u          /* set by the collector's liveness pass   */
 #define TA_MARK   0x80u          /* set on nodes reached by a reverse sweep */
 #define TA_MAXSLOTS (1u << (32 - TA_SHIFT))
+#define TA_NLAYERS 4u            /* most layers attached to one tape (ta_attach) */
 
 enum ta_kind { TA_K_LEAF, TA_K_UN, TA_K_BIN, TA_K_CST, TA_K_NARY };   /* (sweep.c relies on this order) */
 
@@ -62,7 +63,7 @@ struct ta_seg {          /* typedef'd in cdef.h, where Python sees it as opaque 
 };
 
 /* Segments are aligned to TA_SEG_ALIGN so a (segment, offset) pair packs
- * into one word: the native Value stores a node as seg | off. */
+ * into one word: the C Value stores a node as seg | off. */
 #define TA_SEG_ALIGN 4096u
 
 typedef struct ta_tape {
@@ -84,12 +85,10 @@ typedef struct ta_tape {
     int       nograd;            /* > 0 inside tapead.no_grad()             */
     int       anomaly;           /* > 0 inside tapead.detect_anomaly()      */
     struct ta_tape *ng;          /* leaf-only arena for no_grad results     */
-    void     *attached;          /* state a layer above the core keeps here (ta_attach) */
-    const struct ta_attach *hooks;   /* what the collector and ta_tape_free call on it */
-    struct ta_cnodes *cn;        /* custom.c: the custom nodes' side table  */
-    struct ta_sweep  *sw;        /* set while backward() runs a Python rule */
-    int64_t   err_node;          /* the custom node behind the last TA_ECUSTOM, or the
-                                    one whose step gave the last sweep's TA_EANOMALY */
+    uint32_t  gc_off;            /* > 0: a layer holds the collector off (a sweep
+                                    paused to run Python): ta_gc frees nothing */
+    uint32_t  nlayers;           /* layers attached (ta_attach), in layers[] */
+    struct ta_attached { const struct ta_layer *layer; void *state; } layers[TA_NLAYERS];
     void     *spare_sub;         /* subtape.c: the last sub-tape's memory, kept for the next */
     size_t    spare_subcap;      /* (NULL while one holds it; at most TA_SUB_KEEP bytes) */
 } ta_tape;
@@ -100,14 +99,6 @@ static inline uint64_t ta_order(const ta_seg *s, uint32_t o)
 {
     return ((uint64_t)s->pos << 32) | o;
 }
-
-/* While backward() runs a custom node's Python rule: the node being
- * visited (tape order: ta_order) and the sweep's count of reached,
- * unvisited nodes.  .grad of an earlier node then reads and writes the
- * sweep's live adjoint (ta_adj_get / ta_adj_put); the collector and every
- * other sweep stay off. */
-struct ta_sweep { uint64_t at; uint64_t *pending; int nan; };   /* nan: inside detect_anomaly(),
-                                    the rule made an adjoint nan (ta_adj_put_sw) */
 
 extern const uint8_t ta_kinds[TA_NOPS];
 
@@ -149,6 +140,14 @@ static inline void ta_hold(ta_seg *s)
 }
 void ta_unhold_seg(ta_seg *s);
 
+/* Give node (s, o) `bit`, counting it in *pending if it had none. */
+static inline void ta_mark(ta_seg *s, uint32_t o, uint8_t bit, uint64_t *pending)
+{
+    if (s->op[o] & bit) return;
+    s->op[o] |= bit;
+    ++*pending;
+}
+
 /* Held lists (cdef.h: what a bulk call hands to Python).  TA_HELD_IDS:
  * where a bulk call writes its ids; ta_held_fits: h can take n of them;
  * ta_held_take: drop what h still holds, then hold h's first n ids (fresh
@@ -163,16 +162,37 @@ int  ta_new_seg(ta_tape *T);
 void ta_free_seg(ta_tape *T, ta_seg *s);
 int  ta_gc(ta_tape *T);          /* reclaim; returns segments freed */
 
-/* A layer above the core that keeps per-tape state naming nodes (guard.c:
- * its guards) attaches it: T->attached is the state, T->hooks the calls
- * the core makes on it, both set together in the tape's own thread.
- * collected(T) runs at the end of every collection of T, to drop what
- * names freed nodes; release(T) when T is freed, in whatever thread drops
- * the last hold.  The core never looks inside. */
-struct ta_attach {
-    void (*collected)(ta_tape *T);
-    void (*release)(ta_tape *T);
+/* Layers.  A layer above the core that keeps per-tape state naming nodes
+ * attaches it to the tape with its hooks, once, in the tape's own thread
+ * (ta_attach; the layer's own lookup is ta_attached); the core calls them
+ * at the moments below and never looks inside the state.  One registry,
+ * one call site per moment, as CppAD's atomic functions reach its sweeps.
+ * A hook may be NULL.
+ *   collected  at the end of every collection of T: drop what names freed
+ *              nodes;
+ *   release    when T is freed, in whatever thread drops the last hold;
+ *   inputs     the layer whose nodes are of kind NARY (at most one per
+ *              tape): node i of s's inputs (refs, n of them), which the
+ *              collector keeps live and ta_validate checks; NULL if the
+ *              node has no sound entry;
+ *   node_dead  node i of s, of kind NARY, dies (the collector, or a
+ *              rollback): what the layer holds for it goes. */
+struct ta_layer {
+    void (*collected)(ta_tape *T, void *state);
+    void (*release)(ta_tape *T, void *state);
+    const uint32_t *(*inputs)(const void *state, const ta_seg *s, uint32_t i, uint32_t *n);
+    void (*node_dead)(void *state, ta_seg *s, uint32_t i);
 };
+/* Attach state to T for layer L: TA_OK, or TA_ELIMIT (TA_NLAYERS taken). */
+int ta_attach(ta_tape *T, const struct ta_layer *L, void *state);
+/* The state layer L attached to T, or NULL. */
+static inline void *ta_attached(const ta_tape *T, const struct ta_layer *L)
+{
+    uint32_t k;
+    for (k = 0; k < T->nlayers; k++)
+        if (T->layers[k].layer == L) return T->layers[k].state;
+    return NULL;
+}
 
 /* ref <-> segment/offset; refs come from the tape itself, so unchecked. */
 #define TA_SEGOF(T, ref) ((T)->segs[(ref) >> TA_SHIFT])
@@ -189,7 +209,7 @@ int ta_resolve(ta_tape *T, int64_t id, ta_seg **s, uint32_t *off);
 int ta_resolve_any(ta_tape *T, int64_t id, ta_seg **s, uint32_t *off, int *ng);
 
 /* sweep.c: ta_backward from node ro of segment rs, a node of T itself
- * (resolved, or held by the caller: the native front's Value). */
+ * (resolved, or held by the caller: the CPython front's Value). */
 int ta_backward_at(ta_tape *T, ta_seg *rs, uint32_t ro);
 
 /* record.c: appending nodes.  Append one node: ta_push gives its ref and
@@ -262,52 +282,5 @@ typedef struct { uint32_t gc_at; uint64_t limit; ta_pos start; } ta_bulk;
 #define TA_BULK_UNSIZED UINT64_MAX
 int  ta_bulk_begin(ta_tape *T, uint64_t need, ta_bulk *bk);
 void ta_bulk_end(ta_tape *T, const ta_bulk *bk, int failed);
-
-/* custom.c: the side table of custom nodes (op CUSTOM).  Entries die
- * with their nodes (ta_custom_release, from the collector and rollback).
- * A node with a Python rule has a key, never reused on its tape, by which
- * Python finds the rule (tapead/custom.py); C holds no Python object. */
-typedef struct ta_cnode {
-    uint32_t n;                  /* inputs                                  */
-    uint32_t namelen;            /* bytes of its name (UTF-8), at name      */
-    uint32_t next;               /* free list link                          */
-    uint32_t state;              /* 0 free, 1 live                          */
-    int64_t  key;                /* its Python rule's key; 0: partials      */
-    double  *d;                  /* n partials, or NULL (a Python rule)     */
-    uint32_t *in;                /* n input refs                            */
-    char    *name;               /* its op name, NUL-terminated; d (or in), in and
-                                    name share one block, freed with the node */
-} ta_cnode;
-struct ta_cnodes { ta_cnode *e; uint32_t n, cap, freehead; int64_t nextkey; uint64_t live; };
-static inline ta_cnode *ta_cnode_of(const ta_tape *T, const ta_seg *s, uint32_t i)
-{ return &T->cn->e[s->x[i]]; }
-void ta_custom_release(ta_tape *T, ta_seg *s, uint32_t i);
-void ta_custom_free_all(ta_tape *T);
-/* TA_EBUSY inside a Python rule; TA_ECUSTOM (T->err_node set) if a custom
- * node is behind the roots (one behind a guard that binds a replay:
- * ta_sub_replay); TA_OK otherwise.  Free when the tape has none. */
-int ta_plain(ta_tape *T, const int64_t *roots, size_t n);
-/* A custom node: inputs are resolved refs of T's main tape.  Under
- * no_grad a leaf of the arena.  *where: its segment (not held).  seg:
- * TA_NOKEY, or the key of the segment the caller holds (ta_record_at's
- * rule: TA_NEEDSEG / TA_NEEDNG and nothing recorded if it would land
- * elsewhere). */
-int64_t ta_custom_at(ta_tape *T, const uint32_t *in, uint32_t n, double value,
-                     const double *partials, const char *name, uint32_t namelen, int64_t *key,
-                     int64_t seg, ta_seg **where);
-/* .grad of node (s, o) as the sweep sees it (see struct ta_sweep). */
-double ta_adj_get_sw(ta_tape *T, ta_seg *s, uint32_t o);
-void   ta_adj_put_sw(ta_tape *T, ta_seg *s, uint32_t o, double v);
-static inline double ta_adj_get(ta_tape *T, ta_seg *s, uint32_t o)
-{ return T->sw ? ta_adj_get_sw(T, s, o) : s->adj[o]; }
-static inline void ta_adj_put(ta_tape *T, ta_seg *s, uint32_t o, double v)
-{ if (T->sw) ta_adj_put_sw(T, s, o, v); else s->adj[o] = v; }
-/* The Python hook the sweep calls at a node with a Python rule (cffi
- * extern "Python+C", defined in tapead/custom.py): 0, or -1 if it raised. */
-int ta_custom_rule(int64_t node, int64_t key);
-/* The native front's direct route to the same Python function (set by
- * native.c; NULL: use ta_custom_rule, the cffi callback). */
-extern int (*ta_rule_hook)(int64_t node, int64_t key);
-
 
 #endif

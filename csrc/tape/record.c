@@ -214,21 +214,28 @@ void ta_tell(const ta_tape *T, ta_pos *p)
     p->nodes = T->nodes;
 }
 
-/* Custom nodes among the nodes a rollback drops release their entries. */
-static void ta_rollback_custom(ta_tape *T, ta_seg *s, uint32_t from)
+/* A layer's NARY nodes among the nodes a rollback drops: the layer lets
+ * go of them (tapead.h: ta_layer.node_dead). */
+static void ta_rollback_nary(ta_tape *T, ta_seg *s, uint32_t from)
 {
-    uint32_t i;
-    if (!T->cn) return;
-    for (i = from; i < s->n; i++)
-        if ((s->op[i] & TA_OPMASK) == TA_CUSTOM) { ta_custom_release(T, s, i); s->op[i] = TA_DEAD; }
+    uint32_t i, k;
+    for (k = 0; k < T->nlayers; k++) {
+        const struct ta_attached *N = &T->layers[k];
+        if (!N->layer->node_dead) continue;
+        for (i = from; i < s->n; i++)
+            if (ta_kinds[s->op[i] & TA_OPMASK] == TA_K_NARY) {
+                N->layer->node_dead(N->state, s, i);
+                s->op[i] = TA_DEAD;
+            }
+    }
 }
 
 void ta_rollback(ta_tape *T, const ta_pos *p)
 {
     uint32_t k;
-    for (k = p->norder; k < T->norder; k++) ta_rollback_custom(T, T->segs[T->order[k]], 0);
+    for (k = p->norder; k < T->norder; k++) ta_rollback_nary(T, T->segs[T->order[k]], 0);
     if (p->norder && p->norder <= T->norder)
-        ta_rollback_custom(T, T->segs[T->order[p->norder - 1]], p->cur_n);
+        ta_rollback_nary(T, T->segs[T->order[p->norder - 1]], p->cur_n);
     while (T->norder > p->norder)           /* segments opened since: no token holds them */
         ta_free_seg(T, T->segs[T->order[--T->norder]]);
     T->cur = T->norder ? T->segs[T->order[T->norder - 1]] : NULL;

@@ -1,5 +1,5 @@
 /* nn.c: weighted sums recorded in one call (nn.h): micrograd's Layer
- * (ta_layer), tapead.dot and tapead.linear (ta_dots; the native front
+ * (ta_layer), tapead.dot and tapead.linear (ta_dots; the CPython front
  * calls the core directly).
  *
  * micrograd's Neuron computes sum((wi*xi for ...), b), and a model's

@@ -17,14 +17,16 @@
  * table (accumulating with marks, as above); in ta_step (v._backward(): one
  * node's step with plain accumulation, the lecture's manual backprop) by
  * ta_node_step.
- * A custom node (custom.c) with partials is stepped in C; one with a Python
- * rule makes the sweep call ta_custom_rule, with T->sw saying where the
+ * A custom node (custom.h) is the sweep's one call into the layer above:
+ * one with partials is stepped here in C; one with a Python rule makes
+ * the sweep call ta_custom_rule_at, which tells the layer where the
  * sweep is, so that .grad inside the rule reads and writes this pass's
  * adjoints; if the rule raises, the sweep aborts as an anomaly does, and
  * inside detect_anomaly() so it does if the rule made an adjoint nan. */
 #include <math.h>
 #include "tapead.h"
 #include "ops.h"
+#include "custom.h"
 
 /* Add v to the adjoint of node o of segment s.  On first arrival the node
  * is marked, its segment flagged, and an intermediate's adjoint is set
@@ -86,21 +88,6 @@ TA_COLD int ta_cnode_step(ta_tape *T, const ta_cnode *e, double g, uint64_t *pen
         for (k = 0; k < e->n; k++) if (isnan(e->d[k] * g)) return TA_EANOMALY;
     for (k = 0; k < e->n; k++) ta_give(T, e->in[k], e->d[k] * g, pending);
     return TA_OK;
-}
-
-/* A node with a Python rule, inside the sweep: Python runs it. */
-TA_COLD int ta_run_rule(ta_tape *T, ta_seg *s, uint32_t i, uint64_t *pending)
-{
-    struct ta_sweep sw;
-    int rc;
-    sw.at = ta_order(s, i);
-    sw.pending = pending;
-    sw.nan = 0;
-    T->sw = &sw;
-    rc = (ta_rule_hook ? ta_rule_hook : ta_custom_rule)(TA_ID(T, TA_REF(s, i)),
-                                                       ta_cnode_of(T, s, i)->key);
-    T->sw = NULL;
-    return rc != 0 ? TA_EPYTHON : sw.nan ? TA_EANOMALY : TA_OK;
 }
 
 /* The sweep's step for each op, generated from the op table: one switch
@@ -209,7 +196,7 @@ int ta_backward_at(ta_tape *T, ta_seg *rs, uint32_t ro)
     uint32_t p;
     uint64_t pending = 1;               /* marked nodes not yet visited, all segments */
     int st = TA_OK;
-    if (T->sw) return TA_EBUSY;         /* backward() inside a Python rule */
+    if (ta_custom_busy(T)) return TA_EBUSY;   /* backward() inside a Python rule */
 
     rs->op[ro] |= TA_MARK;
     rs->marked = 1;
@@ -239,12 +226,12 @@ int ta_backward_at(ta_tape *T, ta_seg *rs, uint32_t ro)
             if (ev == 1) {                 /* node i of s is a custom node */
                 const ta_cnode *e = ta_cnode_of(T, s, i);
                 uint64_t left = pending;   /* a copy: pending's address must not escape */
-                st = e->d ? ta_cnode_step(T, e, s->adj[i], &left) : ta_run_rule(T, s, i, &left);
+                st = e->d ? ta_cnode_step(T, e, s->adj[i], &left) : ta_custom_rule_at(T, s, i, &left);
                 pending = left;
                 if (st == TA_OK) continue;
                 if (st == TA_EANOMALY) {
                     T->err_op = TA_CUSTOM; T->err_x = T->err_y = 0.0;
-                    T->err_node = TA_ID(T, TA_REF(s, i));
+                    ta_custom_blame(T, TA_REF(s, i));
                 }
             } else {                       /* cold: the values, for the message */
                 ta_local L;

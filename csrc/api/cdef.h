@@ -33,7 +33,7 @@ typedef struct {
 #define TA_SHIFT    11
 
 /* Row k of the status table (status.def); TA_EARG past its end. */
-int         ta_status_row(int k, int *code, const char **name, const char **exc, const char **msg);
+int         ta_status_row(int k, int *st, const char **name, const char **exc, const char **msg);
 int         ta_nops(void);
 const char *ta_op_name(int op);        /* symbol, e.g. "+" */
 const char *ta_op_ident(int op);       /* enum name, e.g. "ADD" */
@@ -119,7 +119,7 @@ int     ta_custom_plain(const int64_t *roots, size_t n);   /* ta_plain, for Pyth
  * the k-th node id; h[1+cap+k] the address of the segment that id's hold
  * is on, or 0 once the hold has moved on.  A bulk call first drops what
  * its list still holds (a list may be reused).  ta_held_move: the k-th
- * hold into an empty box (how the cffi front adopts them; the native
+ * hold into an empty box (how the cffi front adopts them; the CPython
  * front's adopt moves them into Values); ta_held_drop: drop the holds
  * still in h, from any thread; ta_held_ids: one more hold for each of n
  * existing ids of this thread, into h (all checked first: a status, and
@@ -140,9 +140,9 @@ int64_t ta_tapes_alive(void);          /* tapes (and no_grad arenas) not yet fre
  * being what a tape is per, which threading.local need not be (gevent
  * makes it per greenlet). */
 int64_t ta_tape_tag(void);
-/* native.c: put the native front (module tapead._native) into sys.modules;
+/* module.c: put the CPython front (module tapead._cpython) into sys.modules;
  * TA_OK, or a status if this build has none (PyPy) or it failed. */
-int     ta_native_install(void);
+int     ta_cpython_install(void);
 int     ta_collect(void);
 int     ta_stats(ta_stats_t *out);
 int     ta_set_limit(uint64_t max_nodes);
@@ -362,7 +362,7 @@ int ta_layer(const int64_t *w, const int64_t *b, uint32_t nout, uint32_t nin,
 /* nn.c: tapead.dot / tapead.linear in one call: row j is what
  * sum(w * x for w, x in zip(W[j], x)) records from term from[j] on (the
  * first with a node), c0[j] being the sum of the plain-number terms before
- * it (csrc/nn.h).  w: nout x nin, x: nin; an id < 0 is the constant wc /
+ * it (csrc/fused/nn.h).  w: nout x nin, x: nin; an id < 0 is the constant wc /
  * xc at its index.  The held list h gets the rows' ids.  TA_EMODEPATH
  * inside no_grad / detect_anomaly; TA_ENOGRAD for a no_grad Value (both:
  * the op-by-op path); TA_EARG for a NULL array, a count over 2**32 - 1 or a

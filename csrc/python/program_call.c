@@ -1,4 +1,4 @@
-/* native_prog.c: a Program's call on the native front (CPython), without
+/* program_call.c: a Program's call on the CPython front, without
  * cffi in the way (tapead/_c/program.py: prog_run).  A small batch's call
  * was mostly Python: cffi's from_buffer for six pointers and a ta_run_t
  * filled from Python cost more than the C it ran on the demo's 100 rows.
@@ -13,9 +13,9 @@
  * Arrays come in by the buffer protocol and are checked here (C-contiguous,
  * float64, aligned, each as long as the counts given make it); the counts
  * themselves are checked against the program's by ta_prog_run (TA_EARG).
- * PyPy builds (TA_NO_NATIVE) leave this out: there cffi's calls are the
+ * PyPy builds (TA_NO_CPYTHON) leave this out: there cffi's calls are the
  * fast ones. */
-#ifndef TA_NO_NATIVE
+#ifndef TA_NO_CPYTHON
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>               /* first, as the C-API docs require */
@@ -23,7 +23,7 @@
 #include <stdint.h>
 #include <string.h>
 #include "tapead.h"
-#include "native_prog.h"
+#include "program_call.h"
 
 typedef struct {
     PyObject_HEAD
@@ -55,7 +55,7 @@ PyObject *vp_box_type(PyObject *mod, PyObject *unused)
     static PyType_Slot slots[] = {
         {Py_tp_dealloc, (void *)vp_dealloc}, {Py_tp_getset, vp_getset},
         {Py_tp_new, (void *)PyType_GenericNew},
-        {Py_tp_doc, (void *)"A Program's C program, freed with the box (csrc/native_prog.c)."},
+        {Py_tp_doc, (void *)"A Program's C program, freed with the box (csrc/python/program_call.c)."},
         {0, NULL}};
     static PyType_Spec spec = {"tapead.replay.ProgramBox", sizeof(vp_box), 0, Py_TPFLAGS_DEFAULT, slots};
     (void)mod; (void)unused;

@@ -1,16 +1,20 @@
-/* custom.c: custom nodes (op CUSTOM), the side table that holds their
- * inputs and rules, and the check that keeps them out of the sweeps that
- * cannot run them.
+/* custom.c: custom nodes (op CUSTOM), a layer above the core: the side
+ * table that holds their inputs and rules (its hooks keep the core's
+ * collector, rollback and checks right without the core naming custom
+ * nodes: custom.h), the reverse sweep's call of a Python rule and .grad
+ * inside it, and the check that keeps them out of the sweeps that cannot
+ * run them.
  *
  * A custom node has any number of inputs and one of two rules: its local
  * partials (numbers, tapead.precomputed: backward adds p_k * g in C), or a
  * Python _backward (micrograd's Value(data, _children, _op) idiom), which
  * the reverse sweep calls through ta_custom_rule with the node's key.  The
  * node's x[] holds the index of its entry here; the entry dies with the
- * node (the collector and rollback call ta_custom_release).  C never
+ * node (the layer's node_dead hook, which the collector and rollback call).  C never
  * touches a Python object: the rule lives in a Python object that the
  * Values depending on the node reference (tapead/custom.py), found by key.  The collector keeps a custom node's inputs
- * live exactly as it keeps an ordinary node's (tape.c: ta_gc).
+ * live exactly as it keeps an ordinary node's (tape.c: ta_gc, through the
+ * layer's inputs hook).
  *
  * Replay, compile, jvp, the Wengert export and every higher-order sweep
  * recompute values or differentiate partials symbolically, which neither
@@ -20,26 +24,62 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "tapead.h"
-#include "replay.h"
+#include "custom.h"
 
 #define TA_CNONE UINT32_MAX
 
 int (*ta_rule_hook)(int64_t node, int64_t key) = NULL;
 
-static struct ta_cnodes *ta_cnodes_of(ta_tape *T)
+/* ------------------------------------------------------------ the layer */
+
+static const uint32_t *ta_custom_inputs(const void *state, const ta_seg *s, uint32_t i, uint32_t *n)
 {
-    if (!T->cn) {
-        struct ta_cnodes *C = (struct ta_cnodes *)ta_calloc(1, sizeof *C);
-        if (!C) return NULL;
+    const struct ta_custom *C = (const struct ta_custom *)state;
+    const ta_cnode *e;
+    if (s->x[i] >= C->n || (e = &C->e[s->x[i]])->state != 1) return NULL;
+    *n = e->n;
+    return e->in;
+}
+
+/* A custom node dies: its entry goes back to the free list. */
+static void ta_custom_dead(void *state, ta_seg *s, uint32_t i)
+{
+    struct ta_custom *C = (struct ta_custom *)state;
+    uint32_t k = s->x[i];
+    ta_cnode *e = &C->e[k];
+    free(e->d ? (void *)e->d : (void *)e->in);
+    e->d = NULL; e->in = NULL; e->name = NULL; e->n = 0;
+    C->live--;
+    e->state = 0; e->key = 0; e->next = C->freehead; C->freehead = k;
+}
+
+/* The tape is freed: every entry with it. */
+static void ta_custom_release(ta_tape *T, void *state)
+{
+    struct ta_custom *C = (struct ta_custom *)state;
+    uint32_t k;
+    (void)T;
+    for (k = 0; k < C->n; k++)
+        if (C->e[k].state == 1) free(C->e[k].d ? (void *)C->e[k].d : (void *)C->e[k].in);
+    free(C->e);
+    free(C);
+}
+
+const struct ta_layer ta_custom_layer = { NULL, ta_custom_release, ta_custom_inputs, ta_custom_dead };
+
+/* T's custom nodes, attached with the first (NULL: out of memory). */
+static struct ta_custom *ta_custom_of(ta_tape *T)
+{
+    struct ta_custom *C = ta_custom_if_any(T);
+    if (!C && (C = (struct ta_custom *)ta_calloc(1, sizeof *C)) != NULL) {
         C->freehead = TA_CNONE;
-        T->cn = C;
+        if (ta_attach(T, &ta_custom_layer, C) != TA_OK) { free(C); C = NULL; }
     }
-    return T->cn;
+    return C;
 }
 
 /* Room for one more entry (grown by doubling; nothing changes on failure). */
-static int ta_cnodes_room(struct ta_cnodes *C)
+static int ta_cnodes_room(struct ta_custom *C)
 {
     uint32_t cap;
     void *p;
@@ -57,7 +97,7 @@ int64_t ta_custom_at(ta_tape *T, const uint32_t *in, uint32_t n, double value,
                      const double *partials, const char *name, uint32_t namelen, int64_t *key,
                      int64_t seg, ta_seg **where)
 {
-    struct ta_cnodes *C;
+    struct ta_custom *C;
     ta_cnode *e;
     ta_aux aux;
     uint32_t k;
@@ -70,7 +110,7 @@ int64_t ta_custom_at(ta_tape *T, const uint32_t *in, uint32_t n, double value,
     if (namelen && !name) return TA_EARG;
     if (seg != TA_NOKEY && !(T->cur && T->cur->n < TA_SEG && TA_KEY(T, T->cur) == seg))
         return TA_NEEDSEG;                 /* (ta_dest_ok: then ta_append stays in T->cur) */
-    if (!(C = ta_cnodes_of(T))) return TA_ENOMEM;
+    if (!(C = ta_custom_of(T))) return TA_ENOMEM;
     if ((st = ta_cnodes_room(C)) != TA_OK) return st;
     /* one block: partials, inputs, name (its bytes live and die with the node) */
     ds = partials ? (size_t)n * sizeof(double) : 0;
@@ -140,29 +180,6 @@ int64_t ta_custom_rec(const int64_t *ins, uint32_t n, double value, const double
                          &where);
 }
 
-void ta_custom_release(ta_tape *T, ta_seg *s, uint32_t i)
-{
-    struct ta_cnodes *C = T->cn;
-    uint32_t k = s->x[i];
-    ta_cnode *e = &C->e[k];
-    free(e->d ? (void *)e->d : (void *)e->in);
-    e->d = NULL; e->in = NULL; e->name = NULL; e->n = 0;
-    C->live--;
-    e->state = 0; e->key = 0; e->next = C->freehead; C->freehead = k;
-}
-
-void ta_custom_free_all(ta_tape *T)
-{
-    struct ta_cnodes *C = T->cn;
-    uint32_t k;
-    if (!C) return;
-    for (k = 0; k < C->n; k++)
-        if (C->e[k].state == 1) free(C->e[k].d ? (void *)C->e[k].d : (void *)C->e[k].in);
-    free(C->e);
-    free(C);
-    T->cn = NULL;
-}
-
 int ta_custom_info(int64_t id, uint32_t *n, int64_t *ins, uint32_t cap, char *name,
                    uint32_t namecap, uint32_t *namelen, int64_t *key)
 {
@@ -196,7 +213,9 @@ int64_t ta_custom_key(int64_t id)
 int64_t ta_custom_failed(void)
 {
     ta_tape *T = ta_self();
-    return T ? T->err_node : TA_ENOMEM;
+    const struct ta_custom *C;
+    if (!T) return TA_ENOMEM;
+    return (C = ta_custom_if_any(T)) != NULL ? C->err_node : 0;
 }
 
 /* ------------------------------------------------------------ ta_plain */
@@ -212,8 +231,10 @@ int ta_plain(ta_tape *T, const int64_t *roots, size_t n)
     uint32_t hip = 0, p;
     size_t j;
     int st = TA_OK;
-    if (T->sw) return TA_EBUSY;
-    if (!T->cn || !T->cn->live || !roots) return TA_OK;
+    const struct ta_custom *C = ta_custom_if_any(T);
+    if (!C) return TA_OK;                  /* (no custom node: no rule can be running) */
+    if (C->sw) return TA_EBUSY;
+    if (!C->live || !roots) return TA_OK;
     for (j = 0; j < n; j++) {
         ta_seg *s; uint32_t o; uint64_t w;
         if (ta_resolve(T, roots[j], &s, &o) != TA_OK) continue;   /* the caller reports it */
@@ -235,7 +256,7 @@ int ta_plain(ta_tape *T, const int64_t *roots, size_t n)
             if (kind == TA_K_NARY) {
                 ta_cnode *e = ta_cnode_of(T, s, i);
                 uint32_t k;
-                if (st == TA_OK) { st = TA_ECUSTOM; T->err_node = TA_ID(T, TA_REF(s, i)); }
+                if (st == TA_OK) { st = TA_ECUSTOM; ta_custom_blame(T, TA_REF(s, i)); }
                 for (k = 0; k < e->n; k++) ta_plain_mark(T, e->in[k], &pending);
             } else if (kind != TA_K_LEAF) {
                 ta_plain_mark(T, s->x[i], &pending);
@@ -252,11 +273,30 @@ int ta_custom_plain(const int64_t *roots, size_t n)
     return T ? ta_plain(T, roots, n) : TA_ENOMEM;
 }
 
-/* ------------------------------------------- .grad inside a Python rule */
+/* --------------------------------------------- a Python rule, in the sweep */
+
+int ta_custom_rule_at(ta_tape *T, ta_seg *s, uint32_t i, uint64_t *pending)
+{
+    struct ta_custom *C = ta_custom_if_any(T);
+    struct ta_sweep sw;
+    int rc;
+    sw.at = ta_order(s, i);
+    sw.pending = pending;
+    sw.nan = 0;
+    C->sw = &sw;
+    T->gc_off++;                           /* nodes must neither move nor die meanwhile */
+    rc = (ta_rule_hook ? ta_rule_hook : ta_custom_rule)(TA_ID(T, TA_REF(s, i)),
+                                                       ta_cnode_of(T, s, i)->key);
+    T->gc_off--;
+    C->sw = NULL;
+    return rc != 0 ? TA_EPYTHON : sw.nan ? TA_EANOMALY : TA_OK;
+}
+
+/* ---------------------------------------- .grad as Python reads and sets it */
 
 static int ta_before_current(ta_tape *T, ta_seg *s, uint32_t o)
 {
-    return s->tape == T && ta_order(s, o) < T->sw->at;
+    return s->tape == T && ta_order(s, o) < ta_custom_if_any(T)->sw->at;
 }
 
 double ta_adj_get_sw(ta_tape *T, ta_seg *s, uint32_t o)
@@ -271,13 +311,29 @@ double ta_adj_get_sw(ta_tape *T, ta_seg *s, uint32_t o)
 void ta_adj_put_sw(ta_tape *T, ta_seg *s, uint32_t o, double v)
 {
     uint8_t b = s->op[o];
-    if (T->anomaly && isnan(v) && !isnan(ta_adj_get_sw(T, s, o))) T->sw->nan = 1;   /* newly nan */
+    struct ta_sweep *sw = ta_custom_if_any(T)->sw;
+    if (T->anomaly && isnan(v) && !isnan(ta_adj_get_sw(T, s, o))) sw->nan = 1;   /* newly nan */
     if (ta_before_current(T, s, o) && !(b & TA_MARK) && ta_kinds[b & TA_OPMASK] != TA_K_LEAF) {
         s->op[o] = (uint8_t)(b | TA_MARK);   /* reached now: the sweep will visit it */
         s->marked = 1;
-        ++*T->sw->pending;
+        ++*sw->pending;
         s->adj[o] = 0.0 + v;
         return;
     }
     s->adj[o] = v;
+}
+
+/* By id (cdef.h): a node of T or of its no_grad arena. */
+double ta_adj(int64_t id)
+{
+    ta_tape *T = ta_self(); ta_seg *s; uint32_t o; int ng;
+    return (T && ta_resolve_any(T, id, &s, &o, &ng) == TA_OK) ? ta_adj_get(T, s, o) : NAN;
+}
+
+int ta_set_adj(int64_t id, double x)
+{
+    ta_tape *T = ta_self(); ta_seg *s; uint32_t o; int st, ng;
+    if (!T) return TA_ENOMEM;
+    if ((st = ta_resolve_any(T, id, &s, &o, &ng)) == TA_OK) ta_adj_put(T, s, o, x);
+    return st;
 }

@@ -2,7 +2,7 @@
  * at import, to map each status to its exception and message. */
 #include "tapead.h"
 
-typedef struct { int code; const char *name, *exc, *msg; } ta_status_t;
+typedef struct { int st; const char *name, *exc, *msg; } ta_status_t;
 
 static const ta_status_t ta_statuses[] = {
 #define TA_ST(NAME, VALUE, EXC, MSG) { VALUE, #NAME, #EXC, MSG },
@@ -10,11 +10,11 @@ static const ta_status_t ta_statuses[] = {
 #undef TA_ST
 };
 
-int ta_status_row(int k, int *code, const char **name, const char **exc, const char **msg)
+int ta_status_row(int k, int *st, const char **name, const char **exc, const char **msg)
 {
-    if (k < 0 || (size_t)k >= sizeof ta_statuses / sizeof *ta_statuses || !code || !name || !exc || !msg)
+    if (k < 0 || (size_t)k >= sizeof ta_statuses / sizeof *ta_statuses || !st || !name || !exc || !msg)
         return TA_EARG;
-    *code = ta_statuses[k].code;
+    *st = ta_statuses[k].st;
     *name = ta_statuses[k].name;
     *exc = ta_statuses[k].exc;
     *msg = ta_statuses[k].msg;

@@ -8,7 +8,8 @@
  * happens before the extraction or leaves no mark (the extraction clears
  * its own), so a failed call changes nothing. */
 #include <stdlib.h>
-#include "replay.h"
+#include "subtape.h"
+#include "custom.h"
 
 /* Resolve the root and take its sub-tape (flags: ta_sub_extract's).  On
  * failure S holds nothing. */

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "replay.h"
+#include "custom.h"
 #include "ops.h"
 
 /* -------------------------------------------------------------- plans
@@ -21,9 +22,12 @@
  * value on the tape), plus the guards that bind root.  The graph below a
  * node never changes, so the plan stays right until the collector runs
  * (nodes could move slots: all plans dropped) or the guard list changes
- * (version bump).  Later recomputes of the same root sweep the flat arrays
+ * (version bump).  A tape's plans are a layer of their own (tapead.h:
+ * ta_attach), dropped at every collection and with the tape.  Later recomputes of the same root sweep the flat arrays
  * only.  A sweep computes into the plan's own buffer, checks the guards,
  * and only then writes the tape: an error leaves every value as it was. */
+typedef struct ta_plan ta_plan;
+#define TA_NPLANS 4
 struct ta_plan {
     int64_t   root;  uint64_t ver;
     uint32_t  n, ng;
@@ -41,10 +45,38 @@ static void ta_plan_free(ta_plan *L)
     free(L->vp); free(L->v); free(L->g); free(L->gidx); free(L);
 }
 
-void ta_plans_drop(struct ta_guards *G)
+/* A tape's plans, the most recent TA_NPLANS (next: the one to replace). */
+struct ta_plans { ta_plan *p[TA_NPLANS]; uint32_t next; };
+
+/* At every collection (ta_layer.collected): the collector may have freed
+ * nodes a plan points to. */
+static void ta_plans_drop(ta_tape *T, void *state)
 {
+    struct ta_plans *P = (struct ta_plans *)state;
     int k;
-    for (k = 0; k < TA_NPLANS; k++) { ta_plan_free(G->plans[k]); G->plans[k] = NULL; }
+    (void)T;
+    for (k = 0; k < TA_NPLANS; k++) { ta_plan_free(P->p[k]); P->p[k] = NULL; }
+}
+
+/* With the tape (ta_layer.release). */
+static void ta_plans_free(ta_tape *T, void *state)
+{
+    ta_plans_drop(T, state);
+    free(state);
+}
+
+static const struct ta_layer ta_plans_layer = { ta_plans_drop, ta_plans_free, NULL, NULL };
+
+/* T's plans, attached with the first (NULL: out of memory). */
+static struct ta_plans *ta_plans_of(ta_tape *T)
+{
+    struct ta_plans *P = (struct ta_plans *)ta_attached(T, &ta_plans_layer);
+    if (!P && (P = (struct ta_plans *)ta_calloc(1, sizeof *P)) != NULL &&
+        ta_attach(T, &ta_plans_layer, P) != TA_OK) {
+        free(P);
+        P = NULL;
+    }
+    return P;
 }
 
 static ta_plan *ta_plan_build(ta_tape *T, int64_t root, int *st)
@@ -87,11 +119,11 @@ fail:
 }
 
 /* The cached plan for root, or NULL. */
-static ta_plan *ta_plan_find(struct ta_guards *G, int64_t root)
+static ta_plan *ta_plan_find(const struct ta_plans *P, const struct ta_guards *G, int64_t root)
 {
     int k;
     for (k = 0; k < TA_NPLANS; k++) {
-        ta_plan *L = G->plans[k];
+        ta_plan *L = P->p[k];
         if (L && L->root == root && L->ver == G->ver) return L;
     }
     return NULL;
@@ -101,6 +133,7 @@ int ta_recompute(int64_t root)
 {
     ta_tape *T = ta_self();
     struct ta_guards *G;
+    struct ta_plans *P;
     ta_seg *rs;
     uint32_t ro, k, n;
     ta_plan *L;
@@ -109,12 +142,12 @@ int ta_recompute(int64_t root)
     if (!T) return TA_ENOMEM;
     if ((st = ta_plain(T, &root, 1)) != TA_OK) return st;
     if ((st = ta_resolve(T, root, &rs, &ro)) != TA_OK) return st;
-    if (!(G = ta_guards_of(T))) return TA_ENOMEM;
-    if (!(L = ta_plan_find(G, root))) {
+    if (!(G = ta_guards_of(T)) || !(P = ta_plans_of(T))) return TA_ENOMEM;
+    if (!(L = ta_plan_find(P, G, root))) {
         if (!(L = ta_plan_build(T, root, &st))) return st;
-        ta_plan_free(G->plans[G->next]);
-        G->plans[G->next] = L;
-        G->next = (G->next + 1) % TA_NPLANS;
+        ta_plan_free(P->p[P->next]);
+        P->p[P->next] = L;
+        P->next = (P->next + 1) % TA_NPLANS;
     }
     n = L->n; v = L->v;
     for (k = 0; k < n; k++) {

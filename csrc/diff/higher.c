@@ -10,7 +10,7 @@
  *
  * The recording sweep (hi_emit) walks the rows down from the roots like
  * ta_backward, but each node's adjoint is a term: a constant or a node
- * that this sweep recorded; the rules in higher.h record g * partial as
+ * that this sweep recorded; the rules in ops_higher.h record g * partial as
  * nodes and ADD accumulates.  It records as one bulk call, unsized
  * (ta_bulk_begin: the collector is held off and the node limit lifted,
  * which the emitter checks itself): the refs the rows hold must not move
@@ -22,15 +22,16 @@
  *
  * hvp = forward over reverse, numeric: one reverse sweep (adjoints and
  * each node's partials), one forward sweep of tangents from the inputs, one
- * reverse sweep of adjoint tangents using the second partials of higher.h.
+ * reverse sweep of adjoint tangents using the second partials of ops_higher.h.
  * Hessian = the first sweep once, then the other two per column. */
 #include <stdlib.h>
 #include <string.h>
-#include "higher.h"
-#include "replay.h"
+#include "ops_higher.h"
+#include "subtape.h"
+#include "custom.h"
 
 /* Every row of the op table (ops.def) has its four rules, forward and
- * partials (ops.h), derivative as ops and second partials (higher.h):
+ * partials (ops.h), derivative as ops and second partials (ops_higher.h):
  * each is named here, not called, so a row without one is an undeclared
  * identifier, a compile error on every C compiler naming the missing rule
  * (a call to an undeclared function is only a warning on some compilers,

@@ -1,5 +1,6 @@
 /* tape.c: the arena.  Tape lifetime, holds and held lists, segments and
- * their slot tables, and reclamation of segments nothing can reach.
+ * their slot tables, reclamation of segments nothing can reach, and the
+ * layers attached to a tape.
  *
  * Reclamation: a segment is held while anything Python can reach a node
  * through holds it (tapead.h: holds).  A node is live if its segment is
@@ -9,7 +10,9 @@
  * their (possibly dangling) inputs.  The pass runs when the number of
  * segments doubles since the last one, so it costs amortised O(1) per node.
  * A layer above the core that keeps per-tape state naming nodes attaches
- * hooks to the tape to drop what the collector freed (tapead.h: ta_attach).
+ * it with hooks (tapead.h: ta_attach): the collector asks the layer of
+ * NARY nodes for their inputs, tells it which die, and tells every layer
+ * when it is done.
  *
  * Lifetime: C owns every tape.  A tape counts one reference for its thread
  * (dropped by a thread-exit destructor, thread.c) and one per held segment
@@ -71,10 +74,21 @@ static void ta_tape_free(ta_tape *T)
     free(T->spare_sub);
     free(T->segs); free(T->freeslots); free(T->order);
     if (T->ng) ta_tape_free(T->ng);
-    if (T->hooks) T->hooks->release(T);
-    ta_custom_free_all(T);
+    for (k = 0; k < T->nlayers; k++)
+        if (T->layers[k].layer->release) T->layers[k].layer->release(T, T->layers[k].state);
     free(T);
     TA_ALIVE(-1);
+}
+
+/* --------------------------------------------------------------- layers */
+
+int ta_attach(ta_tape *T, const struct ta_layer *L, void *state)
+{
+    if (T->nlayers == TA_NLAYERS) return TA_ELIMIT;
+    T->layers[T->nlayers].layer = L;
+    T->layers[T->nlayers].state = state;
+    T->nlayers++;
+    return TA_OK;
 }
 
 /* ---------------------------------------------------------------- holds */
@@ -191,29 +205,38 @@ void ta_free_seg(ta_tape *T, ta_seg *s)
     if (!T->spare) T->spare = s; else ta_seg_free(s);
 }
 
+/* The layer whose nodes are of kind NARY (tapead.h: ta_layer), or NULL. */
+static const struct ta_attached *ta_nary(const ta_tape *T)
+{
+    uint32_t k;
+    for (k = 0; k < T->nlayers; k++)
+        if (T->layers[k].layer->inputs) return &T->layers[k];
+    return NULL;
+}
+
 int ta_gc(ta_tape *T)
 {
-    uint32_t p, w = 0, freed = 0;
-    if (T->sw) return 0;          /* a Python rule is running inside backward() */
+    uint32_t p, l, w = 0, freed = 0;
+    const struct ta_attached *N = ta_nary(T);
+    if (T->gc_off) return 0;      /* a layer holds it off (a sweep paused to run Python) */
     for (p = T->norder; p-- > 0;) {
         ta_seg *s = T->segs[T->order[p]];
         uint32_t i, live = 0;
         int held = TA_ATOMIC_LOAD32(&s->owned) != 0;
         for (i = s->n; i-- > 0;) {
             uint8_t b = s->op[i];
-            uint8_t op = (uint8_t)(b & TA_OPMASK);
+            uint8_t op = (uint8_t)(b & TA_OPMASK), k = ta_kinds[op];
             if (held || (b & TA_LIVE)) {
-                uint8_t k = ta_kinds[op];
                 live++;
-                if (k == TA_K_NARY) {          /* a custom node keeps its inputs, too */
-                    const ta_cnode *e = ta_cnode_of(T, s, i);
-                    uint32_t a;
-                    for (a = 0; a < e->n; a++) ta_mark_live(T, e->in[a]);
+                if (k == TA_K_NARY) {          /* a layer's node keeps its inputs, too */
+                    uint32_t a, n;
+                    const uint32_t *in = N->layer->inputs(N->state, s, i, &n);
+                    for (a = 0; a < n; a++) ta_mark_live(T, in[a]);
                 } else if (k != TA_K_LEAF) ta_mark_live(T, s->x[i]);
                 if (k == TA_K_BIN) ta_mark_live(T, s->aux[i].y);
                 s->op[i] = op;
             } else {
-                if (op == TA_CUSTOM) ta_custom_release(T, s, i);   /* its entry dies with it */
+                if (k == TA_K_NARY) N->layer->node_dead(N->state, s, i);   /* with what its layer holds */
                 s->op[i] = TA_DEAD;
             }
         }
@@ -226,7 +249,8 @@ int ta_gc(ta_tape *T)
         T->order[w++] = k;
     }
     T->norder = w;
-    if (T->hooks) T->hooks->collected(T);
+    for (l = 0; l < T->nlayers; l++)
+        if (T->layers[l].layer->collected) T->layers[l].layer->collected(T, T->layers[l].state);
     T->collections++;
     T->gc_at = 2u * w > TA_GC_MIN ? 2u * w : TA_GC_MIN;
     return (int)freed;

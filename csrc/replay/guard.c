@@ -29,17 +29,16 @@
 #include <stdlib.h>
 #include "replay.h"
 
-static void ta_guards_gc(ta_tape *T);
-static void ta_guards_free(ta_tape *T);
-static const struct ta_attach ta_guard_hooks = { ta_guards_gc, ta_guards_free };
+static void ta_guards_gc(ta_tape *T, void *state);
+static void ta_guards_free(ta_tape *T, void *state);
+const struct ta_layer ta_guard_layer = { ta_guards_gc, ta_guards_free, NULL, NULL };
 
 struct ta_guards *ta_guards_of(ta_tape *T)
 {
     struct ta_guards *G = ta_guards_if_any(T);
     if (!G && (G = (struct ta_guards *)ta_calloc(1, sizeof *G)) != NULL) {
         G->failed = -1;
-        T->attached = G;
-        T->hooks = &ta_guard_hooks;
+        if (ta_attach(T, &ta_guard_layer, G) != TA_OK) { free(G); G = NULL; }
     }
     return G;
 }
@@ -49,16 +48,13 @@ static void ta_hash_drop(struct ta_guards *G)
     free(G->hash); G->hash = NULL; G->hcap = 0;
 }
 
-/* With the tape (ta_attach.release). */
-static void ta_guards_free(ta_tape *T)
+/* With the tape (ta_layer.release). */
+static void ta_guards_free(ta_tape *T, void *state)
 {
-    struct ta_guards *G = ta_guards_if_any(T);
-    if (!G) return;
-    ta_plans_drop(G);
+    struct ta_guards *G = (struct ta_guards *)state;
+    (void)T;
     ta_hash_drop(G);
     free(G->g); free(G);
-    T->attached = NULL;
-    T->hooks = NULL;
 }
 
 /* Alive = its segment is still held and the collector did not mark it DEAD. */
@@ -68,12 +64,11 @@ static int ta_ref_alive(ta_tape *T, uint32_t ref)
     return s && TA_OFF(ref) < s->n && (s->op[TA_OFF(ref)] & TA_OPMASK) != TA_DEAD;
 }
 
-/* At the end of every collection (ta_attach.collected). */
-static void ta_guards_gc(ta_tape *T)
+/* At the end of every collection (ta_layer.collected). */
+static void ta_guards_gc(ta_tape *T, void *state)
 {
-    struct ta_guards *G = ta_guards_if_any(T);
+    struct ta_guards *G = (struct ta_guards *)state;
     uint32_t i, w = 0;
-    if (!G) return;
     for (i = 0; i < G->n; i++) {
         ta_guard *g = &G->g[i];
         if (!ta_ref_alive(T, g->a) || (!g->cst && !ta_ref_alive(T, g->b))) continue;
@@ -83,7 +78,6 @@ static void ta_guards_gc(ta_tape *T)
     G->failed = -1;
     G->ver++;
     ta_hash_drop(G);    /* indices moved: rebuilt at the next comparison */
-    ta_plans_drop(G);   /* the collector may have freed nodes a plan points to */
 }
 
 /* ------------------------------------------------------ the key table */
