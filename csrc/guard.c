@@ -11,7 +11,7 @@
  * cannot flip when the replay's inputs change (subtape.c: ta_bind_guards,
  * with the cases).
  * tapead.clear_guards() drops them all.  Guards die with their nodes:
- * ta_guards_gc drops any guard naming a node the collector freed.
+ * ta_guards_gc drops any guard naming a node the collector frees.
  *
  * Bounded: a long-lived Value (a parameter) compared every step must not
  * grow the list without end.  So
@@ -61,14 +61,14 @@ static void ta_guards_free(ta_tape *T)
     T->hooks = NULL;
 }
 
-/* Alive = its segment is still held and the collector did not mark it DEAD. */
-static int ta_ref_alive(ta_tape *T, uint32_t ref)
+/* The collector keeps ref (ta_attach.dying: it is marked TA_LIVE). */
+static int ta_lives(const ta_tape *T, uint32_t ref)
 {
-    ta_seg *s = (ref >> TA_SHIFT) < T->nslots ? TA_SEGOF(T, ref) : NULL;
-    return s && TA_OFF(ref) < s->n && (s->op[TA_OFF(ref)] & TA_OPMASK) != TA_DEAD;
+    const ta_seg *s = (ref >> TA_SHIFT) < T->nslots ? TA_SEGOF(T, ref) : NULL;
+    return s && TA_OFF(ref) < s->n && (s->op[TA_OFF(ref)] & TA_LIVE) != 0;
 }
 
-/* At the end of every collection (ta_attach.collected). */
+/* In every collection, once it has decided what dies (ta_attach.dying). */
 static void ta_guards_gc(ta_tape *T)
 {
     struct ta_guards *G = ta_guards_if_any(T);
@@ -76,14 +76,14 @@ static void ta_guards_gc(ta_tape *T)
     if (!G) return;
     for (i = 0; i < G->n; i++) {
         ta_guard *g = &G->g[i];
-        if (!ta_ref_alive(T, g->a) || (!g->cst && !ta_ref_alive(T, g->b))) continue;
+        if (!ta_lives(T, g->a) || (!g->cst && !ta_lives(T, g->b))) continue;
         G->g[w++] = *g;
     }
     G->n = w;
     G->failed = -1;
     G->ver++;
     ta_hash_drop(G);    /* indices moved: rebuilt at the next comparison */
-    ta_plans_drop(G);   /* the collector may have freed nodes a plan points to */
+    ta_plans_drop(G);   /* the collector is about to free nodes a plan points to */
 }
 
 /* ------------------------------------------------------ the key table */

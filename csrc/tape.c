@@ -8,8 +8,10 @@
  * freed; dead nodes in kept segments become DEAD so nothing ever follows
  * their (possibly dangling) inputs.  The pass runs when the number of
  * segments doubles since the last one, so it costs amortised O(1) per node.
- * A layer above the core that keeps per-tape state naming nodes attaches
- * hooks to the tape to drop what the collector freed (tapead.h: ta_attach).
+ * The pass leaves TA_LIVE on every node that lives, and the sweep that
+ * frees the rest comes after it: a layer above the core that keeps
+ * per-tape state naming nodes attaches hooks to the tape, and sees there
+ * what dies, with the dying nodes still whole (tapead.h: ta_attach).
  *
  * Lifetime: C owns every tape.  A tape counts one reference for its thread
  * (dropped by a thread-exit destructor, thread.c) and one per held segment
@@ -195,29 +197,43 @@ int ta_gc(ta_tape *T)
 {
     uint32_t p, w = 0, freed = 0;
     if (T->sw) return 0;          /* a Python rule is running inside backward() */
+    /* which nodes live: every node of a held segment, and every input of a
+     * live node; each keeps TA_LIVE until the sweep below */
     for (p = T->norder; p-- > 0;) {
         ta_seg *s = T->segs[T->order[p]];
         uint32_t i, live = 0;
         int held = TA_ATOMIC_LOAD32(&s->owned) != 0;
         for (i = s->n; i-- > 0;) {
             uint8_t b = s->op[i];
-            uint8_t op = (uint8_t)(b & TA_OPMASK);
-            if (held || (b & TA_LIVE)) {
-                uint8_t k = ta_kinds[op];
-                live++;
-                if (k == TA_K_NARY) {          /* a custom node keeps its inputs, too */
-                    const ta_cnode *e = ta_cnode_of(T, s, i);
-                    uint32_t a;
-                    for (a = 0; a < e->n; a++) ta_mark_live(T, e->in[a]);
-                } else if (k != TA_K_LEAF) ta_mark_live(T, s->x[i]);
-                if (k == TA_K_BIN) ta_mark_live(T, s->aux[i].y);
-                s->op[i] = op;
-            } else {
-                if (op == TA_CUSTOM) ta_custom_release(T, s, i);   /* its entry dies with it */
-                s->op[i] = TA_DEAD;
-            }
+            uint8_t k = ta_kinds[b & TA_OPMASK];
+            if (!held && !(b & TA_LIVE)) continue;
+            live++;
+            if (k == TA_K_NARY) {              /* a custom node keeps its inputs, too */
+                const ta_cnode *e = ta_cnode_of(T, s, i);
+                uint32_t a;
+                for (a = 0; a < e->n; a++) ta_mark_live(T, e->in[a]);
+            } else if (k != TA_K_LEAF) ta_mark_live(T, s->x[i]);
+            if (k == TA_K_BIN) ta_mark_live(T, s->aux[i].y);
+            s->op[i] = (uint8_t)(b | TA_LIVE);
         }
-        if (live == 0 && s != T->cur) { ta_free_seg(T, s); T->order[p] = UINT32_MAX; freed++; }
+        s->kept = live;
+    }
+    /* the layer above sees what dies (no TA_LIVE) while it is all still there */
+    if (T->hooks) T->hooks->dying(T);
+    /* the sweep: live nodes keep their op code alone (every mark goes), dead
+     * ones in kept segments become DEAD, segments with no live node go */
+    for (p = T->norder; p-- > 0;) {
+        ta_seg *s = T->segs[T->order[p]];
+        uint8_t *op = s->op;
+        uint32_t i, n = s->n;             /* in locals, so the loop vectorizes */
+        if (T->cn && T->cn->live && s->kept < n)    /* a dying custom node's entry dies with it */
+            for (i = 0; i < n; i++)
+                if ((op[i] & (TA_LIVE | TA_OPMASK)) == TA_CUSTOM) ta_custom_release(T, s, i);
+        if (s->kept == 0 && s != T->cur) { ta_free_seg(T, s); T->order[p] = UINT32_MAX; freed++; continue; }
+        for (i = 0; i < n; i++) {
+            uint8_t b = op[i];
+            op[i] = (uint8_t)(b & TA_LIVE ? b & TA_OPMASK : TA_DEAD);
+        }
     }
     for (p = 0; p < T->norder; p++) {
         uint32_t k = T->order[p];
@@ -226,7 +242,6 @@ int ta_gc(ta_tape *T)
         T->order[w++] = k;
     }
     T->norder = w;
-    if (T->hooks) T->hooks->collected(T);
     T->collections++;
     T->gc_at = 2u * w > TA_GC_MIN ? 2u * w : TA_GC_MIN;
     return (int)freed;

@@ -56,6 +56,7 @@ struct ta_seg {          /* typedef'd in cdef.h, where Python sees it as opaque 
     uint32_t slot;
     uint32_t owned;              /* holds on it (atomic: dropped from any thread) */
     uint32_t marked;             /* ta_backward: a node here awaits a visit */
+    uint32_t kept;               /* ta_gc: how many nodes here the collection keeps */
     uint64_t stamp;              /* unique per segment opened on its tape: a
                                     node is (stamp, offset) for the tape's life,
                                     while its id is reused once the slot is */
@@ -166,11 +167,15 @@ int  ta_gc(ta_tape *T);          /* reclaim; returns segments freed */
 /* A layer above the core that keeps per-tape state naming nodes (guard.c:
  * its guards) attaches it: T->attached is the state, T->hooks the calls
  * the core makes on it, both set together in the tape's own thread.
- * collected(T) runs at the end of every collection of T, to drop what
- * names freed nodes; release(T) when T is freed, in whatever thread drops
- * the last hold.  The core never looks inside. */
+ * dying(T) runs in every collection of T once it has decided what dies,
+ * before it frees anything: a node dies iff its op byte lacks TA_LIVE, and
+ * the dying nodes are still whole (op codes, inputs, custom entries), to
+ * drop what names them and read what they were; TA_MARK is the hook's to
+ * use (the collector clears every mark after it).  release(T) runs when T
+ * is freed, in whatever thread drops the last hold.  The core never looks
+ * inside. */
 struct ta_attach {
-    void (*collected)(ta_tape *T);
+    void (*dying)(ta_tape *T);
     void (*release)(ta_tape *T);
 };
 
