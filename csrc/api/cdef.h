@@ -222,6 +222,9 @@ int     ta_guard_clear(void);
  * recorded outcome, and the values that flipped it. */
 int     ta_guard_info(int64_t g, int *kind, int *outcome, double *xv, double *yv);
 int64_t ta_guard_failed(void);                     /* guard index of the last TA_EGUARD */
+/* Comparisons the collector dropped (their nodes freed) since the last
+ * ta_guard_clear: a replay one of them would bind gives TA_ELOST. */
+int64_t ta_guard_lost(void);
 
 /* Re-evaluate every node root depends on (and the nodes of guards recorded
  * up to root) from the leaves' current values, in place.  On any error the

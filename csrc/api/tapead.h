@@ -57,6 +57,7 @@ struct ta_seg {          /* typedef'd in cdef.h, where Python sees it as opaque 
     uint32_t slot;
     uint32_t owned;              /* holds on it (atomic: dropped from any thread) */
     uint32_t marked;             /* ta_backward: a node here awaits a visit */
+    uint32_t kept;               /* ta_gc: how many nodes here the collection keeps */
     uint64_t stamp;              /* unique per segment opened on its tape: a
                                     node is (stamp, offset) for the tape's life,
                                     while its id is reused once the slot is */
@@ -65,6 +66,10 @@ struct ta_seg {          /* typedef'd in cdef.h, where Python sees it as opaque 
 /* Segments are aligned to TA_SEG_ALIGN so a (segment, offset) pair packs
  * into one word: the C Value stores a node as seg | off. */
 #define TA_SEG_ALIGN 4096u
+
+struct ta_layer;
+/* A layer attached to a tape (ta_attach): its hooks and its state. */
+struct ta_attached { const struct ta_layer *layer; void *state; };
 
 typedef struct ta_tape {
     ta_seg  **segs;              /* by slot; NULL = free slot               */
@@ -88,7 +93,7 @@ typedef struct ta_tape {
     uint32_t  gc_off;            /* > 0: a layer holds the collector off (a sweep
                                     paused to run Python): ta_gc frees nothing */
     uint32_t  nlayers;           /* layers attached (ta_attach), in layers[] */
-    struct ta_attached { const struct ta_layer *layer; void *state; } layers[TA_NLAYERS];
+    struct ta_attached layers[TA_NLAYERS];
     void     *spare_sub;         /* subtape.c: the last sub-tape's memory, kept for the next */
     size_t    spare_subcap;      /* (NULL while one holds it; at most TA_SUB_KEEP bytes) */
 } ta_tape;
@@ -168,8 +173,13 @@ int  ta_gc(ta_tape *T);          /* reclaim; returns segments freed */
  * at the moments below and never looks inside the state.  One registry,
  * one call site per moment, as CppAD's atomic functions reach its sweeps.
  * A hook may be NULL.
- *   collected  at the end of every collection of T: drop what names freed
- *              nodes;
+ *   dying      in every collection of T once it has decided what dies,
+ *              before it frees anything: a node dies iff its op byte lacks
+ *              TA_LIVE, and the dying nodes are still whole (op codes,
+ *              inputs, their layer's entries), to drop what names them and
+ *              read what they were; TA_MARK is the hook's to use (the
+ *              collector clears every mark after it);
+ *   collected  at the end of every collection of T;
  *   release    when T is freed, in whatever thread drops the last hold;
  *   inputs     the layer whose nodes are of kind NARY (at most one per
  *              tape): node i of s's inputs (refs, n of them), which the
@@ -178,6 +188,7 @@ int  ta_gc(ta_tape *T);          /* reclaim; returns segments freed */
  *   node_dead  node i of s, of kind NARY, dies (the collector, or a
  *              rollback): what the layer holds for it goes. */
 struct ta_layer {
+    void (*dying)(ta_tape *T, void *state);
     void (*collected)(ta_tape *T, void *state);
     void (*release)(ta_tape *T, void *state);
     const uint32_t *(*inputs)(const void *state, const ta_seg *s, uint32_t i, uint32_t *n);
@@ -185,6 +196,14 @@ struct ta_layer {
 };
 /* Attach state to T for layer L: TA_OK, or TA_ELIMIT (TA_NLAYERS taken). */
 int ta_attach(ta_tape *T, const struct ta_layer *L, void *state);
+/* The layer whose nodes are of kind NARY, or NULL. */
+static inline const struct ta_attached *ta_nary(const ta_tape *T)
+{
+    uint32_t k;
+    for (k = 0; k < T->nlayers; k++)
+        if (T->layers[k].layer->inputs) return &T->layers[k];
+    return NULL;
+}
 /* The state layer L attached to T, or NULL. */
 static inline void *ta_attached(const ta_tape *T, const struct ta_layer *L)
 {

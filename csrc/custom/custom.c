@@ -65,7 +65,8 @@ static void ta_custom_release(ta_tape *T, void *state)
     free(C);
 }
 
-const struct ta_layer ta_custom_layer = { NULL, ta_custom_release, ta_custom_inputs, ta_custom_dead };
+const struct ta_layer ta_custom_layer = { .release = ta_custom_release, .inputs = ta_custom_inputs,
+                                          .node_dead = ta_custom_dead };
 
 /* T's custom nodes, attached with the first (NULL: out of memory). */
 static struct ta_custom *ta_custom_of(ta_tape *T)

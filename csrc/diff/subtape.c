@@ -133,13 +133,18 @@ static void ta_unmark(ta_tape *T, uint32_t lo, uint32_t hi, uint8_t bit)
  * (if loss < best, loss still held and computed from the same weights;
  * or a later step's comparison over the same weights, at a recompute of
  * an earlier step's loss): it could have chosen the graph, and nothing
- * here can tell.  Guards live until tapead.clear_guards() or until the
- * collector frees one of their nodes (guard.c), so what binds is bounded
- * by what is live on the tape.
+ * here can tell.  Guards live until tapead.clear_guards(); one whose
+ * nodes the collector frees is lost, not forgotten: it can no longer be
+ * checked, so a replay it would bind refuses (TA_ELOST).  guard.c keeps
+ * the reach of the lost guards, the live nodes they read, and they bind
+ * a replay as operands would: a node of the reach that is in the replay
+ * or reads a varied leaf means a lost guard binds it.  So what binds
+ * (and what refuses) is bounded by what is live on the tape.
  *
  * Cost: nothing without guards; a guard whose operands are all in the
  * sub-tape binds at once; otherwise one forward pass over the positions
- * from the lowest varied leaf to the highest undecided guard's operand,
+ * from the lowest varied leaf to the highest undecided guard's operand
+ * (or node of the reach),
  * giving TA_LIVE ("varies") to every node that reads a varied leaf
  * (TA_LIVE is the collector's bit, free while nothing is recorded), then
  * a mark pass down from the new guards' operands. */
@@ -202,14 +207,17 @@ static uint32_t ta_posof(ta_tape *T, uint32_t ref) { return TA_SEGOF(T, ref)->po
 /* With S's nodes marked (TA_MARK) and counted (*n nodes in *nseg segments
  * from S->lowpos): set each guard's bind, give TA_MARK to the nodes of the
  * guards that bind and count them in (S->lowpos and S->hipos widen to
- * take them in); S->ng = how many bind. */
-static void ta_bind_guards(ta_tape *T, ta_sub *S, const int64_t *ins, uint32_t nins,
-                           uint64_t *n, uint32_t *nseg)
+ * take them in); S->ng = how many bind.  TA_ELOST if a lost guard would
+ * bind (a node of the reach reads a varied leaf), with the marks between
+ * S->lowpos and S->hipos left for the caller to clear. */
+static int ta_bind_guards(ta_tape *T, ta_sub *S, const int64_t *ins, uint32_t nins,
+                          uint64_t *n, uint32_t *nseg)
 {
     struct ta_guards *G = ta_guards_if_any(T);
     uint32_t k, j, inlo = UINT32_MAX;
 #define OPAT(r) (TA_SEGOF(T, r)->op[TA_OFF(r)])
-    if (!G) return;
+    if (!G) return TA_OK;
+    if (G->reach_all) return TA_ELOST;
     for (k = 0; k < G->n; k++) G->g[k].bind = 0;
     for (j = 0; j < nins; j++) {
         uint32_t p = ta_posof(T, (uint32_t)ins[j]);
@@ -233,6 +241,13 @@ static void ta_bind_guards(ta_tape *T, ta_sub *S, const int64_t *ins, uint32_t n
             cand = 1;
             if (pa > top) top = pa;
         }
+        for (k = 0; k < G->nreach; k++) {       /* the lost guards', as their operands */
+            uint32_t r = G->reach[k], pr = ta_posof(T, r);
+            if (OPAT(r) & TA_MARK) return TA_ELOST;   /* read by the replay: reads its leaves */
+            if (pr < lo) continue;
+            cand = 1;
+            if (pr > top) top = pr;
+        }
         if (!cand) break;
         for (j = 0; j < nins; j++) {
             uint32_t r = (uint32_t)ins[j], p = ta_posof(T, r);
@@ -244,7 +259,9 @@ static void ta_bind_guards(ta_tape *T, ta_sub *S, const int64_t *ins, uint32_t n
             if (g->bind) continue;
             if ((OPAT(g->a) & TA_LIVE) || (!g->cst && (OPAT(g->b) & TA_LIVE))) g->bind = 2;
         }
+        for (k = 0; k < G->nreach && !(OPAT(G->reach[k]) & TA_LIVE); k++) {}
         ta_unmark(T, lo, top, TA_LIVE);
+        if (k < G->nreach) return TA_ELOST;
         for (k = 0; k < G->n; k++) {            /* the new ones' nodes join, as TA_LIVE */
             ta_guard *g = &G->g[k];
             if (g->bind != 2) continue;
@@ -266,6 +283,7 @@ static void ta_bind_guards(ta_tape *T, ta_sub *S, const int64_t *ins, uint32_t n
         if (!ta_promote(T, low3, p3)) break;    /* no new leaf: nothing more varies */
     }
     for (k = 0; k < G->n; k++) S->ng += G->g[k].bind;
+    return TA_OK;
 #undef OPAT
 }
 
@@ -382,7 +400,10 @@ static int ta_sub_take(ta_tape *T, const int64_t *roots, uint32_t nroots, const 
     }
     S->lowpos = ta_mark_down(T, S->hipos, pending, TA_MARK, TA_MARK, &n, &nseg);
     if (replay) {
-        ta_bind_guards(T, S, ins, nins, &n, &nseg);
+        if ((st = ta_bind_guards(T, S, ins, nins, &n, &nseg)) != TA_OK) {
+            ta_unmark(T, S->lowpos, S->hipos, TA_MARK);
+            return st;
+        }
         if (nseg > S->hipos - S->lowpos + 1) nseg = S->hipos - S->lowpos + 1;
     }
     if ((st = ta_sub_flat(T, S, n, nseg, flags & TA_SUB_REFS)) != TA_OK || !replay) return st;

@@ -10,8 +10,11 @@
  * Values that existed already (max(a, b)); a comparison of other Values
  * cannot flip when the replay's inputs change (subtape.c: ta_bind_guards,
  * with the cases).
- * tapead.clear_guards() drops them all.  Guards die with their nodes:
- * ta_guards_gc drops any guard naming a node the collector freed.
+ * tapead.clear_guards() drops them all.  A guard whose nodes the
+ * collector frees can no longer be checked, but it binds what it bound
+ * before: ta_guards_gc drops it, counts it as lost and keeps what it read
+ * that lives on (the reach), so a replay it would have bound refuses
+ * (TA_ELOST) until clear_guards() forgets it too.
  *
  * Bounded: a long-lived Value (a parameter) compared every step must not
  * grow the list without end.  So
@@ -24,14 +27,15 @@
  *   - a comparison with a nan constant is False whatever x is: it can
  *     never flip, so it is not recorded.
  * A node therefore carries at most 8 constant guards (4 kinds x 2
- * outcomes), and a pair of nodes at most 8. */
+ * outcomes), and a pair of nodes at most 8.  The lost guards leave a count
+ * and their reach, a set of live nodes: no more than the tape holds. */
 #include <math.h>
 #include <stdlib.h>
 #include "replay.h"
 
 static void ta_guards_gc(ta_tape *T, void *state);
 static void ta_guards_free(ta_tape *T, void *state);
-const struct ta_layer ta_guard_layer = { ta_guards_gc, ta_guards_free, NULL, NULL };
+const struct ta_layer ta_guard_layer = { .dying = ta_guards_gc, .release = ta_guards_free };
 
 struct ta_guards *ta_guards_of(ta_tape *T)
 {
@@ -54,26 +58,124 @@ static void ta_guards_free(ta_tape *T, void *state)
     struct ta_guards *G = (struct ta_guards *)state;
     (void)T;
     ta_hash_drop(G);
-    free(G->g); free(G);
+    free(G->g); free(G->reach); free(G);
 }
 
-/* Alive = its segment is still held and the collector did not mark it DEAD. */
-static int ta_ref_alive(ta_tape *T, uint32_t ref)
+/* ------------------------------------------------------- lost guards
+ *
+ * A guard binds a replay that varies a leaf its operands read (subtape.c:
+ * ta_bind_guards), whether or not its nodes are still on the tape.  Once
+ * the collector frees them it can no longer be checked, so a replay it
+ * would bind must refuse rather than replay the recorded branch at every
+ * point.  Which replays those are is still known: every leaf a replay can
+ * vary lives, so what matters of a lost guard is what its operands read
+ * that lives on, reached through the dying nodes.  The reach is the set of
+ * those live nodes over every guard lost since clear_guards() (an operand
+ * that lives is one): a replay that varies a leaf one of them reads would
+ * have bound a lost guard, and refuses; one whose lost guards read only
+ * nodes that died with them can bind none of them, and is left alone (a
+ * loop's comparisons over Values it made afresh, all freed).  A node of
+ * the reach that dies in turn gives way to what it reads that lives on,
+ * the same way, so the reach names live nodes only.  If it cannot grow
+ * (memory), reach_all stands for every node: every replay refuses.
+ *
+ * Cost: nothing while no guard loses a node; else one walk down from the
+ * dying operands over the dying nodes they read, each node visited once
+ * (TA_MARK, which the collector clears after this hook). */
+
+/* ref names a node of T that existed before this collection (refs are
+ * dropped as their nodes die, so it always should); if not, what it read
+ * is unknown, and the reach becomes everything. */
+static int ta_ref_ok(const ta_tape *T, uint32_t ref)
 {
-    ta_seg *s = (ref >> TA_SHIFT) < T->nslots ? TA_SEGOF(T, ref) : NULL;
-    return s && TA_OFF(ref) < s->n && (s->op[TA_OFF(ref)] & TA_OPMASK) != TA_DEAD;
+    const ta_seg *s = (ref >> TA_SHIFT) < T->nslots ? TA_SEGOF(T, ref) : NULL;
+    return s && TA_OFF(ref) < s->n;
 }
 
-/* At the end of every collection (ta_layer.collected). */
+/* The collector keeps ref (ta_layer.dying: it is marked TA_LIVE). */
+static int ta_lives(const ta_tape *T, uint32_t ref)
+{
+    return (TA_SEGOF(T, ref)->op[TA_OFF(ref)] & TA_LIVE) != 0;
+}
+
+/* A lost guard reads ref: a live node joins the reach, once; a dying one
+ * is walked (it counts in *pending, and *hip rises to its position). */
+static void ta_lost_reads(ta_tape *T, struct ta_guards *G, uint32_t ref, uint64_t *pending,
+                          uint32_t *hip)
+{
+    uint8_t *q;
+    if (G->reach_all) return;
+    if (!ta_ref_ok(T, ref)) { G->reach_all = 1; return; }
+    q = &TA_SEGOF(T, ref)->op[TA_OFF(ref)];
+    if (*q & TA_MARK) return;
+    *q |= TA_MARK;
+    if (!(*q & TA_LIVE)) {
+        ++*pending;
+        if (TA_SEGOF(T, ref)->pos > *hip) *hip = TA_SEGOF(T, ref)->pos;
+        return;
+    }
+    if (G->nreach == G->capreach) {
+        uint32_t cap = G->capreach ? 2u * G->capreach : 64u;
+        void *p;
+        if (G->capreach >= UINT32_MAX / 8u || !(p = ta_realloc(G->reach, (size_t)cap * sizeof *G->reach))) {
+            G->reach_all = 1;
+            return;
+        }
+        G->reach = (uint32_t *)p; G->capreach = cap;
+    }
+    G->reach[G->nreach++] = ref;
+}
+
+/* Down from position hip over the pending dying nodes (marked, not
+ * TA_LIVE): what each reads joins the reach or the walk. */
+static void ta_lost_walk(ta_tape *T, struct ta_guards *G, uint32_t hip, uint64_t pending)
+{
+    uint32_t p, k;
+    for (p = hip + 1; p-- > 0 && pending && !G->reach_all;) {
+        ta_seg *s = T->segs[T->order[p]];
+        uint32_t i = s->n;
+        while (i-- > 0 && pending) {
+            uint8_t b = s->op[i];
+            int kind;
+            if ((b & (TA_MARK | TA_LIVE)) != TA_MARK) continue;
+            --pending;
+            kind = ta_kinds[b & TA_OPMASK];
+            if (kind == TA_K_NARY) {           /* its inputs, as its layer holds them */
+                const struct ta_attached *N = ta_nary(T);
+                uint32_t n = 0;
+                const uint32_t *in = N->layer->inputs(N->state, s, i, &n);
+                for (k = 0; k < n; k++) ta_lost_reads(T, G, in[k], &pending, &hip);
+            } else if (kind != TA_K_LEAF) {
+                ta_lost_reads(T, G, s->x[i], &pending, &hip);
+                if (kind == TA_K_BIN) ta_lost_reads(T, G, s->aux[i].y, &pending, &hip);
+            }
+        }
+    }
+}
+
+/* In every collection, once it has decided what dies (ta_layer.dying):
+ * drop the guards naming a dying node, counting them lost, and bring the
+ * reach up to date. */
 static void ta_guards_gc(ta_tape *T, void *state)
 {
     struct ta_guards *G = (struct ta_guards *)state;
-    uint32_t i, w = 0;
+    uint32_t i, w = 0, n, hip = 0;
+    uint64_t pending = 0;
+    n = G->nreach; G->nreach = 0;           /* the reach again: what lives stays (in place) */
+    for (i = 0; i < n; i++) ta_lost_reads(T, G, G->reach[i], &pending, &hip);
     for (i = 0; i < G->n; i++) {
         ta_guard *g = &G->g[i];
-        if (!ta_ref_alive(T, g->a) || (!g->cst && !ta_ref_alive(T, g->b))) continue;
-        G->g[w++] = *g;
+        if (ta_ref_ok(T, g->a) && ta_lives(T, g->a) &&
+            (g->cst || (ta_ref_ok(T, g->b) && ta_lives(T, g->b)))) {
+            G->g[w++] = *g;
+            continue;
+        }
+        G->lost++;
+        ta_lost_reads(T, G, g->a, &pending, &hip);
+        if (!g->cst) ta_lost_reads(T, G, g->b, &pending, &hip);
     }
+    if (pending) ta_lost_walk(T, G, hip, pending);
+    if (G->reach_all) G->nreach = 0;
     G->n = w;
     G->failed = -1;
     G->ver++;
@@ -200,9 +302,17 @@ int ta_guard_clear(void)
     if (!T) return TA_ENOMEM;
     if ((G = ta_guards_if_any(T)) != NULL) {
         G->n = 0; G->failed = -1; G->ver++;
+        G->lost = 0; G->nreach = 0; G->reach_all = 0;
         ta_hash_drop(G);
     }
     return TA_OK;
+}
+
+int64_t ta_guard_lost(void)
+{
+    ta_tape *T = ta_self_if_any();
+    struct ta_guards *G = T ? ta_guards_if_any(T) : NULL;
+    return G ? (int64_t)G->lost : 0;
 }
 
 int64_t ta_guard_failed(void)

@@ -65,7 +65,7 @@ static void ta_plans_free(ta_tape *T, void *state)
     free(state);
 }
 
-static const struct ta_layer ta_plans_layer = { ta_plans_drop, ta_plans_free, NULL, NULL };
+static const struct ta_layer ta_plans_layer = { .collected = ta_plans_drop, .release = ta_plans_free };
 
 /* T's plans, attached with the first (NULL: out of memory). */
 static struct ta_plans *ta_plans_of(ta_tape *T)

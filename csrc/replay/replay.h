@@ -27,6 +27,10 @@ struct ta_guards {
     uint64_t  ver;                  /* bumped whenever a guard is added or changed */
     int64_t   failed;               /* guard index of the last TA_EGUARD       */
     double    fx, fy;               /* values that flipped it                  */
+    /* guard.c: guards lost to the collector since ta_guard_clear */
+    uint64_t  lost;                 /* how many                                */
+    uint32_t *reach; uint32_t nreach, capreach;   /* the live nodes they read  */
+    int       reach_all;            /* the reach is every node (it could not grow) */
 };
 
 /* A guard's comparison: kind 0 <, 1 <=, 2 >, 3 >= (cdef.h: ta_cmp2). */

@@ -9,10 +9,13 @@
  * freed; dead nodes in kept segments become DEAD so nothing ever follows
  * their (possibly dangling) inputs.  The pass runs when the number of
  * segments doubles since the last one, so it costs amortised O(1) per node.
- * A layer above the core that keeps per-tape state naming nodes attaches
- * it with hooks (tapead.h: ta_attach): the collector asks the layer of
- * NARY nodes for their inputs, tells it which die, and tells every layer
- * when it is done.
+ * The pass leaves TA_LIVE on every node that lives, and the sweep that
+ * frees the rest comes after it.  A layer above the core that keeps
+ * per-tape state naming nodes attaches it with hooks (tapead.h:
+ * ta_attach): the collector asks the layer of NARY nodes for their inputs,
+ * lets every layer see what dies while the dying nodes are still whole,
+ * tells the NARY layer which of its nodes die, and tells every layer when
+ * it is done.
  *
  * Lifetime: C owns every tape.  A tape counts one reference for its thread
  * (dropped by a thread-exit destructor, thread.c) and one per held segment
@@ -205,42 +208,50 @@ void ta_free_seg(ta_tape *T, ta_seg *s)
     if (!T->spare) T->spare = s; else ta_seg_free(s);
 }
 
-/* The layer whose nodes are of kind NARY (tapead.h: ta_layer), or NULL. */
-static const struct ta_attached *ta_nary(const ta_tape *T)
-{
-    uint32_t k;
-    for (k = 0; k < T->nlayers; k++)
-        if (T->layers[k].layer->inputs) return &T->layers[k];
-    return NULL;
-}
-
 int ta_gc(ta_tape *T)
 {
     uint32_t p, l, w = 0, freed = 0;
     const struct ta_attached *N = ta_nary(T);
     if (T->gc_off) return 0;      /* a layer holds it off (a sweep paused to run Python) */
+    /* which nodes live: every node of a held segment, and every input of a
+     * live node; each keeps TA_LIVE until the sweep below */
     for (p = T->norder; p-- > 0;) {
         ta_seg *s = T->segs[T->order[p]];
         uint32_t i, live = 0;
         int held = TA_ATOMIC_LOAD32(&s->owned) != 0;
         for (i = s->n; i-- > 0;) {
             uint8_t b = s->op[i];
-            uint8_t op = (uint8_t)(b & TA_OPMASK), k = ta_kinds[op];
-            if (held || (b & TA_LIVE)) {
-                live++;
-                if (k == TA_K_NARY) {          /* a layer's node keeps its inputs, too */
-                    uint32_t a, n;
-                    const uint32_t *in = N->layer->inputs(N->state, s, i, &n);
-                    for (a = 0; a < n; a++) ta_mark_live(T, in[a]);
-                } else if (k != TA_K_LEAF) ta_mark_live(T, s->x[i]);
-                if (k == TA_K_BIN) ta_mark_live(T, s->aux[i].y);
-                s->op[i] = op;
-            } else {
-                if (k == TA_K_NARY) N->layer->node_dead(N->state, s, i);   /* with what its layer holds */
-                s->op[i] = TA_DEAD;
-            }
+            uint8_t k = ta_kinds[b & TA_OPMASK];
+            if (!held && !(b & TA_LIVE)) continue;
+            live++;
+            if (k == TA_K_NARY) {              /* a layer's node keeps its inputs, too */
+                uint32_t a, n;
+                const uint32_t *in = N->layer->inputs(N->state, s, i, &n);
+                for (a = 0; a < n; a++) ta_mark_live(T, in[a]);
+            } else if (k != TA_K_LEAF) ta_mark_live(T, s->x[i]);
+            if (k == TA_K_BIN) ta_mark_live(T, s->aux[i].y);
+            s->op[i] = (uint8_t)(b | TA_LIVE);
         }
-        if (live == 0 && s != T->cur) { ta_free_seg(T, s); T->order[p] = UINT32_MAX; freed++; }
+        s->kept = live;
+    }
+    /* the layers see what dies (no TA_LIVE) while it is all still there */
+    for (l = 0; l < T->nlayers; l++)
+        if (T->layers[l].layer->dying) T->layers[l].layer->dying(T, T->layers[l].state);
+    /* the sweep: live nodes keep their op code alone (every mark goes), dead
+     * ones in kept segments become DEAD, segments with no live node go */
+    for (p = T->norder; p-- > 0;) {
+        ta_seg *s = T->segs[T->order[p]];
+        uint8_t *op = s->op;
+        uint32_t i, n = s->n;             /* in locals, so the loop vectorizes */
+        if (N && s->kept < n)             /* a dying NARY node: what its layer holds for it goes */
+            for (i = 0; i < n; i++)
+                if (!(op[i] & TA_LIVE) && ta_kinds[op[i] & TA_OPMASK] == TA_K_NARY)
+                    N->layer->node_dead(N->state, s, i);
+        if (s->kept == 0 && s != T->cur) { ta_free_seg(T, s); T->order[p] = UINT32_MAX; freed++; continue; }
+        for (i = 0; i < n; i++) {
+            uint8_t b = op[i];
+            op[i] = (uint8_t)(b & TA_LIVE ? b & TA_OPMASK : TA_DEAD);
+        }
     }
     for (p = 0; p < T->norder; p++) {
         uint32_t k = T->order[p];

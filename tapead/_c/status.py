@@ -26,6 +26,21 @@ def guard_error(kind: int, outcome: int, xv: float, yv: float, where: str = "") 
                       f"{bool(outcome)}, but at the new point x = {xv!r}, y = {yv!r} makes it "
                       f"{not outcome}; the recorded graph does not hold there (record again)")
 
+
+def lost_error(n: int) -> GuardError:
+    """The GuardError for a replay that comparisons lost with their freed Values (n of them
+    since clear_guards()) may bind (csrc/guard.c: the reach)."""
+    one = n == 1
+    return GuardError(
+        f"guards lost: {n} comparison{'' if one else 's'} recorded on this thread since the last "
+        f"tapead.clear_guards() {'was' if one else 'were'} forgotten because the Values "
+        f"{'it' if one else 'they'} compared were freed, so tapead can neither check "
+        f"{'it' if one else 'them'} at the new point nor tell whether "
+        f"{'it' if one else 'one of them'} chose or steered these outputs. Call "
+        f"tapead.clear_guards() before recording the graph you compile (or recompute), or "
+        f"keep the compared Values alive until compile() (or recompute())")
+
+
 _ZERO_POW = "0.0 cannot be raised to a negative power"
 
 
@@ -107,6 +122,8 @@ def error(st: int, sweep: str = "") -> Exception:
         kind, outcome, xv, yv = out = [ffi.new(t) for t in ("int *", "int *", "double *", "double *")]
         lib.ta_guard_info(lib.ta_guard_failed(), *out)
         return guard_error(kind[0], outcome[0], xv[0], yv[0])
+    if st == lib.TA_ELOST:
+        return lost_error(lib.ta_guard_lost())
     if st in (lib.TA_ECUSTOM, lib.TA_EPYTHON, lib.TA_EBUSY):
         return _refusal("python" if st == lib.TA_EPYTHON else
                         "busy" if st == lib.TA_EBUSY else "custom")
