@@ -142,7 +142,7 @@ class Jit:
         self._add_grads(G)
         return self._result(shape, Y[0])
 
-    def batch(self, calls: Iterable[Sequence[Any]], threads: Any = None) -> List[Any]:
+    def batch(self, calls: Iterable[Any], threads: Any = None) -> List[Any]:
         """The outputs of each call (a tuple of arguments, or one argument
         that is not a tuple), as __call__ gives them, run at once: the calls
         of one shape are the rows of its Program, over `threads` threads
@@ -150,18 +150,18 @@ class Jit:
         order, whatever the threads: tapead.Program; shapes in the order
         they first come), are added to wrt's .grad."""
         import numpy as np
-        calls = [c if isinstance(c, tuple) else (c,) for c in calls]
+        todo: List[Tuple[Any, ...]] = [tuple(c) if isinstance(c, tuple) else (c,) for c in calls]
         groups: Dict[Shape, List[int]] = {}
-        for i, args in enumerate(calls):
+        for i, args in enumerate(todo):
             shape, _ = self._program(args)
             groups.setdefault(shape, []).append(i)
-        out: List[Any] = [None] * len(calls)
+        out: List[Any] = [None] * len(todo)
         total = None
         for shape, idx in groups.items():
             rows = []
             for i in idx:
                 row: List[float] = []
-                for a in calls[i]:
+                for a in todo[i]:
                     _flatten(a, row)
                 rows.append(row)
             X = np.array(rows, dtype=np.float64).reshape(len(rows), -1)
@@ -175,7 +175,7 @@ class Jit:
                     try:
                         y, g = prog.grad(X[r:r + 1], threads=1)
                     except GuardError:
-                        y, g = self._record(shape, calls[i]).grad(X[r:r + 1], threads=1)
+                        y, g = self._record(shape, todo[i]).grad(X[r:r + 1], threads=1)
                     Y[r], G = y[0], G + g
             for r, i in enumerate(idx):
                 out[i] = self._result(shape, Y[r])
