@@ -110,6 +110,7 @@ struct ta_sweep { uint64_t at; uint64_t *pending; int nan; };   /* nan: inside d
                                     the rule made an adjoint nan (ta_adj_put_sw) */
 
 extern const uint8_t ta_kinds[TA_NOPS];
+extern const uint8_t ta_reads[TA_NOPS];    /* each op's RD_NAME (ops.h): what its d_ rule reads */
 
 /* alloc.c: malloc, calloc, realloc and segments, failable on demand by tests. */
 void *ta_malloc(size_t n);

@@ -25,8 +25,9 @@ if TYPE_CHECKING:
     from .custom import precomputed as precomputed
     from .draw import draw_dot as draw_dot, to_dot as to_dot
     from .forward import jvp as jvp
-    from .functions import (abs as abs, cos as cos, exp as exp, log as log, log1p as log1p,
-                            relu as relu, sigmoid as sigmoid, sin as sin, sqrt as sqrt, tanh as tanh)
+    from .functions import (abs as abs, cos as cos, detach as detach, exp as exp, log as log,
+                            log1p as log1p, relu as relu, sigmoid as sigmoid, sin as sin, sqrt as sqrt,
+                            tanh as tanh)
     from .higher import grad as grad, hessian as hessian, hvp as hvp, jacobian as jacobian
     from .modes import detect_anomaly as detect_anomaly, no_grad as no_grad
     from .nodedata import get_label as get_label, set_label as set_label

@@ -1,15 +1,5 @@
 """A function of numbers, recorded once per shape of its arguments and replayed in C.
 
-    >>> import tapead
-    >>> w = [tapead.Value(0.5), tapead.Value(-1.0), tapead.Value(2.0)]
-    >>> def loss(xs):                      # xs: a list of numbers (Values while it records)
-    ...     return sum((wi * x for wi, x in zip(w, xs)), 0.0) ** 2
-    >>> step = tapead.jit(loss, wrt=w)
-    >>> step([1.0, 2.0]), step([3.0, 1.0]), [round(v.grad, 6) for v in w]   # one recording, two replays
-    (2.25, 0.25, [0.0, -5.0, 0.0])
-    >>> len(step.programs)                 # one Program per shape: a list of length 2
-    1
-
 ``jit(fn, wrt)`` is tapead's ``jax.jit``: ``fn`` takes numbers, or lists
 (nested) of numbers, and returns a Value or a list of Values.  The first
 call with arguments of a new shape (the lengths of their lists) runs fn
@@ -186,6 +176,18 @@ class Jit:
 
 
 def jit(fn: Callable[..., Any], wrt: Iterable[Value], native: Any = None) -> Jit:
-    """fn recorded once per shape of its arguments and replayed in C (see
-    tapead.jit's module docstring); native: as for tapead.compile."""
+    """fn recorded once per shape of its arguments and replayed in C, its
+    gradients w.r.t. wrt added to their .grad (tapead.tracing says how);
+    native: as for tapead.compile.
+
+    >>> import tapead
+    >>> w = [tapead.Value(0.5), tapead.Value(-1.0), tapead.Value(2.0)]
+    >>> def loss(xs):                      # xs: a list of numbers (Values while it records)
+    ...     return sum((wi * x for wi, x in zip(w, xs)), 0.0) ** 2
+    >>> step = tapead.jit(loss, wrt=w)
+    >>> step([1.0, 2.0]), step([3.0, 1.0]), [round(v.grad, 6) for v in w]   # one recording, two replays
+    (2.25, 0.25, [0.0, -5.0, 0.0])
+    >>> len(step.programs)                 # one Program per shape: a list of length 2
+    1
+    """
     return Jit(fn, wrt, native)
