@@ -370,6 +370,10 @@ class Value:
         """ln(1 + x), exact for x near 0 (softplus: log1p(exp(x))); ValueError for x <= -1, as math.log1p."""
         return _rec1(LOG1P, self)
 
+    def detach(self) -> Value:
+        """x's value, through which no gradient flows (JAX's stop_gradient, PyTorch's detach); a replay computes it again."""
+        return _rec1(DETACH, self)
+
     # </ops.def>
     def maximum(self, other: Operand) -> Value:
         """max(self, other); at a tie each input gets half the gradient."""
@@ -409,11 +413,7 @@ class Value:
         if st:
             raise error(st)
 
-    # ------------------------------------------------------ detach, pickle, copy
-    def detach(self) -> Value:
-        """A new leaf with the same data (its grad starts at 0)."""
-        return Value(self.data)
-
+    # ------------------------------------------------------ pickle, copy
     def __reduce__(self) -> Tuple[object, Tuple[Any, ...]]:
         # pickle, copy.copy and copy.deepcopy: a detached leaf, same data and
         # grad.  Read through the token's hold, so it works in any thread
@@ -779,7 +779,7 @@ def collect() -> int:
 PyValue = Value
 FRONT = "cffi"
 _SHARED = ("__repr__", "__lt__", "__le__", "__gt__", "__ge__", "__array_ufunc__", "recompute",
-           "detach", "_op", "_prev", "_children", "_local_grads", "_set_label", "label", "_backward",
+           "_op", "_prev", "_children", "_local_grads", "_set_label", "label", "_backward",
            "__module__")
 _DOCUMENTED = ("data", "grad", "backward", "maximum", "minimum", *(name for name, _ in UNARY))
 

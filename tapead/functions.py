@@ -121,3 +121,14 @@ def log1p(x: Operand) -> Value:
     (0.0, 1.0)
     """
     return as_value(x).log1p()
+
+
+def detach(x: Operand) -> Value:
+    """x's value, through which no gradient flows (JAX's stop_gradient, PyTorch's detach); a replay computes it again.
+
+    >>> import tapead
+    >>> x = tapead.Value(2.0); y = tapead.detach(x)
+    >>> y.backward(); (y.data, x.grad)
+    (2.0, 0.0)
+    """
+    return as_value(x).detach()

@@ -68,7 +68,8 @@ def _every_op(x, y, w):
             ("rdivc", q, 0, 2.0), ("powc", q, 0, 1.5), ("rpowc", x, 0, 1.3), ("relu", y, 0, 0),
             ("tanh", y, 0, 0), ("exp", x, 0, 0), ("log", q, 0, 0), ("log1p", q, 0, 0),
             ("sigmoid", y, 0, 0), ("sin", x, 0, 0), ("cos", y, 0, 0), ("sqrt", q, 0, 0),
-            ("abs", y, 0, 0), ("max", x, y, 0), ("min", x, w, 0), ("divc", x, 0, 1e308)]
+            ("abs", y, 0, 0), ("max", x, y, 0), ("min", x, w, 0), ("detach", x, 0, 0),
+            ("divc", x, 0, 1e308)]
     return [FORMS[f].ta(a, b, c) for f, a, b, c in uses]
 
 

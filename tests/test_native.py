@@ -48,6 +48,7 @@ def spellings():
         "MAX": lambda a, b, c: tapead.maximum(a, b), "MIN": lambda a, b, c: tapead.minimum(a, b),
         "DIVC": lambda a, b, c: a / 4.6e307 * 1e300,   # 1/c not normal: recorded as DIVC
         "LOG1P": lambda a, b, c: (a * a).log1p(),
+        "DETACH": lambda a, b, c: a.detach() * b,
     }
 
 

@@ -170,7 +170,8 @@ int     ta_fail_alloc(int64_t n);      /* tests: make the n-th allocation from n
 int64_t ta_leaves(const double *x, size_t n, int64_t *h);
 
 /* optim.c: bulk access and optimizer steps; every id is checked before
- * anything is written.  what: 0 = data (val), 1 = grad (adj). */
+ * anything is written.  what: 0 = data (val), 1 = grad (adj); ta_scatter
+ * also 2 = added to grad. */
 int ta_fill_adj(const int64_t *ids, size_t n, double x);
 int ta_gather(const int64_t *ids, size_t n, int what, double *out);
 int ta_scatter(const int64_t *ids, size_t n, int what, const double *in);

@@ -106,6 +106,7 @@ static inline uint64_t ta_order(const ta_seg *s, uint32_t o)
 }
 
 extern const uint8_t ta_kinds[TA_NOPS];
+extern const uint8_t ta_reads[TA_NOPS];    /* each op's RD_NAME (ops.h): what its d_ rule reads */
 
 /* alloc.c: malloc, calloc, realloc and segments, failable on demand by tests. */
 void *ta_malloc(size_t n);

@@ -439,7 +439,8 @@ void ta_sub_reverse(const ta_sub *S, double *adj, double *px, double *py)
     for (k = S->n; k-- > 0;) {
         int kind = ta_kinds[op[k]];
         double dx = 0.0, dy = 0.0;
-        if (kind != TA_K_LEAF && kind != TA_K_NARY) {   /* NARY: ta_plain keeps it out */
+        if (kind != TA_K_LEAF && kind != TA_K_NARY && !(ta_reads[op[k]] & TA_RD_STOP)) {
+            /* (NARY: ta_plain keeps it out) */
             ta_row_partials(op[k], a, b, c, v, k, &dx, &dy);
             adj[a[k]] += dx * adj[k];
             if (kind == TA_K_BIN) adj[b[k]] += dy * adj[k];

@@ -75,6 +75,7 @@ TA_HOT_GIVE void ta_give(ta_tape *T, uint32_t ref, double v, uint64_t *pending)
 static void ta_node_step(ta_tape *T, ta_seg *s, uint32_t i, int op, int kind, double g)
 {
     double dx, dy;
+    if (ta_reads[op] & TA_RD_STOP) return;
     ta_partials_at(T, s, i, op, &dx, &dy);
     ta_give(T, s->x[i], dx * g, NULL);
     if (kind == TA_K_BIN) ta_give(T, s->aux[i].y, dy * g, NULL);
@@ -101,18 +102,21 @@ TA_COLD int ta_cnode_step(ta_tape *T, const ta_cnode *e, double g, uint64_t *pen
 #define TA_SW_NARY(NAME) goto stop;
 #define TA_SW_UN(NAME) {                                                      \
         uint32_t xr = s->x[i]; TA_SW_IN(xr, sx, ox);                          \
+        if (RD_##NAME & TA_RD_STOP) continue;                                 \
         d_##NAME(sx->val[ox], 0.0, s->val[i], &dx, &dy);                      \
         if (anomaly && isnan(dx * g)) goto stop;                              \
         pending += ta_arrive(sx, ox, dx * g);                                 \
         continue; }
 #define TA_SW_CST(NAME) {                                                     \
         uint32_t xr = s->x[i]; TA_SW_IN(xr, sx, ox);                          \
+        if (RD_##NAME & TA_RD_STOP) continue;                                 \
         d_##NAME(sx->val[ox], s->aux[i].c, s->val[i], &dx, &dy);              \
         if (anomaly && isnan(dx * g)) goto stop;                              \
         pending += ta_arrive(sx, ox, dx * g);                                 \
         continue; }
 #define TA_SW_BIN(NAME) {                                                     \
         uint32_t xr = s->x[i], yr = s->aux[i].y;                              \
+        if (RD_##NAME & TA_RD_STOP) continue;                                 \
         TA_SW_IN(xr, sx, ox); TA_SW_IN(yr, sy, oy);                           \
         d_##NAME(sx->val[ox], sy->val[oy], s->val[i], &dx, &dy);              \
         if (anomaly && (isnan(dx * g) || isnan(dy * g))) goto stop;           \

@@ -62,7 +62,9 @@ int ta_scatter(const int64_t *ids, size_t n, int what, const double *in)
     int st = ta_locate(ids, n, &s, &o);
     if (st != TA_OK) return st;
     for (i = 0; i < n; i++) {
-        if (what) s[i]->adj[o[i]] = in[i]; else s[i]->val[o[i]] = in[i];
+        if (what == 2) s[i]->adj[o[i]] += in[i];
+        else if (what) s[i]->adj[o[i]] = in[i];
+        else s[i]->val[o[i]] = in[i];
     }
     free(s); free(o);
     return TA_OK;

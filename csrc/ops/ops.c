@@ -3,9 +3,16 @@
  */
 #include <math.h>
 #include "tapead.h"
+#include "ops.h"
 
 const uint8_t ta_kinds[TA_NOPS] = {
 #define TA_OP(NAME, KIND, SYM, ...) TA_K_##KIND,
+#include "ops.def"
+#undef TA_OP
+};
+
+const uint8_t ta_reads[TA_NOPS] = {
+#define TA_OP(NAME, ...) RD_##NAME,
 #include "ops.def"
 #undef TA_OP
 };

@@ -159,6 +159,10 @@ static inline double ta_tmul(double partial, double tangent)
 #define TA_RD_X 1u
 #define TA_RD_Y 2u
 #define TA_RD_R 4u
+/* TA_RD_STOP: its partials are zero by definition (DETACH): no reverse step
+ * reads anything for it or gives its inputs anything (not even 0 * g, which
+ * an infinite adjoint would make nan); a Program gives it no adjoint. */
+#define TA_RD_STOP 8u
 #define E_(NAME) static inline void e_##NAME(hi_em *E, hi_arg *a)
 #define D2_(NAME) static inline void d2_##NAME(double x, double y, double r, double *xx, double *xy, double *yy)
 #define D2_NONE(NAME) D2_(NAME) { UNUSED(x); UNUSED(y); UNUSED(r); *xx = *xy = *yy = 0.0; }
@@ -435,6 +439,13 @@ D2_NONE(MIN)
 
 /* A custom node's value comes from outside: replay cannot recompute it
  * (ta_plain refuses such graphs first); its partials live in custom.c. */
+static inline int fwd_DETACH(double x, double y, double *r) { UNUSED(y); *r = x; return TA_OK; }
+static inline void d_DETACH(double x, double y, double r, double *dx, double *dy)
+{ UNUSED(x); UNUSED(y); UNUSED(r); *dx = 0.0; *dy = 0.0; }
+#define RD_DETACH TA_RD_STOP
+E_(DETACH) { UNUSED(E); UNUSED(a); }
+D2_NONE(DETACH)
+
 static inline int fwd_CUSTOM(double x, double y, double *r) { UNUSED(x); UNUSED(y); UNUSED(r); return TA_ECUSTOM; }
 #define d_CUSTOM d_LEAF
 #define RD_CUSTOM RD_LEAF

@@ -74,13 +74,6 @@ static int ta_adjoint_slots(const ta_prog *P, ta_code *C)
     return TA_OK;
 }
 
-/* what each op's d_ rule reads (ops.h: RD_NAME), by op code */
-static const uint8_t ta_reads[] = {
-#define TA_OP(NAME, ...) RD_##NAME,
-#include "ops.def"
-#undef TA_OP
-};
-
 /* Value row slots for the row nodes, reused where the reverse sweep never
  * reads the value.  A value is kept (its own row, for the whole chunk)
  * when it is an input column, an output or a guard's operand (read after
@@ -204,7 +197,8 @@ int ta_code_new(ta_prog *P)
         int kind = ta_kinds[P->op[k]];
         if (kind == TA_K_LEAF) continue;
         C->uni[k] = C->uni[P->a[k]] && (kind != TA_K_BIN || C->uni[P->b[k]]);
-        C->need[k] = C->need[P->a[k]] || (kind == TA_K_BIN && C->need[P->b[k]]);
+        C->need[k] = !(ta_reads[P->op[k]] & TA_RD_STOP)      /* DETACH: nothing flows back */
+                     && (C->need[P->a[k]] || (kind == TA_K_BIN && C->need[P->b[k]]));
         if (uses[P->a[k]] < 2) uses[P->a[k]]++;
         if (kind == TA_K_BIN && uses[P->b[k]] < 2) uses[P->b[k]]++;
     }

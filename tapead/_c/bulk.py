@@ -30,6 +30,11 @@ def scatter(ids: Any, n: int, a: Any) -> None:
     check(lib.ta_scatter(ids, n, 0, f64(a)))
 
 
+def add_grads(ids: Any, n: int, a: Any) -> None:
+    """Add a (n doubles) to the adjoints (.grad) of the nodes ids."""
+    check(lib.ta_scatter(ids, n, 2, f64(a)))
+
+
 def fill_adj(ids: Any, n: int, x: float = 0.0) -> None:
     check(lib.ta_fill_adj(ids, n, x))
 
