@@ -557,10 +557,13 @@ def test_a_build_past_its_time_is_stopped(tmp_path, units):
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux's /proc")
 def test_a_failing_unit_stops_the_others(tmp_path):
     """One unit fails: the others (still compiling) are stopped at once."""
+    # The failing unit spends a moment in the preprocessor first (2**19 tokens),
+    # so that the watch sees the compilers it must see stopped.
+    failing = "\n".join(["#define A0 +1"] + [f"#define A{i} A{i - 1} A{i - 1}" for i in range(1, 20)]
+                        + ["int f(void) { return 0 A19 + undeclared; }", ""])
     t0 = time.monotonic()
     with Watch() as w, pytest.raises(kcache.CompilerError, match="(?s)failed .exit 1. on unit 2 of 2 .*undeclared"):
-        kcache.library([big_source(), "int f(void) { return undeclared; }\n"], "-O1", INCLUDE,
-                       ("ta_kernel",), {})
+        kcache.library([big_source(), failing], "-O1", INCLUDE, ("ta_kernel",), {})
     assert time.monotonic() - t0 < 10
     assert w.pids and wait_for(lambda: not w.left()), w.left()
     assert entries(tmp_path / "cache") == []
