@@ -779,3 +779,32 @@ def test_a_build_past_its_time_falls_back_where_the_shape_was_chosen(monkeypatch
 def secrets_token():
     import secrets
     return 1.0 + secrets.randbelow(10 ** 9) * 1e-12
+
+
+def test_a_call_of_one_row_gives_that_rows_bits():
+    """A call of a single row runs each instruction on scalars (batch.c):
+    row by row, the bits of the same rows run in chunks, values, per-sample
+    gradients (seeded too) and a row's summed gradient, which is its own."""
+    outs, xs, wrt = random_graph(4)
+    p = tapead.compile(outs, xs, wrt=wrt, native=False)
+    rng = np.random.default_rng(4)
+    X = rng.uniform(-2, 2, size=(48, len(xs)))
+    X[5], X[7] = 0.0, -0.0
+    seeds = rng.normal(size=(48, p.n_outputs))
+    Y, G = p.grad(X, per_sample=True)
+    _, Gs = p.grad(X, seed=seeds, per_sample=True)
+    for r in range(48):
+        x = X[r:r + 1]
+        assert same(p(x), Y[r:r + 1])
+        assert same(p.grad(x, per_sample=True), (Y[r:r + 1], G[r:r + 1]))
+        assert same(p.grad(x)[1], G[r])
+        assert same(p.grad(x, seed=seeds[r:r + 1], per_sample=True)[1], Gs[r:r + 1])
+
+
+def test_a_failing_call_of_one_row_names_what_failed():
+    x, w = Value(2.0), Value(0.5)
+    y = (x * w).log() + x * x
+    p = tapead.compile(y, [x], wrt=[w])
+    with pytest.raises(ValueError, match="math domain error: log\\(-1.0\\) \\(at row 0\\)"):
+        p.grad([[-2.0]])
+    assert p.grad([[4.0]])[1].tolist() == [4.0 / (4.0 * 0.5)]     # d/dw log(x w) = x / (x w)

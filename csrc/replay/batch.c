@@ -213,6 +213,65 @@ static int ta_fw_rows(const ta_prog *P, ta_ws *W, uint32_t off, uint32_t cb, con
     return bad;
 }
 
+/* ------------------------------------------------------------ one row
+ * A call of one row (tapead.jit's step) runs each instruction on scalars:
+ * the loops, pointers and lane sums of the chunked path cost more than its
+ * one row's arithmetic, which here is the same operations on the same
+ * values, so the same bits (a lane sum of one value is that value, or +0.0
+ * for -0.0, which changes no sum: the sums start at +0.0 and never become
+ * -0.0).  Uniform operands are read from their broadcast rows, as there. */
+#define TA_V1(v) (((v) & TA_UNI) ? W->Bc[(size_t)((v) & ~TA_UNI) * W->ch] : W->V[(size_t)(v) * W->ch])
+/* (a dot term's operand: ta_code.tv) */
+#define TA_U1(v) (((v) & TA_UNI) ? U[(v) & ~TA_UNI] : V[(size_t)(v) * ch])
+#define F1_LEAF(N) break;
+#define F1_NARY(N) break;        /* (TAKE: above; CUSTOM: never in a Program) */
+#define F1_UN(N)  bad = fwd_##N(TA_V1(I->vx), 0.0, &r); break;
+#define F1_CST(N) bad = fwd_##N(TA_V1(I->vx), P->c[I->k], &r); break;
+#define F1_BIN(N) bad = fwd_##N(TA_V1(I->vx), TA_V1(I->vy), &r); break;
+
+/* Every row instruction on the chunk's one row; nonzero if one failed. */
+static int ta_fw_rows1(const ta_prog *P, ta_ws *W)
+{
+    const ta_code *C = P->code;
+    uint32_t i, t;
+    for (i = 0; i < C->nins; i++) {
+        const ta_ins *I = &C->ins[i];
+        double r = 0.0;
+        int bad = 0;
+        if (I->op == TA_IDOT) {     /* start + p0*q0 + ..., left to right (fwd_MUL, fwd_ADD) */
+            const uint32_t *tv = C->tv + (size_t)4 * I->t0;
+            const double *U = W->U, *V = W->V;
+            const uint32_t ch = W->ch;
+            r = C->uni[I->x] ? U[C->loc[I->x]] : V[(size_t)C->loc[I->x] * ch];
+            for (t = 0; t < I->nt; t++, tv += 4) {
+                double m;
+                fwd_MUL(TA_U1(tv[0]), TA_U1(tv[1]), &m);
+                fwd_ADD(r, m, &r);
+            }
+        } else if (I->op == TA_TAKE) {
+            const uint32_t *l = P->lst + I->y;
+            uint32_t pick, q;
+            if (ta_take_index(TA_V1(I->vx), l[0], &pick) != TA_OK) return 1;
+            q = l[1u + pick];
+            r = C->uni[q] ? W->U[C->loc[q]] : W->V[(size_t)C->loc[q] * W->ch];
+        } else {
+            switch (I->op) {
+#define TA_OP(NAME, KIND, SYM, ...) case TA_##NAME: F1_##KIND(NAME)
+#include "ops.def"
+#undef TA_OP
+            }
+        }
+        if (bad) return 1;
+        W->V[(size_t)I->vk * W->ch] = r;
+    }
+    return 0;
+}
+#undef F1_LEAF
+#undef F1_NARY
+#undef F1_UN
+#undef F1_CST
+#undef F1_BIN
+
 /* The row guards at row s; the index of the first that flips, or -1. */
 static int64_t ta_guards_at(const ta_prog *P, const ta_ws *W, uint32_t s, double *x, double *y)
 {
@@ -352,6 +411,56 @@ static void ta_rv_take(const ta_prog *P, ta_ws *W, const ta_ins *I, uint32_t cb,
     }
 }
 
+/* Add v to the adjoint ta_ins.ax names (as ta_dest and ta_settle do for
+ * one row). */
+static void ta_give1(ta_ws *W, const ta_code *C, uint32_t a, double v, int ps)
+{
+    if (!(a & TA_UNI)) W->D[(size_t)a * W->ch] += v;
+    else if (ps) W->D[(size_t)(C->nds + (a & ~TA_UNI)) * W->ch] += v;
+    else W->A[a & ~TA_UNI] += v;
+}
+
+/* A rule gets the values it reads (RD_NAME) and nan for the others, as ta_rv_op. */
+#define R1_X(N) ((RD_##N & TA_RD_X) ? TA_V1(I->vx) : NAN)
+#define R1_Y(N) ((RD_##N & TA_RD_Y) ? TA_V1(I->vy) : NAN)
+#define R1_R(N) ((RD_##N & TA_RD_R) ? W->V[(size_t)I->vk * W->ch] : NAN)
+#define R1_LEAF(N) break;
+#define R1_NARY(N) break;        /* (TAKE: above) */
+#define R1_UN(N)  d_##N(R1_X(N), 0.0, R1_R(N), &dx, &dy); break;
+#define R1_CST(N) d_##N(R1_X(N), P->c[I->k], R1_R(N), &dx, &dy); break;
+#define R1_BIN(N) d_##N(R1_X(N), R1_Y(N), R1_R(N), &dx, &dy); break;
+
+/* One instruction's reverse step on the chunk's one row (not a dot). */
+static void ta_rv_op1(const ta_prog *P, ta_ws *W, const ta_ins *I, int ps)
+{
+    const double g = W->D[(size_t)I->gk * W->ch];
+    double dx = 0.0, dy = 0.0;
+    if (I->op == TA_TAKE) {
+        const uint32_t *l = P->lst + I->y;
+        uint32_t pick, q;
+        if (ta_take_index(TA_V1(I->vx), l[0], &pick) != TA_OK) return;   /* (checked going forward) */
+        q = l[1u + pick];
+        if (P->code->dloc[q] != TA_NONE) ta_give1(W, P->code, TA_ADJ_ROW(P->code, q), g, ps);
+        return;
+    }
+    switch (I->op) {
+#define TA_OP(NAME, KIND, SYM, ...) case TA_##NAME: R1_##KIND(NAME)
+#include "ops.def"
+#undef TA_OP
+    }
+    if (I->ax != TA_NONE) ta_give1(W, P->code, I->ax, dx * g, ps);
+    if (I->ay != TA_NONE && ta_kinds[I->op] == TA_K_BIN) ta_give1(W, P->code, I->ay, dy * g, ps);
+}
+#undef R1_X
+#undef R1_Y
+#undef R1_R
+#undef R1_LEAF
+#undef R1_NARY
+#undef R1_UN
+#undef R1_CST
+#undef R1_BIN
+#undef TA_V1
+
 /* One operand of a product: adds other * g (d_MUL: each side's partial
  * is the other side) to k's adjoint. */
 static void ta_rv_factor(const ta_code *C, ta_ws *W, uint32_t k, uint32_t other, const double *g,
@@ -451,6 +560,29 @@ static void ta_rv_dot4(const ta_code *C, ta_ws *W, uint32_t t, const double *g, 
  * (d_ADD: 1), so each term adds q g to p and p g to q.  Order as the
  * recorded nodes' reverse sweep: the last term first; the start just
  * before the first term. */
+/* One row (a call's single row: tapead.jit), each term in scalars: the
+ * same additions into the same sums in the same order as the rows' loops
+ * and lane sums make with one row (a lane sum of one value is that value,
+ * but -0.0, which changes no sum here: a sum that starts at 0.0 is never
+ * -0.0).  The operand's value and adjoint, by where code.c put them. */
+static void ta_rv_dot1(const ta_code *C, ta_ws *W, const ta_ins *I, double g, int ps)
+{
+    const uint32_t *tv = C->tv + (size_t)4 * (I->t0 + I->nt);
+    const double *U = W->U, *V = W->V;
+    const uint32_t ch = W->ch;
+    uint32_t t;
+    for (t = I->nt; t-- > 0;) {
+        tv -= 4;
+        if (t == 0 && TA_ADJ_ROW(C, I->x) != TA_NONE) {
+            double dx, dy;
+            d_ADD(0.0, 0.0, 0.0, &dx, &dy);
+            ta_give1(W, C, TA_ADJ_ROW(C, I->x), dx * g, ps);
+        }
+        if (tv[2] != TA_NONE) ta_give1(W, C, tv[2], TA_U1(tv[1]) * g, ps);
+        if (tv[3] != TA_NONE) ta_give1(W, C, tv[3], TA_U1(tv[0]) * g, ps);
+    }
+}
+
 static void ta_rv_dot(const ta_prog *P, ta_ws *W, const ta_ins *I, uint32_t cb, int ps)
 {
     const ta_code *C = P->code;
@@ -590,7 +722,8 @@ TA_WIDE int ta_block(const ta_prog *P, ta_ws *W, const ta_run_t *R, uint64_t r0,
             r = ROW(W->V, C->loc[P->in[j]], ch);
             for (s = 0; s < cb; s++) r[s] = x[(size_t)s * P->nin];
         }
-        if (ta_fw_rows(P, W, 0, cb, NULL)) return ta_first_failure(P, W, cb, b0, f);
+        if (cb == 1 ? ta_fw_rows1(P, W) : ta_fw_rows(P, W, 0, cb, NULL))
+            return ta_first_failure(P, W, cb, b0, f);
         for (s = 0; s < cb; s++) {
             double x, y;
             if (ta_guards_at(P, W, s, &x, &y) >= 0) return ta_first_failure(P, W, cb, b0, f);
@@ -611,7 +744,14 @@ TA_WIDE int ta_block(const ta_prog *P, ta_ws *W, const ta_run_t *R, uint64_t r0,
             else for (s = 0; s < cb; s++) d[s] += R->seed[(b0 + s) * P->nout + j];
             ta_settle(W, TA_ADJ_ROW(C, o), ps, W->T1, cb);
         }
-        for (i = C->nins; i-- > 0;) {
+        for (i = C->nins; cb == 1 && i-- > 0;) {     /* one row */
+            const ta_ins *I = &C->ins[i];
+            if (I->gk == TA_NONE) continue;
+            if (I->op == TA_IDOT) ta_rv_dot1(C, W, I, W->D[(size_t)I->gk * ch], ps);
+            else ta_rv_op1(P, W, I, ps);
+            if (I->rel) W->D[(size_t)I->gk * ch] = 0.0;
+        }
+        for (i = C->nins; cb > 1 && i-- > 0;) {
             const ta_ins *I = &C->ins[i];
             if (i >= TA_PF) ta_prefetch(C, W, &C->ins[i - TA_PF]);
             if (I->gk == TA_NONE) continue;

@@ -22,6 +22,7 @@ void ta_code_free(ta_code *C)
     if (!C) return;
     free(C->uni); free(C->need); free(C->loc); free(C->bloc); free(C->dloc);
     free(C->uops); free(C->ins); free(C->tp); free(C->tq); free(C->tf); free(C->bnode);
+    free(C->tv);
     free(C->dslot); free(C);
 }
 
@@ -147,9 +148,17 @@ static int ta_value_slots(const ta_prog *P, ta_code *C, const uint8_t *pin)
 
 /* Each instruction's rows, looked up once here rather than per chunk
  * (batch.c reads them: ta_fw_op, ta_rv_op) */
-static void ta_ins_rows(ta_code *C)
+static int ta_ins_rows(ta_code *C, uint32_t nt)
 {
-    uint32_t i;
+    uint32_t i, t;
+    if (!(C->tv = (uint32_t *)ta_malloc(((size_t)nt + 1) * 16))) return TA_ENOMEM;
+    for (t = 0; t < nt; t++) {
+        uint32_t p = C->tp[t], q = C->tq[t], *v = C->tv + (size_t)4 * t;
+        v[0] = C->uni[p] ? TA_UNI | C->loc[p] : C->loc[p];
+        v[1] = C->uni[q] ? TA_UNI | C->loc[q] : C->loc[q];
+        v[2] = TA_ADJ_ROW(C, p);
+        v[3] = TA_ADJ_ROW(C, q);
+    }
     for (i = 0; i < C->nins; i++) {
         ta_ins *I = &C->ins[i];
         int bin = I->op != TA_IDOT && ta_kinds[I->op] == TA_K_BIN;
@@ -161,6 +170,7 @@ static void ta_ins_rows(ta_code *C)
         I->ax = I->op == TA_TAKE ? TA_NONE : TA_ADJ_ROW(C, I->x);   /* (an index gets nothing) */
         if (bin) { I->vy = TA_VAL_ROW(C, I->y); I->ay = TA_ADJ_ROW(C, I->y); }
     }
+    return TA_OK;
 }
 
 /* rows per chunk where no sum runs across rows (values, per-sample
@@ -301,7 +311,7 @@ int ta_code_new(ta_prog *P)
      * node, as before the rows were reused: it sets their sums' order) */
     C->ch = ta_chunk_rows((uint64_t)C->nv + C->nb + C->ndr + C->ndu + 3u);
     if ((st = ta_value_slots(P, C, pin)) != TA_OK) goto out;
-    ta_ins_rows(C);
+    if ((st = ta_ins_rows(C, nt)) != TA_OK) goto out;
     C->wch = ta_wide_rows((uint64_t)C->nv + C->nb + C->nds + C->ndu + 3u);
 out:
     free(pin); free(uses); free(dotadd); free(gone);

@@ -129,6 +129,9 @@ struct ta_code {
     uint32_t *uops, nuops;          /* uniform non-leaf nodes, in order        */
     ta_ins   *ins;  uint32_t nins;  /* row instructions, in order              */
     uint32_t *tp, *tq;              /* dot terms: the operands of each product */
+    uint32_t *tv;                   /* per term, for one row (batch.c): the values of p and q
+                                       (a row slot, or TA_UNI | the index in U) and where
+                                       their adjoints go (TA_ADJ_ROW), 4 words a term */
     uint8_t  *tf;                   /* per term t: TA_UR4 | TA_RV4 for terms t..t+3 */
     uint32_t *bnode;                /* the node of each broadcast row          */
     uint32_t *dslot, nds;           /* row nodes' adjoint rows, reused (code.c:
