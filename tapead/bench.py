@@ -9,8 +9,10 @@ medians measured in this same run.  Rows:
             also the same model written with plain Values (no nn), against
             micrograd and xad-py (when installed)
   gpt       one training step of examples/gpt.py (a microgpt-style GPT) on its
-            plain-Python scalar Value, on tapead.Value as a drop-in, and on the fast
-            path (tapead.linear + optim.Adam); and tapead.dot over 16 terms against
+            plain-Python scalar Value, on tapead.Value as a drop-in, on the fast
+            path (tapead.linear + optim.Adam) and compiled (the fast path's step
+            recorded once per name length by tapead.jit and replayed, the
+            recordings among the steps); and tapead.dot over 16 terms against
             the generator sum it replaces (source tree only: the example is not installed)
   tiny      a whole small script (import, MLP(3, [4, 4, 1]), 20 steps on four
             samples) run end to end as a subprocess, tapead against micrograd:
@@ -377,8 +379,9 @@ def fmt_ns(x: Optional[float]) -> str:
 
 
 def gpt_rows(rounds: int) -> Optional[Tuple[List[Tuple[str, ...]], Dict[str, Any]]]:
-    """The gpt rows: step medians of examples/gpt.py's three runs, interleaved
-    (each round: 1 reference step, 5 of each tapead run), and dot over 16
+    """The gpt rows: step medians of examples/gpt.py's four runs, interleaved
+    (each round: 1 reference step, 5 of the drop-in's and the fast path's, 20
+    compiled), and dot over 16
     terms against the generator sum; None outside a source tree."""
     import importlib.util
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "gpt.py")
@@ -391,6 +394,16 @@ def gpt_rows(rounds: int) -> Optional[Tuple[List[Tuple[str, ...]], Dict[str, Any
     def stepper(mode: str) -> Callable[[], float]:
         model, docs, encode, _, _ = gpt.setup(mode)
         k = [0]
+        if mode == "compiled":              # the step recorded once per name length, replayed
+            step = tapead.jit(model.loss, wrt=model.params)
+
+            def run() -> float:
+                t0 = time.perf_counter()
+                step(encode(docs[k[0] % len(docs)]))
+                model.update(k[0] % 1000, 1000)
+                k[0] += 1
+                return time.perf_counter() - t0
+            return run
 
         def run() -> float:
             t0 = time.perf_counter()
@@ -400,7 +413,7 @@ def gpt_rows(rounds: int) -> Optional[Tuple[List[Tuple[str, ...]], Dict[str, Any
             return time.perf_counter() - t0
         return run
     d = demo_rounds({"reference": (stepper("reference"), 1), "dropin": (stepper("dropin"), 5),
-                     "fast": (stepper("fast"), 5)}, rounds)
+                     "fast": (stepper("fast"), 5), "compiled": (stepper("compiled"), 20)}, rounds)
     w = [tapead.Value(0.1 * i) for i in range(16)]
     x = [tapead.Value(1.0 - 0.05 * i) for i in range(16)]
     dot = tapead.dot
@@ -425,6 +438,8 @@ def gpt_rows(rounds: int) -> Optional[Tuple[List[Tuple[str, ...]], Dict[str, Any
              f"{ref / d['dropin']:.0f}x the plain-Python Value"),
             ("GPT step, fast path (tapead.linear + optim.Adam), ms", "", f"{d['fast'] * 1e3:.2f}", "",
              f"{ref / d['fast']:.0f}x the plain-Python Value"),
+            ("GPT step, compiled (tapead.jit, its Program replayed), ms", "", f"{d['compiled'] * 1e3:.3f}", "",
+             f"{ref / d['compiled']:.0f}x the plain-Python Value"),
             ("tapead.dot, 16 terms, ns", "", fmt_ns(dd["dot"] * 1e9), "",
              f"{dd['generator'] / dd['dot']:.1f}x the generator sum ({dd['generator'] * 1e9:.0f} ns)")]
     return rows, dict(step_s=d, dot16_s=dd)

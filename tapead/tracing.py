@@ -135,18 +135,19 @@ class Jit:
     def batch(self, calls: Iterable[Any], threads: Any = None) -> List[Any]:
         """The outputs of each call (a tuple of arguments, or one argument
         that is not a tuple), as __call__ gives them, run at once: the calls
-        of one shape are the rows of its Program, over `threads` threads
-        (None: every core).  Their gradients, summed (per shape in a fixed
-        order, whatever the threads: tapead.Program; shapes in the order
-        they first come), are added to wrt's .grad."""
+        of one shape are the rows of its Program, and the shapes' Programs
+        run side by side over `threads` threads (None: every core; one
+        shape alone spreads its rows over them).  Their gradients, summed
+        (per shape in a fixed order, whatever the threads: tapead.Program;
+        shapes in the order they first come), are added to wrt's .grad."""
         import numpy as np
+        from . import replay
         todo: List[Tuple[Any, ...]] = [tuple(c) if isinstance(c, tuple) else (c,) for c in calls]
         groups: Dict[Shape, List[int]] = {}
         for i, args in enumerate(todo):
             shape, _ = self._program(args)
             groups.setdefault(shape, []).append(i)
-        out: List[Any] = [None] * len(todo)
-        total = None
+        work: List[Tuple[Shape, List[int], Any]] = []
         for shape, idx in groups.items():
             rows = []
             for i in idx:
@@ -154,10 +155,23 @@ class Jit:
                 for a in todo[i]:
                     _flatten(a, row)
                 rows.append(row)
-            X = np.array(rows, dtype=np.float64).reshape(len(rows), -1)
-            try:
-                Y, G = self.programs[shape].grad(X, threads=threads)
-            except GuardError:               # some call's comparisons differ: one at a time
+            work.append((shape, idx, np.array(rows, dtype=np.float64).reshape(len(rows), -1)))
+        n = replay.cores() if threads is None else threads
+        if len(work) < 2 or n == 1:
+            done = [self._group(shape, X, threads) for shape, _, X in work]
+        else:
+            from concurrent.futures import ThreadPoolExecutor
+            if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n < 1 << 31:
+                raise ValueError(f"threads must be a positive int (below 2**31) or None, not {threads!r}")
+            # the parameters' values read here, in the thread whose tape holds them
+            pvs = [self.programs[shape].params for shape, _, _ in work]
+            with ThreadPoolExecutor(max_workers=min(n, len(work))) as pool:
+                futures = [pool.submit(self._group, shape, X, 1, pv) for (shape, _, X), pv in zip(work, pvs)]
+                done = [f.result() for f in futures]
+        out: List[Any] = [None] * len(todo)
+        total = None
+        for (shape, idx, X), got in zip(work, done):
+            if got is None:                  # some call's comparisons differ: one at a time
                 Y = np.empty((len(idx), max(1, self._outs[shape])))
                 G = np.zeros(len(self.wrt))
                 for r, i in enumerate(idx):
@@ -167,12 +181,23 @@ class Jit:
                     except GuardError:
                         y, g = self._record(shape, todo[i]).grad(X[r:r + 1], threads=1)
                     Y[r], G = y[0], G + g
+            else:
+                Y, G = got
             for r, i in enumerate(idx):
                 out[i] = self._result(shape, Y[r])
             total = G if total is None else total + G
         if total is not None:
             self._add_grads(total)
         return out
+
+    def _group(self, shape: Shape, X: Any, threads: Any, params: Any = None) -> Any:
+        """(Y, G) of shape's Program over the rows X, or None where a guard
+        flips (the caller takes those calls one at a time: recording runs
+        in its thread)."""
+        try:
+            return self.programs[shape].grad(X, threads=threads, params=params)
+        except GuardError:
+            return None
 
 
 def jit(fn: Callable[..., Any], wrt: Iterable[Value], native: Any = None) -> Jit:
