@@ -49,3 +49,22 @@ def test_exceptions_are_public_and_print_their_public_path():
     with pytest.raises(tapead.TapeadError) as info:
         y.backward()
     assert traceback.format_exception_only(info.type, info.value)[0].startswith("tapead.errors.TapeadError: ")
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="tomllib is 3.11+")
+@pytest.mark.skipif(not os.path.isfile(PYPROJECT), reason="needs the source tree")
+def test_every_subpackage_is_packaged():
+    """Wheels carry every package under tapead/ (tapead.codegen, tapead._c,
+    any added later): pyproject.toml finds them by pattern, not by a list
+    that a new subpackage would have to join."""
+    import fnmatch
+    import pkgutil
+    import tomllib
+    import tapead
+    with open(PYPROJECT, "rb") as f:
+        setup = tomllib.load(f)["tool"]["setuptools"]
+    assert not isinstance(setup["packages"], list), "a fixed list of packages misses every new subpackage"
+    include = setup["packages"]["find"]["include"]
+    pkgs = ["tapead"] + [m.name for m in pkgutil.walk_packages(tapead.__path__, "tapead.") if m.ispkg]
+    assert "tapead.codegen" in pkgs and "tapead._c" in pkgs
+    assert [p for p in pkgs if not any(fnmatch.fnmatchcase(p, pat) for pat in include)] == []
