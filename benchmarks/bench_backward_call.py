@@ -24,7 +24,7 @@ from tapead import _c, bench
 try:
     import micrograd.engine as mg
 except ImportError:  # pragma: no cover
-    sys.exit("needs micrograd: pip install '.[bench]'")
+    sys.exit("needs micrograd: pip install micrograd==0.1.0 (or pip install -e \".[bench]\" in the clone)")
 
 ROOTS = 100_000 // 24     # as python -m tapead.bench: 100,000 ops of README expressions
 MG_ROOTS = 20_000 // 24

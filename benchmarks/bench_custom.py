@@ -33,7 +33,7 @@ from tapead import Value
 try:
     from micrograd.engine import Value as MGValue
 except ImportError:  # pragma: no cover
-    sys.exit("needs micrograd: pip install '.[bench]'")
+    sys.exit("needs micrograd: pip install micrograd==0.1.0 (or pip install -e \".[bench]\" in the clone)")
 
 
 def softplus_rule(V, u):

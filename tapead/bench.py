@@ -456,7 +456,8 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
 
     if mg is None:
         print("micrograd is not installed: timing tapead and the floor only "
-              "(pip install \".[bench]\" adds the micrograd comparison)\n")
+              "(pip install micrograd==0.1.0, or pip install -e \".[bench]\" in a clone of "
+              "tapead, adds the micrograd comparison)\n")
     if args.tiny:
         row, t = tiny_row(11 if q else 31, mg)
         res["results"]["tiny_script_s"] = t

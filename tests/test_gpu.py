@@ -113,7 +113,7 @@ def test_every_op_program_has_every_op():
 def test_without_cupy_a_clear_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", None)      # import cupy raises ImportError
     prog = european()
-    with pytest.raises(ImportError, match=r'needs CuPy: pip install "tapead\[cuda\]"'):
+    with pytest.raises(ImportError, match=r'needs CuPy: pip install cupy-cuda13x'):
         prog(np.zeros((3, 1)), device="cuda")
     with pytest.raises(ImportError, match="needs CuPy"):
         prog.grad(np.zeros((3, 1)), per_sample=True, device="cuda")
