@@ -68,3 +68,25 @@ def test_every_subpackage_is_packaged():
     pkgs = ["tapead"] + [m.name for m in pkgutil.walk_packages(tapead.__path__, "tapead.") if m.ispkg]
     assert "tapead.codegen" in pkgs and "tapead._c" in pkgs
     assert [p for p in pkgs if not any(fnmatch.fnmatchcase(p, pat) for pat in include)] == []
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="tomllib is 3.11+")
+@pytest.mark.skipif(not os.path.isfile(PYPROJECT), reason="needs the source tree")
+def test_metadata_says_what_an_index_page_shows():
+    """The classifiers an index and its search read: typed (py.typed ships),
+    the maturity, the audience, the operating system CI runs on; keywords."""
+    import tomllib
+    with open(PYPROJECT, "rb") as f:
+        meta = tomllib.load(f)["project"]
+    cls = meta["classifiers"]
+    assert "Typing :: Typed" in cls and "Operating System :: POSIX :: Linux" in cls
+    for prefix in ("Development Status :: ", "Intended Audience :: "):
+        assert any(c.startswith(prefix) for c in cls), prefix
+    assert "automatic differentiation" in meta["keywords"]
+
+
+def test_dir_shows_the_api_not_the_modules_own_helpers():
+    import tapead
+    for name in ("ModuleType", "TYPE_CHECKING", "annotations"):
+        assert name not in dir(tapead) and not hasattr(tapead, name), name
+    assert set(tapead.__all__) <= set(dir(tapead))
