@@ -238,10 +238,16 @@ def test_program_errors():
     w = Value(2.0)
     x = Value(1.0)
     h = w * x
-    with pytest.raises(ValueError, match="leaf"):
+    # each message names the one rule broken, and which argument broke it
+    with pytest.raises(ValueError, match=r"^compile: inputs\[0\] is not a leaf Value: it was made "
+                                         r"by an operation \('\*'\); inputs must be leaves"):
         tapead.compile(h + 1, [h])
-    with pytest.raises(ValueError, match="leaf"):
-        tapead.compile(h + 1, [x, x])
+    with pytest.raises(ValueError, match=r"^compile: wrt\[1\] is not a leaf Value: .*\('\+1'\)"):
+        tapead.compile(h + 1, [x], wrt=[w, x + 1])
+    with pytest.raises(ValueError, match=r"^compile: inputs\[0\] and inputs\[2\] are the same Value"):
+        tapead.compile(h + 1, [x, w, x])
+    with pytest.raises(ValueError, match=r"^compile: outputs is empty"):
+        tapead.compile([], [x])
     prog = tapead.compile((h + 1).log(), [x])
     with pytest.raises(ValueError, match="shape"):
         prog(np.zeros((3, 2)))
