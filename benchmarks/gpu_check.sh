@@ -1,4 +1,4 @@
-# gpu_check.sh: the GPU checks of issue 27, in one run on a GPU machine (docs/gpu.md).
+# gpu_check.sh: the GPU checks, in one run on a GPU machine (docs/gpu.md).
 #
 #   bash benchmarks/gpu_check.sh          (from the repository root; $OUT: where results go)
 #   bash benchmarks/gpu_check.sh --dry    (anywhere: the script's own flow, the build and the

@@ -50,15 +50,15 @@ def kernel(code: "codegen.Code", shape: Union[str, "codegen.Shape"],
 
 
 # ------------------------------------------------------------ a Program's path
-# native=None runs the interpreter.  Generated CPU code is faster only for
-# small programs (docs/native.md: 0.53-0.8x of the interpreter under ~200
-# nodes, 1.0-1.4x above), where its compiler run (0.2-1 s) pays off only
-# past tens of millions of rows, and for networks (the rows shape: 8-20 us a
-# call saved on the demo for a 1.5-3.4 s build); native=None is never slower than the
-# interpreter, first call included.  native=True builds it (a small program
-# over many rows; checking; the CPU twin of the GPU's kernels).
-NONE_REASON = ("native=None: the interpreter, never slower; generated code pays only for "
-               "small programs over many rows (native=True), see docs/native.md")
+# native=None runs the interpreter, which is never slower, first call
+# included: generated code is faster only for some programs (small ones,
+# networks, programs of parameters: codegen.choose), and only once its build
+# (tenths of a second to seconds) is paid back over many rows or calls.
+# native=True builds it (such a program run often; checking; the CPU twin of
+# the GPU's kernels).  docs/native.md has the figures and their command.
+NONE_REASON = ("native=None: the interpreter, never slower; generated code pays only for small "
+               "programs, networks and programs of parameters over many rows or calls (native=True), "
+               "see docs/native.md")
 
 
 class NativeState:
