@@ -42,7 +42,7 @@ def kernel(code: "codegen.Code", shape: Union[str, "codegen.Shape"],
     built."""
     s = codegen.shape(shape)
     source, nscratch = codegen.source(code, s, jobs())
-    opt = s.opt + (" -mavx2" if s.avx2 and avx2() else "")
+    opt = s.opt + (" " + s.gcc if s.gcc and build.is_gcc() else "") + (" -mavx2" if s.avx2 and avx2() else "")
     include = codegen.include_dir()
     fn, ufn = build.library(source, opt, include, ("ta_kernel", "ta_uniform"),
                             build.headers(include, (".h", ".def")), _TAG, timeout)

@@ -10,6 +10,7 @@ with seeds, params=, CuPy arrays in and out, failures named as the CPU
 names them, and the summed gradients' bits the same at every launch."""
 import ctypes
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -372,7 +373,7 @@ def test_pickled_program_runs_on_the_gpu():
 # the CPU Program's bits.
 _CTYPES = {"double": np.float64, "unsigned": np.uint32, "int": np.int32, "int4": np.int32, "int2": np.int32,
            "unsigned char": np.uint8, "ta_u64": np.uint64}
-CXX = shutil.which("g++") or shutil.which("clang++")
+CXX = os.environ.get("CXX") or shutil.which("g++") or shutil.which("clang++")   # $CXX: as kernels take $CC
 _EMU = {}
 _EMU_LOCK = __import__("threading").Lock()
 
@@ -402,7 +403,7 @@ def _emulated(source, tmpdir):
         src, so = os.path.join(tmpdir, key + ".cu"), os.path.join(tmpdir, key + ".so")
         with open(src, "w") as f:
             f.write(source)
-        r = subprocess.run([CXX, "-O0", "-ffp-contract=off", "-shared", "-fPIC", "-w", "-include",
+        r = subprocess.run([*shlex.split(CXX), "-O0", "-ffp-contract=off", "-shared", "-fPIC", "-w", "-include",
                             os.path.join(os.path.dirname(__file__), "cuda_emu.h"), "-I", CSRC,
                             "-x", "c++", src, "-o", so], capture_output=True, text=True)
         assert r.returncode == 0, r.stderr

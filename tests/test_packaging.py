@@ -26,7 +26,13 @@ def test_license_is_an_spdx_string_and_setuptools_can_read_it():
 
 @pytest.mark.skipif(not os.path.isfile(PYPROJECT), reason="needs the source tree")
 def test_version_is_pyprojects_alone():
+    import importlib.metadata
     import tapead
+    try:
+        importlib.metadata.version("tapead")
+    except importlib.metadata.PackageNotFoundError:
+        assert tapead.__version__ == "0+unknown"
+        pytest.skip("tapead is not installed here (no metadata): a source tree on PYTHONPATH")
     with open(PYPROJECT) as f:
         (want,) = re.findall(r'(?m)^version = "([^"]+)"$', f.read())
     assert tapead.__version__ == want

@@ -123,7 +123,8 @@ def test_pickled_trained_model_predicts_the_same_in_a_fresh_process(tmp_path):
     """)
     res = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
                          text=True, timeout=60, cwd=str(tmp_path),
-                         env={**os.environ, "PYTHONHASHSEED": "0"})
+                         env={**os.environ, "PYTHONHASHSEED": "0",   # this tree's tapead:
+                              "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(tapead.__file__)))})
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
     assert lines[0] == repr(mlp_outputs(model, xs))
