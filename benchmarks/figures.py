@@ -4,6 +4,7 @@
     python benchmarks/figures.py --runs 5            # each command 5 times, interleaved: the tables
     python benchmarks/figures.py --runs 5 --save FILE    # and the raw results, kept in FILE
     python benchmarks/figures.py --load FILE         # the tables again, from kept results
+    python benchmarks/figures.py --runs 5 --write    # and write each into its page
     python benchmarks/figures.py --check             # each command once, in its quickest form:
                                                      # it runs and gives every figure read from it
 
@@ -13,8 +14,9 @@ repeats, and writes what it measured as JSON (--json FILE); the runs take
 turns (command A, B, C, then A again ...), so a slow spell of a shared
 machine falls on all of them.  A figure here is the range of one measure
 over the runs: the tables below are what README.md ("Benchmarks"),
-docs/native.md ("Figures") and docs/benchmarks.md quote, pasted as printed
-under a line naming the machine and the number of runs.  A row's name is
+docs/native.md ("Figures") and docs/benchmarks.md quote, each under a line
+naming the machine and the number of runs, between the page's markers
+(BEGIN and END below), where --write puts them.  A row's name is
 what its command prints for it.  tests/test_figures.py checks that each
 command and flag exists and that the pages quote only rows listed here.
 """
@@ -151,6 +153,7 @@ FIGURES: List[Figure] = [
            "hand-vectorised numpy", TIME, (BENCH,)),
 ]
 PAGES = (README, NATIVE, BENCH)
+BEGIN, END = "<!-- the table of benchmarks/figures.py -->", "<!-- end of the table -->"
 
 
 def get(result: Dict[str, Any], path: Sequence[str]) -> Optional[float]:
@@ -234,6 +237,19 @@ def table(page: str, runs: Dict[str, List[Dict[str, Any]]], about: str) -> str:
     return "\n".join(lines)
 
 
+def write(page: str, text: str) -> None:
+    """text, a table, into page between its markers (the one place it goes)."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), page)
+    with open(path, encoding="utf-8") as f:
+        old = f.read()
+    if old.count(BEGIN) != 1 or old.count(END) != 1:
+        raise SystemExit(f"{page} should hold the markers {BEGIN} and {END} once each")
+    head, rest = old.split(BEGIN)
+    new = head + BEGIN + "\n" + text + "\n" + END + rest.split(END, 1)[1]
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(new)
+
+
 def run_once(cmd: str, quick: bool = False) -> Tuple[Dict[str, Any], str]:
     """One run of command cmd (a key of COMMANDS) from the repository root:
     (its JSON, what it printed)."""
@@ -275,6 +291,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--load", metavar="FILE", help="print the tables from results kept by --save")
     ap.add_argument("--list", action="store_true", help="the commands, one a line")
     ap.add_argument("--check", action="store_true", help="each command once, in its quickest form")
+    ap.add_argument("--write", action="store_true", help="write each table into its page")
     args = ap.parse_args(argv)
     if args.list:
         print("\n".join(COMMANDS.values()))
@@ -300,8 +317,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     about = (f"{n} runs of each command, taking turns, on a {kept['machine']}, {kept['python']}: "
              f"each figure is the range of the runs' medians.")
     for page in PAGES:
+        text = table(page, kept["runs"], about)
         print(f"\n{page}:\n")
-        print(table(page, kept["runs"], about))
+        print(text)
+        if args.write:
+            write(page, text)
     return 0
 
 

@@ -4,8 +4,8 @@
 #   bash benchmarks/gpu_check.sh --dry    (anywhere: the script's own flow, the build and the
 #                                          tests, each benchmark stage only parsed and imported)
 #
-# Installs the wheels carried in .whl/ (cffi, pycparser: the GPU machines
-# have no network), builds tapead in place from source, then runs the
+# Installs the wheels in .whl/ if there are any (cffi, pycparser: for a
+# machine without network access), builds tapead in place from source, then runs the
 # stages, the most important first, each on its own (one failing stage
 # stops nothing else): the European Greeks against JAX with the per-call
 # breakdown (kernel alone, host before the launch, the rest, JAX), the GPU
@@ -29,12 +29,12 @@ FAILS=""
 echo "=== gpu_check.sh ${DRY:+(dry) }at $(date -u '+%F %T') UTC, in $PWD, results in $OUT"
 set -x
 
-# the wheels the GPU machine lacks (a dry run here has its own venv)
+# wheels for a machine without network access (cffi, pycparser), if any are in .whl/
 if ls .whl/*.whl > /dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || FAILS="$FAILS wheels"
 elif [ -z "$DRY" ]; then
-  echo "no .whl/*.whl here (the device call's carry: [\".whl\"]); going on with what is installed"
+  echo "no .whl/*.whl: going on with what is installed"
 fi
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"

@@ -1,4 +1,4 @@
-"""Replay: the recorded tape as a program (see csrc/replay.c).
+"""Replay: the recorded tape as a program (its C: docs/design.md, Layout).
 
 - ``v.recompute()`` re-evaluates, in one C sweep, every node v depends on
   from the current ``.data`` of its leaves, in place; ``backward()`` then
