@@ -33,6 +33,12 @@ def key(source: Union[str, List[str]], argv: List[str], opt: str = "-O1") -> str
     return build.c_key(units, argv, opt, build.headers(codegen.include_dir(), (".h", ".def")), _TAG)
 
 
+def opt_flags(s: "codegen.Shape", gcc: bool, avx2: bool) -> str:
+    """Shape s's optimisation flags (before codegen.build.flags adds the
+    rest) for a compiler that is GCC or not, on a CPU with AVX2 or not."""
+    return s.opt + (" " + s.gcc if s.gcc and gcc else "") + (" -mavx2" if s.avx2 and avx2 else "")
+
+
 def kernel(code: "codegen.Code", shape: Union[str, "codegen.Shape"],
            timeout: Optional[float] = None) -> Tuple[int, int, int]:
     """(the kernel's address, its uniform values' function's, scratch doubles)
@@ -42,7 +48,7 @@ def kernel(code: "codegen.Code", shape: Union[str, "codegen.Shape"],
     built."""
     s = codegen.shape(shape)
     source, nscratch = codegen.source(code, s, jobs())
-    opt = s.opt + (" " + s.gcc if s.gcc and build.is_gcc() else "") + (" -mavx2" if s.avx2 and avx2() else "")
+    opt = opt_flags(s, build.is_gcc(), avx2())
     include = codegen.include_dir()
     fn, ufn = build.library(source, opt, include, ("ta_kernel", "ta_uniform"),
                             build.headers(include, (".h", ".def")), _TAG, timeout)
