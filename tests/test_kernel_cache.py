@@ -30,12 +30,12 @@ from tapead import Value, codegen, native
 pytestmark = pytest.mark.skipif(native.compiler() is None or os.name != "posix",
                                 reason="no C compiler, or not POSIX")
 INCLUDE = codegen.include_dir()
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HOME = os.path.dirname(os.path.dirname(os.path.abspath(tapead.__file__)))   # where this tapead is
 
 
 def python(*args, env=None, **kw):
     """A new Python process running this tapead (args: what follows the interpreter)."""
-    env = dict(os.environ if env is None else env, PYTHONPATH=ROOT)
+    env = dict(os.environ if env is None else env, PYTHONPATH=HOME)
     return subprocess.Popen([sys.executable, *args], env=env, **kw)
 
 
