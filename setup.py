@@ -41,15 +41,21 @@ class BuildExt(build_ext):
 
 
 class BuildPy(build_py):
-    """Also installs csrc's headers and CUDA sources as tapead/_include: generated
-    code is compiled against them at run time (tapead.codegen.include_dir)."""
+    """Also installs csrc's headers and CUDA sources as tapead/_include, flat
+    (they include each other by bare name): generated code is compiled
+    against them at run time (tapead.codegen.include_dirs)."""
 
     def run(self):
         super().run()
         dest = os.path.join(self.build_lib, "tapead", "_include")
         os.makedirs(dest, exist_ok=True)
+        seen = set()
         for pattern in ("*.h", "*.def", "*.cuh", "*.cu"):
-            for path in glob.glob(os.path.join("csrc", pattern)):
+            for path in sorted(glob.glob(os.path.join("csrc", "*", pattern))):
+                name = os.path.basename(path)
+                if name in seen:
+                    sys.exit(f"error: two files named {name} in csrc's folders")
+                seen.add(name)
                 shutil.copy2(path, dest)
 
 

@@ -52,7 +52,7 @@ def main():
     avx2 = "--avx2" in sys.argv[2:]
     os.environ["CC"] = sys.argv[1]       # (is_gcc asks the compiler CC names)
     gcc = build.is_gcc()
-    include = codegen.include_dir()
+    include = [a for d in codegen.include_dirs() for a in ("-I", d)]
     failed = 0
     n = 0
     with tempfile.TemporaryDirectory() as d:
@@ -65,7 +65,7 @@ def main():
                     src = os.path.join(d, f"{name.replace(' ', '_')}-{shape.name}-{i}.c")
                     with open(src, "w") as f:
                         f.write(text)
-                    argv = cc + build.flags(opt) + ["-Werror=implicit-function-declaration", "-I", include,
+                    argv = cc + build.flags(opt) + ["-Werror=implicit-function-declaration", *include,
                                                     "-c", src, "-o", src + ".o"]
                     r = subprocess.run(argv, capture_output=True, text=True)
                     n += 1

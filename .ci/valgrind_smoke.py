@@ -39,8 +39,8 @@ vs = tapead.values(np.linspace(0, 1, 5000))
 tapead.data(vs)
 tapead.grads(vs)
 tapead.to_dot(w)
-# a Program: made, run (on the native front one C call over the arrays,
-# csrc/native_prog.c), a failing row, pickled and run again, then freed
+# a Program: made, run (on the CPython front one C call over the arrays,
+# csrc/python/program_call.c), a failing row, pickled and run again, then freed
 u, v = tapead.Value(0.3), tapead.Value(-0.2)
 prog = tapead.compile([(u * v).exp() + u.relu()], [u], wrt=[u, v], native=False)
 prog.grad(np.linspace(-1, 1, 300).reshape(-1, 1))

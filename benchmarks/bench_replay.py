@@ -79,14 +79,15 @@ def prog_ref():
     from cffi import FFI
     here = os.path.dirname(os.path.abspath(__file__))
     csrc = os.path.join(here, os.pardir, "csrc")
+    floors = sorted(os.path.join(csrc, d) for d in os.listdir(csrc))   # headers by bare name
     ffi = FFI()
     ffi.cdef("int prog_ref(uint32_t n, const uint8_t *op, const uint32_t *a, const uint32_t *b,"
              " const double *c, uint32_t reps);")
     ffi.set_source("_prog_ref", "#include <stdint.h>\n"
                    "int prog_ref(uint32_t n, const uint8_t *op, const uint32_t *a,"
                    " const uint32_t *b, const double *c, uint32_t reps);",
-                   sources=[os.path.join(here, "prog_ref.c"), os.path.join(csrc, "ops.c")],
-                   include_dirs=[csrc], define_macros=[("TA_NO_NATIVE", None)],
+                   sources=[os.path.join(here, "prog_ref.c"), os.path.join(csrc, "ops", "ops.c")],
+                   include_dirs=floors, define_macros=[("TA_NO_CPYTHON", None)],
                    extra_compile_args=["-O3", "-std=c99", "-fno-strict-aliasing", "-ffp-contract=off"],
                    extra_link_args=["-lm"])
     path = ffi.compile(tmpdir=tempfile.mkdtemp(prefix="prog_ref"))

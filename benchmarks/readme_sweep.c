@@ -8,7 +8,7 @@
  * index, two doubles read, one written), timed in the same rounds.
  * Medians of 41 rounds.  Build and run from the repository root:
  */
-// cc -O3 -std=gnu99 -pthread -fno-strict-aliasing -ffp-contract=off -DTA_NO_NATIVE -Icsrc benchmarks/readme_sweep.c csrc/*.c -lm -o /tmp/readme_sweep
+// cc -O3 -std=gnu99 -pthread -fno-strict-aliasing -ffp-contract=off -DTA_NO_CPYTHON $(printf -- '-I%s ' csrc/*/) benchmarks/readme_sweep.c csrc/*/*.c -lm -o /tmp/readme_sweep
 // /tmp/readme_sweep
 #define _GNU_SOURCE
 #include <stdio.h>

@@ -7,7 +7,9 @@ no download), one name per step.
     python examples/gpt.py                  # the fast path: tapead.linear + tapead.optim.Adam
     python examples/gpt.py --dropin         # tapead.Value as a drop-in: the same code as --reference
     python examples/gpt.py --reference      # a plain-Python scalar Value (defined below)
-    python examples/gpt.py --steps 50 --compare   # all three, same seed: losses must agree
+    python examples/gpt.py --compiled       # the fast path's step recorded once per name length (tapead.jit)
+    python examples/gpt.py --compiled --batch 16   # 16 names a step, over every core
+    python examples/gpt.py --steps 50 --compare   # all four, same seed: losses must agree
 
 The three runs compute the same floating-point operations in the same
 order: the model uses only +, *, ** and log / exp / relu (a - b is written
@@ -15,7 +17,15 @@ a + b * -1, a / b as a * b ** -1), the reference Value's backward visits
 nodes in reverse creation order as tapead's tape does, tapead.dot and
 tapead.linear record exactly the generator sums they replace, and
 tapead.optim.Adam is microgpt's update operation for operation.  So the
-printed losses are the same to the last bit in all three.
+printed losses are the same to the last bit in all of them.
+
+--compiled records the fast path's training step once per name length
+(tapead.jit) and replays it in C: the tokens are the recorded step's inputs,
+so the embedding row and the target's probability are taken by index
+(tapead.take, where the other runs index Python lists), and the softmax's
+shift is computed in the graph without a gradient (tapead.detach of the
+largest logit, where the other runs read it as a number: the same value,
+so the same losses).
 """
 from __future__ import annotations
 
@@ -112,7 +122,7 @@ class GPT:
     else the generator sums and microgpt's Adam loop in Python floats."""
 
     def __init__(self, Value, vocab_size, n_embd=16, n_head=4, n_layer=1, block_size=16,
-                 fast=False, seed=42, lr=0.01, betas=(0.85, 0.99), eps=1e-8):
+                 fast=False, compiled=False, seed=42, lr=0.01, betas=(0.85, 0.99), eps=1e-8):
         random.seed(seed)
         self.Value, self.fast = Value, fast
         self.n_embd, self.n_head, self.n_layer, self.block_size = n_embd, n_head, n_layer, block_size
@@ -139,10 +149,19 @@ class GPT:
             self.linear = lambda x, w: [sum(wi * xi for wi, xi in zip(wo, x)) for wo in w]
             self.m = [0.0] * len(self.params)
             self.v = [0.0] * len(self.params)
+        self.compiled = compiled
+        if compiled:            # tokens may be Values (the recorded step's inputs)
+            import functools
+            import tapead
+            self.take = tapead.take
+            self.shift = lambda logits: tapead.detach(functools.reduce(tapead.maximum, logits))
+        else:
+            self.take = lambda seq, i: seq[i]
+            self.shift = lambda logits: max(v.data for v in logits)
 
     # -- pieces
     def softmax(self, logits):
-        top = max(v.data for v in logits)
+        top = self.shift(logits)          # the largest logit, carrying no gradient
         exps = [(v + -top).exp() for v in logits]
         inv = sum(exps) ** -1
         return [e * inv for e in exps]
@@ -155,7 +174,7 @@ class GPT:
     def forward(self, token_id, pos_id, keys, values):
         """Logits for the next token; keys/values: the cache, one list per layer."""
         sd, linear, dot, hd = self.sd, self.linear, self.dot, self.head_dim
-        x = [t + p for t, p in zip(sd["wte"][token_id], sd["wpe"][pos_id])]
+        x = [t + p for t, p in zip(self.take(sd["wte"], token_id), sd["wpe"][pos_id])]
         x = self.rmsnorm(x)
         for li in range(self.n_layer):
             res = x
@@ -186,7 +205,7 @@ class GPT:
         losses = []
         for pos in range(n):
             probs = self.softmax(self.forward(tokens[pos], pos, keys, values))
-            losses.append(probs[tokens[pos + 1]].log() * -1)
+            losses.append(self.take(probs, tokens[pos + 1]).log() * -1)
         return sum(losses) * (1.0 / n)
 
     def update(self, step, num_steps):
@@ -227,7 +246,7 @@ class GPT:
 
 
 def setup(mode, seed=42, **kw):
-    """(model, docs, encode, decode, bos) for mode 'fast', 'dropin' or 'reference'."""
+    """(model, docs, encode, decode, bos) for mode 'fast', 'compiled', 'dropin' or 'reference'."""
     if mode == "reference":
         Value = RefValue
     else:
@@ -238,7 +257,8 @@ def setup(mode, seed=42, **kw):
     chars = sorted(set("".join(docs)))
     bos = len(chars)
     stoi = {c: i for i, c in enumerate(chars)}
-    model = GPT(Value, len(chars) + 1, fast=(mode == "fast"), seed=seed, **kw)
+    model = GPT(Value, len(chars) + 1, fast=mode in ("fast", "compiled"), compiled=(mode == "compiled"),
+                seed=seed, **kw)
 
     def encode(doc):
         return [bos] + [stoi[c] for c in doc] + [bos]
@@ -248,19 +268,35 @@ def setup(mode, seed=42, **kw):
     return model, docs, encode, decode, bos
 
 
-def train(mode, steps, seed=42, log=None, **kw):
-    """Train `steps` steps; returns (model, losses, seconds per step, decode, bos)."""
+def train(mode, steps, seed=42, log=None, batch=1, threads=None, **kw):
+    """Train `steps` steps, `batch` names a step (the compiled step only: its
+    gradient is the mean over them, run over `threads` threads, None: every
+    core); returns (model, losses (a step's mean), seconds per step, decode, bos)."""
     model, docs, encode, decode, bos = setup(mode, seed, **kw)
+    if mode == "compiled":
+        import tapead
+        scale = 1.0 / batch
+        step_fn = tapead.jit(model.loss if batch == 1 else (lambda tokens: model.loss(tokens) * scale),
+                             wrt=model.params)
+    elif batch != 1:
+        raise ValueError("--batch is the compiled step's (--compiled)")
     losses, times = [], []
     for step in range(steps):
         t0 = time.perf_counter()
-        loss = model.loss(encode(docs[step % len(docs)]))
-        loss.backward()
+        if mode != "compiled":
+            loss = model.loss(encode(docs[step % len(docs)]))
+            loss.backward()
+            value = loss.data
+        elif batch == 1:
+            value = step_fn(encode(docs[step % len(docs)]))
+        else:
+            names = [encode(docs[(step * batch + i) % len(docs)]) for i in range(batch)]
+            value = sum(step_fn.batch(names, threads=threads))
         model.update(step, steps)
         times.append(time.perf_counter() - t0)
-        losses.append(loss.data)
+        losses.append(value)
         if log:
-            log(f"step {step + 1:4d} / {steps:4d} | loss {loss.data:.4f} | {times[-1] * 1e3:7.2f} ms")
+            log(f"step {step + 1:4d} / {steps:4d} | loss {value:.4f} | {times[-1] * 1e3:7.2f} ms")
     return model, losses, times, decode, bos
 
 
@@ -273,8 +309,12 @@ def main(argv=None):
                    help="tapead.Value in the reference's code")
     g.add_argument("--reference", dest="mode", action="store_const", const="reference",
                    help="a plain-Python scalar Value")
+    g.add_argument("--compiled", dest="mode", action="store_const", const="compiled",
+                   help="the fast path's step recorded once per name length and replayed in C (tapead.jit)")
     g.add_argument("--compare", dest="mode", action="store_const", const="compare",
-                   help="run all three, check the losses agree, compare times")
+                   help="run all four, check the losses agree, compare times")
+    ap.add_argument("--batch", type=int, default=1, help="names a step (--compiled; default 1)")
+    ap.add_argument("--threads", type=int, default=None, help="threads for --batch (default: every core)")
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--samples", type=int, default=10)
     ap.add_argument("--temperature", type=float, default=0.5)
@@ -282,22 +322,31 @@ def main(argv=None):
     mode = args.mode or "fast"
     if mode == "compare":
         runs = {}
-        for m in ("reference", "dropin", "fast"):
-            print(f"== {m}")
-            _, losses, times, _, _ = train(m, args.steps, log=print if args.steps <= 20 else None)
-            runs[m] = (losses, sorted(times)[len(times) // 2])
-            print(f"   final loss {losses[-1]:.4f}, median step {runs[m][1] * 1e3:.2f} ms")
-        ref_losses, ref_t = runs["reference"]
+        for m in ("reference", "dropin", "fast", "compiled"):
+            print(f"== {m}", flush=True)
+            every = max(1, args.steps // 10)
+            t0 = time.perf_counter()
+
+            def progress(line, m=m, t0=t0, count=[0]):
+                count[0] += 1
+                if args.steps <= 20 or count[0] % every == 0:
+                    print(f"   {m}: step {count[0]} / {args.steps} ({time.perf_counter() - t0:.1f} s)", flush=True)
+            _, losses, times, _, _ = train(m, args.steps, log=progress)
+            runs[m] = (losses, sorted(times)[len(times) // 2], sum(times))
+            print(f"   final loss {losses[-1]:.4f}, median step {runs[m][1] * 1e3:.3f} ms", flush=True)
+        ref_losses, ref_t, ref_total = runs["reference"]
         ok = True
-        for m in ("dropin", "fast"):
+        for m in ("dropin", "fast", "compiled"):
             same = runs[m][0] == ref_losses
             ok &= same
             print(f"{m:>9}: losses {'identical to' if same else 'DIFFER from'} the reference's over "
-                  f"{args.steps} steps; {ref_t / runs[m][1]:.1f}x faster per step")
+                  f"{args.steps} steps; {ref_t / runs[m][1]:.1f}x faster per step (median), "
+                  f"{ref_total / runs[m][2]:.1f}x over the whole run")
         return 0 if ok else 1
-    print(f"training ({mode}) for {args.steps} steps")
+    print(f"training ({mode}{f', {args.batch} names a step' if args.batch != 1 else ''}) for {args.steps} steps")
     t0 = time.perf_counter()
-    model, losses, times, decode, bos = train(mode, args.steps, log=print)
+    model, losses, times, decode, bos = train(mode, args.steps, log=print, batch=args.batch,
+                                              threads=args.threads)
     print(f"trained in {time.perf_counter() - t0:.1f} s (median step {sorted(times)[len(times) // 2] * 1e3:.2f} ms)")
     rng = random.Random(0)
     print(f"--- {args.samples} sampled names (temperature {args.temperature})")

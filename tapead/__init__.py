@@ -25,8 +25,9 @@ if TYPE_CHECKING:
     from .custom import precomputed as precomputed
     from .draw import draw_dot as draw_dot, to_dot as to_dot
     from .forward import jvp as jvp
-    from .functions import (abs as abs, cos as cos, exp as exp, log as log, log1p as log1p,
-                            relu as relu, sigmoid as sigmoid, sin as sin, sqrt as sqrt, tanh as tanh)
+    from .functions import (abs as abs, cos as cos, detach as detach, exp as exp, log as log,
+                            log1p as log1p, relu as relu, sigmoid as sigmoid, sin as sin, sqrt as sqrt,
+                            tanh as tanh)
     from .higher import grad as grad, hessian as hessian, hvp as hvp, jacobian as jacobian
     from .modes import detect_anomaly as detect_anomaly, no_grad as no_grad
     from .nodedata import get_label as get_label, set_label as set_label
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
                          guard_count as guard_count, recompute as recompute)
     from .arrays import data as data, grads as grads, set_data as set_data, values as values
     from .wengert import Wengert as Wengert, wengert as wengert
+    from .tracing import jit as jit
     __version__: str
 
 from ._c.holds import set_limit
@@ -44,11 +46,11 @@ from .engine import Value, maximum, minimum, collect, FRONT as FRONT
 
 __all__ = ["Value", "maximum", "minimum", "tape_stats", "collect", "set_limit",
            "no_grad", "detect_anomaly", "TapeadError", "TapeError", "AnomalyError",
-           *(name for name, _ in _UNARY),   # the unary ops' functions (csrc/ops.def)
+           *(name for name, _ in _UNARY),   # the unary ops' functions (csrc/api/ops.def)
            "jvp", "wengert", "Wengert", "set_label", "get_label",
            "draw_dot", "to_dot", "values", "data", "grads",
            "GuardError", "recompute", "compile", "Program", "clear_guards", "guard_count",
-           "set_data", "grad", "hvp", "hessian", "jacobian", "precomputed", "dot", "linear"]
+           "set_data", "grad", "hvp", "hessian", "jacobian", "precomputed", "dot", "linear", "jit"]
 
 # public name -> the submodule that defines it, imported on first use
 _LAZY = {**dict.fromkeys(("no_grad", "detect_anomaly"), "modes"),
@@ -59,7 +61,8 @@ _LAZY = {**dict.fromkeys(("no_grad", "detect_anomaly"), "modes"),
          **dict.fromkeys(("recompute", "compile", "Program", "clear_guards",
                           "guard_count"), "replay"),
          **dict.fromkeys(("grad", "hvp", "hessian", "jacobian"), "higher"),
-         **dict.fromkeys(("dot", "linear"), "dots")}
+         **dict.fromkeys(("dot", "linear"), "dots"),
+         "jit": "tracing"}
 _SUBMODULES = ("nn", "optim",   # tapead.nn.MLP after a bare `import tapead`, as before
                "cuda")          # device="cuda" (replay.py reaches it here: it is a layer above)
 

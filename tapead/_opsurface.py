@@ -1,4 +1,4 @@
-"""The op table's Python half, generated from csrc/ops.def by build_ext.py
+"""The op table's Python half, generated from csrc/api/ops.def by build_ext.py
 (`python build_ext.py` rewrites it): edit the table, not this file."""
 
 # The op codes, in row order (tapes store them: never renumbered).
@@ -29,10 +29,11 @@ MIN = 23
 DIVC = 24
 CUSTOM = 25
 LOG1P = 26
+DETACH = 27
 
 __all__ = ["LEAF", "DEAD", "ADD", "SUB", "MUL", "DIV", "POW", "ADDC", "RSUBC", "MULC", "RDIVC",
            "POWC", "RPOWC", "RELU", "TANH", "EXP", "LOG", "SIGMOID", "SIN", "COS", "SQRT", "ABS",
-           "MAX", "MIN", "DIVC", "CUSTOM", "LOG1P"]
+           "MAX", "MIN", "DIVC", "CUSTOM", "LOG1P", "DETACH"]
 IDENTS = tuple(__all__)   # (checked against the compiled table at import: tapead._c)
 
 # FORMS[op]: how a row of op shows in a Wengert list and an error message
@@ -65,6 +66,7 @@ FORMS = (
     '{x} / {c}',       # DIVC
     '',                # CUSTOM
     'log1p({x})',      # LOG1P
+    'detach({x})',     # DETACH
 )
 
 # SHOW[op](x, y, c): FORMS[op] filled in, as an f-string (five times faster than
@@ -97,6 +99,7 @@ SHOW = (
     lambda x, y, c: f'{x} / {c}',       # DIVC
     lambda x, y, c: f'',                # CUSTOM
     lambda x, y, c: f'log1p({x})',      # LOG1P
+    lambda x, y, c: f'detach({x})',     # DETACH
 )
 
 # The ops whose domain and range errors read as float ** 's, not math's.
@@ -114,4 +117,5 @@ UNARY = (
     ('sqrt', SQRT),
     ('abs', ABS),
     ('log1p', LOG1P),
+    ('detach', DETACH),
 )

@@ -497,7 +497,7 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     tapead.collect()
     s, nodes = chain(tapead.Value, n)
     st = tapead.tape_stats()
-    bpn = 29  # op 1 + x 4 + aux 8 + val 8 + adj 8 bytes per slot, as laid out in csrc/tapead.h
+    bpn = 29  # op 1 + x 4 + aux 8 + val 8 + adj 8 bytes per slot, as laid out in csrc/api/tapead.h
     measured = st["bytes"] / max(st["nodes"], 1)
     res["results"]["memory"] = dict(nodes=st["nodes"], bytes=st["bytes"], bytes_per_node=measured)
     rows.append(("tape memory bytes/node", "", f"{measured:.1f}", "", f"{bpn} per slot + segment tables"))

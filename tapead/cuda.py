@@ -6,17 +6,17 @@ One CUDA thread runs one row, in float64.  Two ways to run a Program
 - small programs (at most ``GENERATED_MAX_NODES`` nodes): straight-line
   CUDA generated from the Program (every value and adjoint a local
   variable), compiled with NVRTC for this program;
-- larger ones: one interpreter kernel (csrc/gpu_interp.cu), compiled once,
+- larger ones: one interpreter kernel (csrc/gpu/gpu_interp.cu), compiled once,
   that reads the program as data, its values and adjoints in [node][row]
   arrays in GPU memory (NVRTC's compile time grows faster than linearly
   with straight-line code: minutes for thousands of nodes).
 
-Both run ops.h's op rules as device functions (csrc/gpu.cuh), compiled
+Both run ops.h's op rules as device functions (csrc/gpu/gpu.cuh), compiled
 without FMA contraction or fast math (``NVRTC_OPTIONS``): +, -, *, / and
 sqrt give the CPU Program's bits; exp, log, log1p, tanh, pow, sin and cos
 are CUDA's math library, within an ulp or two of the C library's.
 Gradients summed over rows are added on the GPU in a fixed order
-(csrc/gpu.cuh: ta_gpu_rowsum), so every launch gives the same bits.  A
+(csrc/gpu/gpu.cuh: ta_gpu_rowsum), so every launch gives the same bits.  A
 row that fails (a domain error, a flipped guard) raises the CPU
 Program's exception, naming the first failing row.
 
@@ -59,10 +59,10 @@ _BLOCK = (_THREADS,)
 _BLOCKS_PER_SM = 128             # the generated kernel's grid: at most this many blocks a
                                  # multiprocessor (several waves, so a partial last one costs
                                  # little; 2^24 rows on 132 SMs: 8 rows a thread)
-_SUMTHREADS, _SUMROWS = 256, 1024   # csrc/gpu.cuh: TA_GPU_SUMTHREADS, TA_GPU_SUMROWS
+_SUMTHREADS, _SUMROWS = 256, 1024   # csrc/gpu/gpu.cuh: TA_GPU_SUMTHREADS, TA_GPU_SUMROWS
 _NOFAIL = (1 << 64) - 1
 
-# NVRTC has no C library headers; csrc/gpu.cuh says why these are enough
+# NVRTC has no C library headers; csrc/gpu/gpu.cuh says why these are enough
 _STUBS = {
     "math.h": "", "string.h": "",
     "stddef.h": "typedef decltype(sizeof(0)) size_t;\n",   # (NVRTC's own, if it has one: the same type)
@@ -122,18 +122,19 @@ def _device_index(device: str) -> Optional[int]:
 
 # --------------------------------------------------------------- sources
 
-def _csrc() -> str:
-    """The C sources the kernels are compiled from: codegen's include_dir()
-    (the source tree's csrc, or the headers installed with the package)."""
-    from .codegen import include_dir
+def _csrc() -> List[str]:
+    """The folders of the C sources the kernels are compiled from: codegen's
+    include_dirs() (the source tree's csrc folders, or the headers installed
+    with the package)."""
+    from .codegen import include_dirs
     try:
-        d = include_dir()
+        ds = include_dirs()
     except FileNotFoundError:
-        d = ""
-    if not os.path.isfile(os.path.join(d, "gpu.cuh")):
-        raise CUDAUnavailable("device=\"cuda\" compiles tapead's C sources (csrc/*.h, gpu.cuh, "
+        ds = []
+    if not any(os.path.isfile(os.path.join(d, "gpu.cuh")) for d in ds):
+        raise CUDAUnavailable("device=\"cuda\" compiles tapead's C sources (csrc's headers, gpu.cuh, "
                               "gpu_interp.cu), which this installation lacks")
-    return d
+    return ds
 
 
 def _headers() -> Dict[str, str]:
@@ -144,8 +145,9 @@ def _headers() -> Dict[str, str]:
 
 
 def interpreter_source() -> str:
-    """The interpreter kernel's source (csrc/gpu_interp.cu)."""
-    with open(os.path.join(_csrc(), "gpu_interp.cu")) as f:
+    """The interpreter kernel's source (csrc/gpu/gpu_interp.cu)."""
+    path = next(p for p in (os.path.join(d, "gpu_interp.cu") for d in _csrc()) if os.path.isfile(p))
+    with open(path) as f:
         return f.read()
 
 
@@ -191,7 +193,8 @@ def _nvcc_compile(source: str, arch: str, why: Exception, b: "kcache.Build") -> 
     warnings.warn(f"tapead.cuda: NVRTC failed, compiling with nvcc instead ({str(why)[:500]})")
     with open(os.path.join(b.path, "k.cu"), "w") as f:
         f.write(source)
-    b.run([([nvcc, "-cubin", f"-arch=sm_{arch}", "--fmad=false", "-std=c++17", "-I", _csrc(), "-x", "cu",
+    inc = [a for d in _csrc() for a in ("-I", d)]
+    b.run([([nvcc, "-cubin", f"-arch=sm_{arch}", "--fmad=false", "-std=c++17", *inc, "-x", "cu",
              "k.cu", "-o", "k.cubin"], f"the CUDA kernel (k.cu: {source.count(chr(10)) + 1:,} lines)")],
           kcache.build_timeout(), "nvcc", advice="run the program on the CPU instead")
     with open(os.path.join(b.path, "k.cubin"), "rb") as f:
@@ -261,7 +264,7 @@ class _Plan:
         self.n, self.nin, self.nout, self.nwrt, self.ng = n, C.nin, C.nout, C.nwrt, len(C.guards)
         self.cp, self.arch = cp, arch
         self.generated = n <= GENERATED_MAX_NODES
-        # the interpreter's instructions (csrc/gpu_interp.cu): op, a, b, dslot
+        # the interpreter's instructions (csrc/gpu/gpu_interp.cu): op, a, b, dslot
         ins = np.zeros((max(n, 1), 4), dtype=np.int32)
         ins[:n, 0] = C.op
         ins[:n, 1] = np.array(C.a, dtype=np.int64)
@@ -377,20 +380,20 @@ def _interp(cp: Any, P: _Plan, X: Any, par: Any, seed: Any, seedmode: int, Y: An
 
 def _nofail(cp: Any) -> Any:
     """A fresh failure word, zeroed on the GPU (no upload): no row has
-    failed (csrc/gpu.cuh: ta_gpu_fail).  (The slow path: a failing row's
+    failed (csrc/gpu/gpu.cuh: ta_gpu_fail).  (The slow path: a failing row's
     rerun; a call's own word is the thread's _FailWord.)"""
     return cp.zeros(1, dtype=cp.uint64)
 
 
 def _failed(fail: Any) -> Optional[int]:
-    """The lowest failing row's code (row << 8 | status), or None."""
+    """The failure word of the lowest failing row (row << 8 | status), or None."""
     v = int(fail.get()[0])
     return None if v == 0 else v ^ _NOFAIL
 
 
 class _FailWord:
     """One thread's failure word on one GPU, kept from call to call
-    (csrc/gpu.cuh: ta_gpu_fail): zeroed once when made.  A kernel writes it
+    (csrc/gpu/gpu.cuh: ta_gpu_fail): zeroed once when made.  A kernel writes it
     only when a row fails, so after a call that read it as 0 it is still 0:
     no zeroing per call.  A call reads it back with one 8-byte copy into
     pinned host memory on the call's stream, then waits for the stream (the
@@ -418,7 +421,7 @@ class _FailWord:
         return self.dev
 
     def read(self, rt: Any, stream: int) -> Optional[int]:
-        """After the launches on stream: the lowest failing row's code (row
+        """After the launches on stream: the failure word of the lowest failing row (row
         << 8 | status), or None; waits for the stream."""
         rt.memcpyAsync(self.hptr, self.dptr, 8, rt.memcpyDeviceToHost, stream)
         rt.streamSynchronize(stream)
@@ -445,7 +448,7 @@ def _failword(cp: Any, dev: int) -> _FailWord:
 
 def _rowsum(cp: Any, P: _Plan, A: Any) -> Any:
     """The row sums of At (A: (ncol, rows), [column][row], rows >= 1), in
-    the fixed order of csrc/gpu.cuh."""
+    the fixed order of csrc/gpu/gpu.cuh."""
     ncol, rows = A.shape
     if ncol == 0:
         return cp.zeros(0, dtype=cp.float64)
@@ -461,12 +464,12 @@ def _rowsum(cp: Any, P: _Plan, A: Any) -> Any:
 
 
 def _failure(cp: Any, P: _Plan, prog: Any, X: Any, par: Any, seed: Any, seedmode: int,
-             code: int, row0: int) -> Exception:
-    """The exception for the first failing row (code: *fail): that row rerun
+             fail: int, row0: int) -> Exception:
+    """The exception for the first failing row (fail: its failure word, *fail): that row rerun
     alone through the interpreter, which writes down what failed there."""
     from ._c.program import _run_error
     from types import SimpleNamespace
-    row = code >> 8
+    row = fail >> 8
     Y = cp.empty((max(P.nout, 1), row + 1), dtype=cp.float64)
     G = cp.empty((max(P.nwrt, 1), row + 1), dtype=cp.float64)
     fail = _nofail(cp)
@@ -475,7 +478,7 @@ def _failure(cp: Any, P: _Plan, prog: Any, X: Any, par: Any, seed: Any, seedmode
     d = detail.get().tolist()
     st = int(d[0]) if _failed(fail) is not None else 0
     if st == 0:    # cannot happen: the same device functions on the same row
-        return RuntimeError(f"Program on the GPU: row {row + row0} failed (status {code & 0xFF})")
+        return RuntimeError(f"Program on the GPU: row {row + row0} failed (status {fail & 0xFF})")
     f = SimpleNamespace(row=row, op=int(d[1]), x=d[2], y=d[3], guard=int(d[4]),
                         kind=int(d[5]), outcome=int(d[6]))
     return _run_error(st, f, row0)
@@ -548,9 +551,9 @@ def _run(cp: Any, prog: Any, X: Any, seed: Any, grad: Optional[str], params: Any
             _interp(cp, P, Xd, par, sd, seedmode, Y, G, fail, 0, B)
         if grad == "sum":            # queued before the wait: one wait a call
             G = _rowsum(cp, P, G)
-        code = fw.read(rt, stream)
-        if code is not None:
-            raise _failure(cp, P, prog, Xd, par, sd, seedmode, code, row0)
+        fail = fw.read(rt, stream)
+        if fail is not None:
+            raise _failure(cp, P, prog, Xd, par, sd, seedmode, fail, row0)
     elif grad == "sum":
         G = cp.zeros(nwrt, dtype=cp.float64)
     if grad is None:

@@ -1,6 +1,6 @@
 """Custom nodes: new ops written micrograd's way, or from their partials.
 
-Two ways to add an op (csrc/custom.c holds the nodes' side table):
+Two ways to add an op (csrc/custom/custom.c holds the nodes' side table):
 
 * micrograd's idiom, unchanged: ``out = Value(f(x.data), (x,), 'softplus')``
   then ``out._backward = _backward``.  The node's inputs are the children;
@@ -42,7 +42,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False   # typing is not imported at run time (see tapead._c)
 if TYPE_CHECKING:
-    from typing import Any, Callable, Iterable, List, Optional, Sequence, SupportsFloat, Tuple
+    from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, SupportsFloat, Tuple
 
 from . import _c
 from ._c import OP, OP_KINDS, OP_NAMES
@@ -58,7 +58,7 @@ _SHIFT = _c.SHIFT
 _new = object.__new__
 
 # ------------------------------------------------------------------ names
-# A node's name lives in C with the node (csrc/custom.c) and dies with it.
+# A node's name lives in C with the node (csrc/custom/custom.c) and dies with it.
 name_bytes = _cc.name_bytes
 
 
@@ -78,15 +78,15 @@ class _Node:
         self.tape = tape
 
 
-# The owner type of this front: _Node, or the native front's C type of the
-# same fields (csrc/native.c: vn_obj), which makes, registers, runs and
-# sets owners in C, through _c.tape and _every below (bind_native).
+# The owner type of this front: _Node, or the CPython front's C type of the
+# same fields (csrc/python/owner.c: vn_obj), which makes, registers, runs and
+# sets owners in C, through _c.tape and _every below (cpython_hooks).
 _Owner: Any = _Node
 
 
 def join(a: Any, b: Any) -> Any:
     """What a Value made from Values carrying a and b carries (None: nothing;
-    csrc/native.c: va_join does the same for the native front's ops)."""
+    csrc/python/value.c: va_join does the same for the CPython front's ops)."""
     if a is None or a is b:
         return b
     if b is None:
@@ -107,7 +107,7 @@ def join_all(vals: Any) -> Any:
 # A tape's owners (its Tape's map, tapead/_c): key -> weak reference (an
 # owner lives as long as some Value carries it); dead references are
 # dropped whenever the map has doubled since the last purge (no callbacks:
-# no Python runs when an owner dies, so no Ctrl-C can land in one; a native
+# no Python runs when an owner dies, so no Ctrl-C can land in one; a C
 # owner's dealloc takes its own entry out, in C, so walk a copy of the map).
 _tape = _c.tape
 
@@ -115,7 +115,7 @@ _tape = _c.tape
 def node_owner(key: int, up: Any) -> _Node:
     """A new owner for the custom node of this key (this tape's), up what
     its inputs carried (record() on the cffi front, once the node is held;
-    the native front's va_custom does the same in C: vn_new), registered
+    the CPython front's va_custom does the same in C: vn_new), registered
     under its key (never reused on a tape); now and then (every 64 owners
     made) the map is purged and the tape looked at (_every)."""
     t = _tape()
@@ -129,10 +129,10 @@ def node_owner(key: int, up: Any) -> _Node:
 def _every(t: Any, nodes: int = -1) -> None:
     """What each 64th owner made on Tape t does: purge its map if it has
     doubled, look at the tape (_pressure) if its size, nodes (-1: unknown;
-    the native front's vn_new gives it), is over the limit."""
+    the CPython front's vn_new gives it), is over the limit."""
     d = t.owners
     if len(d) >= t.purge_at:
-        for k, r in d.copy().items():   # (a copy: an owner dying meanwhile leaves d, native front)
+        for k, r in d.copy().items():   # (a copy: an owner dying meanwhile leaves d, CPython front)
             if r() is None:
                 d.pop(k, None)
         t.purge_at = max(256, 2 * len(d))
@@ -191,19 +191,19 @@ def _owner(key: int) -> Any:
 
 def _raw_info(v: Any) -> Optional[Tuple[int, str, Tuple[int, ...]]]:
     """(key, name, input ids) of v's node if it is a custom node, else None
-    (the cffi front's; the native front replaces it by _native.custom_info)."""
+    (the cffi front's; the CPython front replaces it by _cpython.custom_info)."""
     return _cc.custom_info(v._i)
 
 
 def _key(v: Any) -> Optional[int]:
     """The key of v's node if it is a custom node (0: one of partials), else
-    None (the cffi front's; the native front's is _native.custom_key)."""
+    None (the cffi front's; the CPython front's is _cpython.custom_key)."""
     k: Optional[int] = _cc.custom_key(v._i, None)
     return k
 
 
-# the native front's C helpers (None on the cffi front)
-_native_pre: Optional[Callable[..., Any]] = None
+# the CPython front's C helpers (None on the cffi front)
+_cpython_pre: Optional[Callable[..., Any]] = None
 
 
 # The front this module records through and hands Values out of: tapead.engine,
@@ -218,11 +218,19 @@ def attach(front: Any) -> None:
     _engine = front
 
 
-def bind_native(native: Any) -> None:
-    """The native front's C versions of the hot helpers (engine._native_front)."""
-    global _raw_info, _key, _native_pre, _Owner
-    _raw_info, _key, _native_pre = native.custom_info, native.custom_key, native.precomputed
-    _Owner = native.owners(_c.tape, _every, _tl)
+def cpython_hooks() -> Dict[str, Any]:
+    """What the CPython front calls here, by name (engine.cpython_hooks): the
+    rule hook, local_grads' node, the map of owners (this thread's Tape), the
+    nudge each 64th owner gives, and where a rule's exception waits."""
+    return dict(rule=ta_custom_rule, grads=grads_value, tape=_c.tape, every=_every, tl=_tl)
+
+
+def bind_cpython(front: Any) -> None:
+    """The CPython front's C versions of the hot helpers and its owner type
+    (engine._cpython_front, once the hooks are bound)."""
+    global _raw_info, _key, _cpython_pre, _Owner
+    _raw_info, _key, _cpython_pre = front.custom_info, front.custom_key, front.precomputed
+    _Owner = front.owner_type()
 
 
 def info(v: Any) -> Optional[Tuple[Tuple[int, ...], str, int]]:
@@ -334,12 +342,12 @@ def _with_partials(x: float, vals: List[Any], ps: Sequence[Any], name: str,
         ps = [_partial(ps[0], words[1]), _partial(ps[1], words[1])]
     elif n:
         ps = [_partial(ps[0], words[1])]
-    if _native_pre is not None:
-        if words is not _PRE_WORDS:   # (the native call checks too, in precomputed's words)
+    if _cpython_pre is not None:
+        if words is not _PRE_WORDS:   # (the C call checks too, in precomputed's words)
             for c in vals:
                 if not isinstance(c, _engine.Value):
                     raise TypeError(f"{words[2]}, not {type(c).__name__}")
-        return _native_pre(x, vals, list(ps), name)
+        return _cpython_pre(x, vals, list(ps), name)
     E = _engine
     nm = name_bytes(name)
     o = join_all(vals)
@@ -374,7 +382,7 @@ def no_children(children: Any) -> bool:
     """Whether Value(data, children, ...) has no children: None, or a sized
     container with no items.  By its length, not its truth value, which a
     numpy array of Values has not; an iterator's items decide later.
-    (csrc/native.c: va_no_children is the native front's.)"""
+    (csrc/python/owner.c: va_no_children is the CPython front's.)"""
     if children is None:
         return True
     try:
@@ -487,7 +495,7 @@ def _run(key: int, node: int) -> None:
 
 
 def ta_custom_rule(node: int, key: int) -> int:
-    """Called by the C sweep at a node with a Python rule (csrc/sweep.c)."""
+    """Called by the C sweep at a node with a Python rule (csrc/diff/sweep.c)."""
     try:
         _run(key, node)
     except BaseException as e:   # KeyboardInterrupt too: backward() re-raises it

@@ -1,5 +1,5 @@
 """tapead.dot and tapead.linear: the weighted sums a model is made of, each
-recorded in one C call (csrc/nn.c, the core tapead.nn.Layer records with).
+recorded in one C call (csrc/fused/nn.c, the core tapead.nn.Layer records with).
 
 `dot(ws, xs)` records exactly the nodes `sum(w * x for w, x in zip(ws, xs))`
 records -- per term a product (MUL, or MULC where one side is a plain
@@ -9,8 +9,8 @@ so its value and every gradient are those of the generator, bit for bit.
 number is any real number the operators take (engine._real: int, float,
 bool, numpy scalars, ...).
 
-What is defined here holds on both fronts: the native front's dot and
-linear (csrc/native.c) take the common case themselves (lists or tuples of
+What is defined here holds on both fronts: the CPython front's dot and
+linear (csrc/python/dots.c) take the common case themselves (lists or tuples of
 this thread's Values and floats, every row's first term with a Value) and
 hand every other call to _dot / _linear below.  Those check everything
 before anything is recorded, so a failed call records nothing:
@@ -27,7 +27,7 @@ before anything is recorded, so a failed call records nothing:
   `sum(map(operator.mul, row, x))`: the generator itself.
 
 The operands are read once, from copies of the caller's lists (or from
-them where nothing can run Python meanwhile: csrc/native.c), so a
+them where nothing can run Python meanwhile: csrc/python/dots.c), so a
 finalizer that changes those lists during the call (one may run at any
 allocation) changes nothing here: the call sees them as they were, or, if
 they changed before they were read, as they are.
@@ -253,8 +253,8 @@ if TYPE_CHECKING:
     @overload
     def linear(x: Sequence[Operand], W: Sequence[Sequence[Operand]]) -> List[Union[Value, float, int]]: ...
     def linear(x: Sequence[Operand], W: Sequence[Sequence[Operand]]) -> Sequence[Union[Value, float, int]]: ...
-elif FRONT == "native":   # C takes the common case (csrc/native.c), then the general path
-    dot, linear = sys.modules["tapead._native"].dots(_dot, _linear)
+elif FRONT == "cpython":  # C takes the common case (csrc/python/dots.c), then the general path
+    dot, linear = sys.modules["tapead._cpython"].dots(dot=_dot, linear=_linear)
 else:                     # _c.bulk.sums_fast takes the common case, then the general path
     _dot_cffi.__doc__, _linear_cffi.__doc__ = _dot.__doc__, _linear.__doc__
     dot, linear = _dot_cffi, _linear_cffi

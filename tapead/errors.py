@@ -39,7 +39,7 @@ class TapeError(TapeadError, RuntimeError):
 
 
 class GuardError(TapeadError):
-    """A comparison made while recording comes out differently at the new point.
+    """A recorded comparison comes out differently at the new point, or was lost with the Values it compared.
 
     >>> import tapead
     >>> x = tapead.Value(1.0)

@@ -1,7 +1,7 @@
 """Forward (tangent) mode: directional derivatives by one C tangent sweep.
 
 jvp(output, inputs, tangents) seeds each input with its tangent and sweeps
-the tape behind `output` upward once (csrc/tangent.c), so it costs about
+the tape behind `output` upward once (csrc/diff/tangent.c), so it costs about
 one forward pass whatever the number of inputs, and it changes no Value's
 data or grad.
 """

@@ -2,7 +2,7 @@
 
 Thin wrappers for code written in the functional style (tapead.exp(x));
 a plain number becomes a leaf first.  One per unary op, generated from
-csrc/ops.def by build_ext.py: edit the table, not this file.
+csrc/api/ops.def by build_ext.py: edit the table, not this file.
 
 >>> import tapead
 >>> tapead.sqrt(9)
@@ -121,3 +121,14 @@ def log1p(x: Operand) -> Value:
     (0.0, 1.0)
     """
     return as_value(x).log1p()
+
+
+def detach(x: Operand) -> Value:
+    """x's value, through which no gradient flows (JAX's stop_gradient, PyTorch's detach); a replay computes it again.
+
+    >>> import tapead
+    >>> x = tapead.Value(2.0); y = tapead.detach(x)
+    >>> y.backward(); (y.data, x.grad)
+    (2.0, 0.0)
+    """
+    return as_value(x).detach()

@@ -1,6 +1,6 @@
 """Higher-order derivatives: grad (optionally recorded, to any order), hvp, hessian, jacobian.
 
-Every function here is one C call (csrc/higher.c); none of them touches
+Every function here is one C call (csrc/diff/higher.c); none of them touches
 any Value's .grad: they return their results instead of accumulating.
 
     >>> from tapead import Value, grad, hessian

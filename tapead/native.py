@@ -3,7 +3,7 @@ writes the kernel (its shape chosen for the program: codegen.choose) and
 builds, caches and loads it (codegen.build: the compiler, its flags, the
 cache and its rules: docs/native.md, "The kernel cache"); this module
 decides which path runs a Program (NativeState) and hands the kernel to C
-(csrc/cdef.h: ta_prog_set_kernel), which runs it on the Program's threads
+(csrc/api/cdef.h: ta_prog_set_kernel), which runs it on the Program's threads
 with the GIL released.  A kernel is loaded once per process and never
 unloaded (a Program on another thread may still be in it).
 
@@ -30,7 +30,7 @@ def key(source: Union[str, List[str]], argv: List[str], opt: str = "-O1") -> str
     or several) by argv at opt: a hash of all that makes it (its file in the
     cache: k-<key>.so)."""
     units = [source] if isinstance(source, str) else list(source)
-    return build.c_key(units, argv, opt, build.headers(codegen.include_dir(), (".h", ".def")), _TAG)
+    return build.c_key(units, argv, opt, build.headers(codegen.include_dirs(), (".h", ".def")), _TAG)
 
 
 def opt_flags(s: "codegen.Shape", gcc: bool, avx2: bool) -> str:
@@ -42,14 +42,14 @@ def opt_flags(s: "codegen.Shape", gcc: bool, avx2: bool) -> str:
 def kernel(code: "codegen.Code", shape: Union[str, "codegen.Shape"],
            timeout: Optional[float] = None) -> Tuple[int, int, int]:
     """(the kernel's address, its uniform values' function's, scratch doubles)
-    for code in shape, built or found in the cache and loaded (csrc/cdef.h:
+    for code in shape, built or found in the cache and loaded (csrc/api/cdef.h:
     ta_kernel_fn, ta_uniform_fn).  timeout: the longest one compiler may run
     (default: codegen.build.build_timeout()).  CompilerError if it cannot be
     built."""
     s = codegen.shape(shape)
     source, nscratch = codegen.source(code, s, jobs())
     opt = opt_flags(s, build.is_gcc(), avx2())
-    include = codegen.include_dir()
+    include = codegen.include_dirs()
     fn, ufn = build.library(source, opt, include, ("ta_kernel", "ta_uniform"),
                             build.headers(include, (".h", ".def")), _TAG, timeout)
     return fn, ufn, nscratch

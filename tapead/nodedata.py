@@ -16,7 +16,7 @@ on a node after nodes depending on it were recorded is reached from those
 only while a Value it was set on lives.)
 
 A node id is reused once its tape segment is reclaimed, so each entry
-carries its node's stamp (csrc/access.c: ta_node_stamp, never given to
+carries its node's stamp (csrc/tape/access.c: ta_node_stamp, never given to
 another node of that tape).  An entry whose stamp is no longer its id's
 belongs to a dead node: it is never shown, and it is dropped at lookup and
 in one pass over the table whenever the table has doubled since the last.
@@ -216,7 +216,7 @@ def label_of_id(i: int) -> str:
 
 # ------------------------------------------------------ user attributes
 class UserAttr:
-    """A user attribute of the native Value (`v.name = 'x1'`), kept with the node.
+    """A user attribute of the C Value (`v.name = 'x1'`), kept with the node.
 
     Installed on the type while some node has an attribute of that name
     (set_attr; _sweep_names takes it off again once none has); reading it
@@ -286,7 +286,7 @@ def _sweep_names() -> None:
 
 
 def set_attr(v: Value, name: str, x: Any, delete: bool) -> None:
-    """The native Value's setattr for a name its type does not have: a user
+    """The C Value's setattr for a name its type does not have: a user
     attribute, through a UserAttr installed on the type for that name."""
     global _attrs_on_type
     t = type(v)

@@ -1,4 +1,4 @@
-"""Replay: the recorded tape as a program (its C: docs/design.md, Layout).
+"""Replay: the recorded tape as a program (see csrc/replay/).
 
 - ``v.recompute()`` re-evaluates, in one C sweep, every node v depends on
   from the current ``.data`` of its leaves, in place; ``backward()`` then
@@ -12,7 +12,9 @@
   recording or chosen root among existing Values (``max(a, b)``).  That is
   conservative: a bookkeeping comparison over the same leaves that flips
   raises too (``clear_guards()`` forgets them all; docs/api.md says which
-  guards bind).  Guards die with their nodes.
+  guards bind).  A guard whose Values were freed is lost, not gone: a
+  replay it would bind raises GuardError (call ``clear_guards()`` before
+  recording the graph you replay).
   Branching on ``.data`` (a plain float) cannot be seen, so it cannot be
   guarded: compare the Values themselves.  ``==`` stays identity (Values
   hash by identity).
@@ -57,7 +59,7 @@ def recompute(v: Value) -> None:
 
 
 def clear_guards() -> None:
-    """Forget every recorded comparison of this thread's tape.
+    """Forget every recorded comparison of this thread's tape, those lost with freed Values too.
 
     >>> import tapead
     >>> x = tapead.Value(1.0); x > 0
@@ -69,7 +71,7 @@ def clear_guards() -> None:
 
 
 def guard_count() -> int:
-    """Number of guards this thread's tape holds (they die with their nodes).
+    """Number of guards this thread's tape holds (not counting those lost with freed Values).
 
     >>> import tapead
     >>> x = tapead.Value(1.0); n = tapead.guard_count()
@@ -398,7 +400,7 @@ class Program:
                          params, device=device)
 
     def _flat_form(self) -> Dict[str, Any]:
-        """The flat form (csrc/cdef.h: ta_flat_t): its sizes as ints, its
+        """The flat form (csrc/api/cdef.h: ta_flat_t): its sizes as ints, its
         arrays as numpy arrays of their lengths (pickling, tapead.codegen)."""
         np = _np()
         sizes = _prog.prog_flat_sizes(self._p, _SIZES)

@@ -1,6 +1,6 @@
 """The Wengert-list view of the tape behind a Value.
 
-wengert(y) asks C for the rows behind y in one call (csrc/tangent.c:
+wengert(y) asks C for the rows behind y in one call (csrc/diff/tangent.c:
 ta_trace), in tape order, with argument rows, values and, on request,
 forward tangents and adjoints computed into separate buffers (no Value's
 data or grad changes).  The table prints as aligned plain text in the
@@ -159,7 +159,7 @@ def _table(out: Dict[str, List[Any]]) -> Wengert:
         const = cs[k] if kind == 3 else None
         if kind == 0:
             args, expr = (), label or "input"
-        else:   # as the op table shows the op (csrc/ops.def: FORM)
+        else:   # as the op table shows the op (csrc/api/ops.def: FORM)
             args = (xs[k], ys[k]) if kind == 2 else (xs[k],)
             expr = SHOW[o](names[xs[k]], names[ys[k]] if kind == 2 else "",
                            repr(const) if kind == 3 else "")

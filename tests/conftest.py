@@ -2,8 +2,9 @@
 that micrograd's lecture version has (0.1.0 ships without them); a
 function run on a thread of its own (so on a tape of its own);
 release_garbage() and collect_all(), for tests that mean "once the garbage
-is gone"; and lonely() and move_and_reclaim(), for tests of what keeps node
-ids while Values move to new nodes."""
+is gone"; lonely() and move_and_reclaim(), for tests of what keeps node
+ids while Values move to new nodes; and this_tapead(), the environment in
+which a subprocess imports the tapead under test."""
 import gc
 import math
 import os
@@ -53,6 +54,16 @@ class MG(_MG):
             self.grad += out.data * out.grad
         out._backward = _backward
         return out
+
+
+def this_tapead(**extra):
+    """os.environ plus extra, with the folder of the tapead this process
+    imported first on PYTHONPATH: a subprocess then runs the same tapead
+    (the source tree's, or the installed one under test), never another one
+    its own sys.path would find first (a script's folder, an install elsewhere)."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(tapead.__file__)))
+    path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, **extra, "PYTHONPATH": path}
 
 
 def same(a, b):

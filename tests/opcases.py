@@ -1,4 +1,4 @@
-"""The op cases: one row per math op of the op table (csrc/ops.def), the one
+"""The op cases: one row per math op of the op table (csrc/api/ops.def), the one
 place the tests list the op vocabulary.  Every test module that runs "every
 op" draws from ROWS (or FORMS) here, and test_opcases.py fails when an op of
 the table has no row, or a row names no op, so a new op cannot go untested.
@@ -38,7 +38,10 @@ A row (OpCase) holds:
           (relu, abs at 0; max, min at a tie): left out of finite differences
           of random graphs;
   anomaly (form, x, y, c): finite-or-not inputs where the op's result is inf
-          or nan, which detect_anomaly refuses, naming the op and its inputs.
+          or nan, which detect_anomaly refuses, naming the op and its inputs;
+  stop    True for an op whose derivative is zero by definition (detach):
+          finite differences do not see it, so it has no grad or second
+          entries (test_ops checks its derivatives of every order are 0).
 
 Adding an op: one OpCase in ROWS."""
 import math
@@ -271,12 +274,13 @@ class OpCase(NamedTuple):
     ieee: tuple = ()
     kink: bool = False
     anomaly: tuple = ()
+    stop: bool = False
 
 
 def row(op, forms, total, tame=None, grad=(), second=(), errors=(), ieee=(), kink=False,
-        anomaly=()):
+        anomaly=(), stop=False):
     return OpCase(op, tuple(f._replace(op=op) for f in forms), total, tame,
-                  tuple(grad), tuple(second), tuple(errors), tuple(ieee), kink, tuple(anomaly))
+                  tuple(grad), tuple(second), tuple(errors), tuple(ieee), kink, tuple(anomaly), stop)
 
 
 X2 = [[0.7, 1.3], [1.6, 0.4]]     # the points of a binary op's second derivatives
@@ -474,6 +478,11 @@ ROWS = (
         second=[("ABS+", lambda x: abs(x) * x, lambda x: abs(x) * x, [[0.7]]),
                 ("ABS-", lambda x: abs(x) * x, lambda x: abs(x) * x, [[-0.7]])],
         ieee=[("abs", None)], kink=True, anomaly=[("abs", -INF, None, None)]),
+    # x's value with a zero derivative: finite differences see x, so it takes
+    # no part in the random graphs that compare them (tame None)
+    row("DETACH", [un("detach", lambda a, b, c: a.detach(), lambda x, y, c: x, lambda x, c, r: 0.0),
+                   un("detachf", lambda a, b, c: tapead.detach(a), lambda x, y, c: x, lambda x, c, r: 0.0)],
+        total=True, tame=None, ieee=[("detach", None)], stop=True),
 )
 
 BY_OP = {r.op: r for r in ROWS}

@@ -622,7 +622,7 @@ def _object_array(xs):
 @pytest.mark.parametrize("data", [1.5, 3, "np"])
 @pytest.mark.parametrize("kids", [tuple, list, iter, _object_array])
 def test_every_spelling_of_a_custom_node_makes_the_same_node(data, kids):
-    """Value(x, children, name): a float and a tuple or list (the native
+    """Value(x, children, name): a float and a tuple or list (the CPython
     front's shortcut past argument parsing), other numbers and iterables
     (the ordinary route: a numpy array of Values among them, which has no
     truth value), and keywords make the same node, run the same rule, and
@@ -692,7 +692,7 @@ def test_a_subclass_gets_the_idiom_and_keeps_its_own_attributes():
 def test_the_map_of_owners_holds_the_live_ones_and_a_bounded_rest():
     """Each owner is registered in its tape's map (key -> weak reference),
     where the sweep finds it.  A dead one leaves the map when it dies on the
-    native front (its dealloc: so the map holds exactly the live owners),
+    CPython front (its dealloc: so the map holds exactly the live owners),
     and when the map has doubled on the cffi front (a purge): either way
     the map stays bounded over a long run, and nothing raises while owners
     die in the middle of a purge or a count."""
@@ -708,7 +708,7 @@ def test_the_map_of_owners_holds_the_live_ones_and_a_bounded_rest():
             ref = sum((k % 5 - 2) / (1 + math.exp(-x.data * (k % 5 - 2))) for k in range(40))
             assert math.isclose(x.grad, ref, rel_tol=1e-12)
             live, n = C.live_owners(), len(tapead._c.tape().owners)
-            if tapead.FRONT == "native":
+            if tapead.FRONT == "cpython":
                 assert n == live, (step, n, live)
             peak = max(peak, live)
             over.append(n - max(256, 2 * peak))
@@ -738,19 +738,19 @@ def test_the_tape_is_looked_at_every_64_owners_made():
         for k in range(64 * 10):
             Value(0.5, (x,), "f")           # (an owner, dropped at once)
         return len(tapead._c.tape().owners)
-    native = sys.modules.get("tapead._native") if E.FRONT == "native" else None
+    front = sys.modules.get("tapead._cpython") if E.FRONT == "cpython" else None
     C._every = spy
-    if native is not None:
-        native.owners(tapead._c.tape, spy, C._tl)
+    if front is not None:
+        front.bind(**{**E.cpython_hooks(), "every": spy})
     try:
         left = on_fresh_tape(run)
     finally:
         C._every = every
-        if native is not None:
-            native.owners(tapead._c.tape, every, C._tl)
+        if front is not None:
+            front.bind(**E.cpython_hooks())
     assert len(calls) == 10
-    # the map: the live owner (native: the dead leave it), or a purged rest (cffi)
-    assert left <= (1 if native is not None else 256 + 64 if REFCOUNTED else 640)
+    # the map: the live owner (CPython front: the dead leave it), or a purged rest (cffi)
+    assert left <= (1 if front is not None else 256 + 64 if REFCOUNTED else 640)
 
 
 @pytest.mark.skipif(not REFCOUNTED, reason="PyPy's collector is not CPython's generations")

@@ -31,7 +31,7 @@ def softplus(x):
 def test_ctrl_c_anywhere_in_a_backward_through_a_rule():
     """backward() through a custom node, interrupted at each bytecode of
     tapead's Python and of the rule in turn (the cffi front's rule hook, the
-    rule itself; the native front runs the rule straight from C): it raises
+    rule itself; the CPython front runs the rule straight from C): it raises
     that KeyboardInterrupt (never a TapeadError, never swallowed), or, past
     the last, gives micrograd's gradient."""
     def body():

@@ -69,7 +69,7 @@ def test_the_docs_op_lists_match_the_op_table():
     """docs/api.md's API row lists every op's method, and the migration tables
     (docs/micrograd.md's and the README's short one) every op micrograd lacks
     (micrograd's engine has relu; its lecture's tanh): an op added to
-    csrc/ops.def fails here until the docs name it."""
+    csrc/api/ops.def fails here until the docs name it."""
     with open(API) as f:
         api = re.search(r"ops `\+ - \* / \*\* abs\(\)`, `([a-z0-9 ]+)` \(methods, and functions", f.read())
     assert api and set(api.group(1).split()) == OPS, api and set(api.group(1).split()) ^ OPS
@@ -95,7 +95,7 @@ def test_the_readme_first_example_prints_what_it_says():
 
 def test_help_shows_the_constructor_and_what_data_and_grad_are():
     """help(tapead.Value) and inspect.signature on either front: the
-    constructor's arguments (the native type's come from its doc's first
+    constructor's arguments (the C type's come from its doc's first
     line), and docstrings for data and grad."""
     from tapead import Value
     params = list(inspect.signature(Value).parameters)

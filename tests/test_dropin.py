@@ -188,7 +188,7 @@ def test_user_attributes_as_on_micrograds_value():
     assert getattr(Value(2.0), "name", None) is None          # another Value has none
     with pytest.raises(AttributeError, match="name"):
         Value(2.0).name
-    if tapead.FRONT == "native":    # the type's own names stay read-only (no per-Value dict)
+    if tapead.FRONT == "cpython":    # the type's own names stay read-only (no per-Value dict)
         with pytest.raises(AttributeError):
             v.relu = 1
         with pytest.raises(AttributeError):
@@ -199,7 +199,7 @@ def test_user_attributes_as_on_micrograds_value():
 
 def test_distinct_attribute_names_do_not_grow_the_type():
     """setattr(v, f'feature{k}', ...) over many Values
-    kept one descriptor per name on the native type for the process; a name
+    kept one descriptor per name on the C type for the process; a name
     now leaves the type once no node has it, and the names of live nodes
     keep working across those sweeps."""
     keep = []
@@ -219,9 +219,9 @@ def test_distinct_attribute_names_do_not_grow_the_type():
     assert keep[1].feature2 == "now" and not hasattr(keep[2], "feature2")
 
 
-@pytest.mark.skipif(tapead.FRONT != "native", reason="the native type's size")
-def test_attributes_keep_the_native_value_small():
-    """Attributes live with the node, not in a per-Value dict: a native
+@pytest.mark.skipif(tapead.FRONT != "cpython", reason="the C type's size")
+def test_attributes_keep_the_c_value_small():
+    """Attributes live with the node, not in a per-Value dict: a C
     Value stays 40 bytes (plus the collector's header) whatever is set."""
     v = Value(1.0)
     v.name = "x1"

@@ -1,5 +1,6 @@
 """The drop-in API of tapead.Value, checked against micrograd and plain floats."""
 import math
+import platform
 
 import numpy as np
 import pytest
@@ -9,6 +10,7 @@ import tapead
 from tapead.bench import readme_expr
 from tapead import Value
 from opcases import FORMS
+from conftest import this_tapead
 
 
 # ------------------------------------------------------------ construction
@@ -219,16 +221,16 @@ def test_micrograd_sanity_check_exact():
 
 
 # ------------------------------------------------------------ the fronts
-def test_front_is_named_and_native_on_cpython_by_default():
+def test_front_is_named_and_cpython_on_cpython_by_default():
     import os
-    import platform
-    want = os.environ.get("TAPEAD_FRONT", "native")
-    expect = "native" if (want == "native" and platform.python_implementation() == "CPython") else "cffi"
+    want = os.environ.get("TAPEAD_FRONT", "cpython")
+    expect = ("cpython" if (want in ("cpython", "native") and platform.python_implementation() == "CPython")
+              else "cffi")
     assert tapead.FRONT == expect
 
 
-@pytest.mark.skipif(tapead.FRONT != "native", reason="the native type's size")
-def test_a_native_value_is_small_and_untracked_without_custom_nodes():
+@pytest.mark.skipif(tapead.FRONT != "cpython", reason="the C type's size")
+def test_a_cpython_value_is_small_and_untracked_without_custom_nodes():
     """Node, weakref list and _o (40 bytes), plus the collector's header
     (16 bytes); tracked by the collector only while it carries something."""
     import gc
@@ -255,4 +257,38 @@ def test_an_unknown_front_is_refused():
     import sys
     r = subprocess.run([sys.executable, "-c", "import tapead"], capture_output=True, text=True,
                        env={**__import__("os").environ, "TAPEAD_FRONT": "fast"})
-    assert r.returncode != 0 and "TAPEAD_FRONT must be 'native' or 'cffi'" in r.stderr
+    assert r.returncode != 0 and "TAPEAD_FRONT must be 'cpython' or 'cffi'" in r.stderr
+
+
+@pytest.mark.skipif(platform.python_implementation() != "CPython", reason="the CPython front")
+@pytest.mark.parametrize("name", ["cpython", "native"])
+def test_the_cpython_front_is_chosen_by_its_name_or_its_older_one(name):
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-c", "import tapead; print(tapead.FRONT)"], capture_output=True,
+                       text=True, env=this_tapead(TAPEAD_FRONT=name))
+    assert r.returncode == 0 and r.stdout.split() == ["cpython"], r.stderr
+
+
+@pytest.mark.skipif(tapead.FRONT != "cpython", reason="the CPython front's binding")
+def test_the_cpython_front_is_bound_by_name_and_refuses_a_wrong_binding_whole():
+    """bind takes every hook the CPython front calls, by name: one missing,
+    unknown, positional or not callable is a TypeError that names it, and
+    the hooks bound before stay as they were."""
+    import sys
+    import tapead.engine as E
+    front = sys.modules["tapead._cpython"]
+    hooks = E.cpython_hooks()
+    some = next(iter(hooks))
+    for args, kw, says in [((), {k: v for k, v in hooks.items() if k != some}, f"hook {some} is missing"),
+                           ((), {**hooks, "errror": hooks["error"]}, "no hook is named 'errror'"),
+                           ((hooks["error"],), hooks, "by name only"),
+                           ((), {**hooks, "real": 1.5}, "hook real must be callable, not float")]:
+        with pytest.raises(TypeError, match=says):
+            front.bind(*args, **kw)
+    front.bind(**hooks)                 # the whole set again: the same hooks
+    with pytest.raises(ZeroDivisionError, match="division by zero"):
+        Value(1.0) / Value(0.0)          # (the error hook, still bound)
+    with pytest.raises(TypeError, match="str"):
+        Value("1")                       # (the real hook)
+    assert (Value(2.0) * 3).data == 6.0

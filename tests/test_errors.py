@@ -213,7 +213,7 @@ def test_submodules_are_reachable_from_a_bare_import():
 
 
 def test_one_status_table_each_status_one_meaning():
-    """Every status C returns is one row of csrc/status.def, with its own
+    """Every status C returns is one row of csrc/api/status.def, with its own
     value and its own exception: no code stands for two things."""
     from tapead._c import status
     consts = {n: getattr(lib, n) for n in dir(lib)

@@ -15,7 +15,7 @@ import tapead.nn
 from tapead import Value
 from tapead._c import lib
 from conftest import same
-from opcases import FORMS as FORMS_BY_NAME
+from opcases import BY_OP, FORMS as FORMS_BY_NAME
 
 INF, NAN = math.inf, math.nan
 
@@ -50,8 +50,8 @@ def reference_backward(nodes_, root):
         if not reached[k]:
             continue
         form, ins, c, r = nodes_[k]
-        if form in ("leaf", "const"):
-            continue
+        if form in ("leaf", "const") or BY_OP[FORMS_BY_NAME[form].op].stop:
+            continue                                  # (detach: nothing flows back, not even 0 * g)
         g = adj[k]
         vals = [nodes_[i][3] for i in ins]
         x = vals[0]

@@ -1,4 +1,4 @@
-"""Programs on a GPU (tapead/cuda.py, csrc/gpu.cuh, csrc/gpu_interp.cu).
+"""Programs on a GPU (tapead/cuda.py, csrc/gpu/gpu.cuh, csrc/gpu/gpu_interp.cu).
 
 Without a GPU: the clear errors (no CuPy, no GPU, a bad device name), and
 the kernels compiled for sm_90: the generated CUDA of programs using every
@@ -24,10 +24,14 @@ import pytest
 import tapead
 from tapead import Value, GuardError
 from tapead._c import OP_KINDS
+from tapead.codegen import include_dirs
 from tapead._opsurface import IDENTS
 from opcases import FORMS
 
-CSRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "csrc")
+# the folders of the headers the kernels include by bare name (codegen.include_dirs)
+INC = [a for d in include_dirs() for a in ("-I", d)]
+GPU_CUH = next(p for p in (os.path.join(d, "gpu.cuh") for d in include_dirs())
+               if os.path.isfile(p))
 NVCC = shutil.which("nvcc") or next((p for p in ("/usr/local/cuda/bin/nvcc",) if os.path.exists(p)),
                                     None)
 
@@ -65,7 +69,8 @@ def _every_op(x, y, w):
             ("rdivc", q, 0, 2.0), ("powc", q, 0, 1.5), ("rpowc", x, 0, 1.3), ("relu", y, 0, 0),
             ("tanh", y, 0, 0), ("exp", x, 0, 0), ("log", q, 0, 0), ("log1p", q, 0, 0),
             ("sigmoid", y, 0, 0), ("sin", x, 0, 0), ("cos", y, 0, 0), ("sqrt", q, 0, 0),
-            ("abs", y, 0, 0), ("max", x, y, 0), ("min", x, w, 0), ("divc", x, 0, 1e308)]
+            ("abs", y, 0, 0), ("max", x, y, 0), ("min", x, w, 0), ("detach", x, 0, 0),
+            ("divc", x, 0, 1e308)]
     return [FORMS[f].ta(a, b, c) for f, a, b, c in uses]
 
 
@@ -186,7 +191,7 @@ def test_kernels_compile_with_nvcc(name, tmp_path, monkeypatch):
     monkeypatch.delenv("LD_PRELOAD", raising=False)   # (CI's sanitizer run preloads ASan: nvcc crashes under it)
     src = tmp_path / f"{name}.cu"
     src.write_text(_sources()[name])
-    out = subprocess.run([NVCC, "-ptx", "-arch=sm_90", "--fmad=false", "-std=c++17", "-I", CSRC,
+    out = subprocess.run([NVCC, "-ptx", "-arch=sm_90", "--fmad=false", "-std=c++17", *INC,
                           "-x", "cu", str(src), "-o", str(tmp_path / f"{name}.ptx")],
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
@@ -215,7 +220,7 @@ def test_constants_are_opaque_to_the_cuda_compiler(tmp_path, monkeypatch):
         prog = tapead.compile([x ** c for c in powc] + [c ** x for c in rpowc], [x], wrt=[x])
         src = tmp_path / "k.cu"
         src.write_text(cuda.cuda_source(prog, "ps"))
-        out = subprocess.run([NVCC, "-ptx", "-arch=sm_90", "--fmad=false", "-std=c++17", "-I", CSRC,
+        out = subprocess.run([NVCC, "-ptx", "-arch=sm_90", "--fmad=false", "-std=c++17", *INC,
                               "-x", "cu", str(src), "-o", str(tmp_path / "k.ptx")], capture_output=True, text=True)
         assert out.returncode == 0, out.stderr
         body = (tmp_path / "k.ptx").read_text().split(".entry ta_gpu_gen")[1].split(".entry")[0]
@@ -380,7 +385,7 @@ _EMU_LOCK = __import__("threading").Lock()
 
 def _signature(source, name):
     import re
-    with open(os.path.join(CSRC, "gpu.cuh")) as f:
+    with open(GPU_CUH) as f:
         source += f.read()       # (what the kernels include)
     m = re.search(r'extern "C" __global__ void ' + name + r"\((.*?)\)\s*\{", source, re.S)
     params = []
@@ -404,7 +409,7 @@ def _emulated(source, tmpdir):
         with open(src, "w") as f:
             f.write(source)
         r = subprocess.run([*shlex.split(CXX), "-O0", "-ffp-contract=off", "-shared", "-fPIC", "-w", "-include",
-                            os.path.join(os.path.dirname(__file__), "cuda_emu.h"), "-I", CSRC,
+                            os.path.join(os.path.dirname(__file__), "cuda_emu.h"), *INC,
                             "-x", "c++", src, "-o", so], capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
         _EMU[key] = ctypes.CDLL(so)
@@ -416,7 +421,7 @@ class _Dim3(ctypes.Structure):      # tests/cuda_emu.h: ta_dim3
 
 
 def _rowsum_emulated(A, rows, ncol, parts, rs=None, cs=1):
-    """csrc/gpu.cuh's ta_gpu_rowsum, in its order (padding rows with +0.0
+    """csrc/gpu/gpu.cuh's ta_gpu_rowsum, in its order (padding rows with +0.0
     changes no bit: a sum starting at +0.0 is never -0.0); element (r, j)
     of A at A.flat[r * rs + j * cs] (rs None: A is (rows, ncol))."""
     nb = parts.shape[0]

@@ -1,4 +1,4 @@
-"""Which guards bind a Program or a recompute (csrc/subtape.c: ta_bind_guards).
+"""Which guards bind a Program or a recompute (csrc/diff/subtape.c: ta_bind_guards).
 
 A guard binds only if its operands read a leaf the program reads (its inputs,
 the leaves of the outputs' cone, and, closed under the rule, the leaves a bound
@@ -255,6 +255,266 @@ def test_a_selecting_comparison_over_segments_binds(name):
     out.recompute()
     assert out.data == python(pick, 2.0)
     assert a.data == 4.0 and b.data == -1.0             # both recomputed, to check the guard
+
+
+# ------------------------------------------------------------ lost guards
+# A guard whose compared Values were freed (a candidate max(a, b) did not
+# pick, a node computed only to compare) can no longer be checked; a replay
+# it would have bound refuses with GuardError instead of replaying the
+# recorded branch everywhere.  After clear_guards() and recording again
+# (the compared Values held), the replay gives Python's numbers.
+def apart(x):
+    """Nodes enough to put what comes next in a segment of its own (held
+    by the caller, dropped with the rest)."""
+    return [x * 1.0 for _ in range(3000)]
+
+
+A_WINS = {"min": 0.1}          # an x0 where pick(a, b) is a; else 0.5
+
+
+def lose_choice(name, before=lambda x, out: None):
+    """(pick, x, out, kept): out = pick(a, b) recorded at x0 (out is a),
+    b = 1 - x in another segment; kept = before(x, out), run while b lives;
+    then b, and with it the guard that chose a, freed."""
+    pick, x0 = SELECT[name], A_WINS.get(name, 0.5)
+    tapead.clear_guards()
+    x = Value(x0)
+    a = x * 2.0
+    pad = apart(x)
+    b = 1.0 - x
+    out = pick(a, b)
+    assert out is a
+    kept = before(x, out)
+    del b, pad
+    collect_all()
+    assert tapead.guard_count() == 0
+    return pick, x, out, kept
+
+
+def lose_compare():
+    """(x, y): y = x*2 if z < 3 else -x recorded at x = 1, z = x*x alone in
+    a segment; then z, and with it the guard, freed."""
+    tapead.clear_guards()
+    x = Value(1.0)
+    pad = apart(x)
+    z = x * x
+    pad2 = apart(x)
+    y = x * 2.0 if z < 3 else -x
+    del z, pad, pad2
+    collect_all()
+    assert tapead.guard_count() == 0
+    return x, y
+
+
+def compare_python(v):
+    return v * 2.0 if v * v < 3 else -v
+
+
+@pytest.mark.parametrize("name", sorted(SELECT))
+def test_a_lost_choice_refuses_compile_and_recompute(name):
+    pick, x, out, _ = lose_choice(name)
+    with pytest.raises(GuardError, match=r"1 comparison .* forgotten .* tapead\.clear_guards\(\) "
+                                         r"before recording"):
+        tapead.compile(out, [x])
+    before = out.data
+    x.data = 0.1 if name != "min" else 0.5        # where pick(a, b) is b
+    with pytest.raises(GuardError, match="forgotten"):
+        out.recompute()
+    assert out.data == before                      # left as it was
+    # the remedy: clear, record again with the candidates held, replay
+    tapead.clear_guards()
+    x.data = A_WINS.get(name, 0.5)
+    a, b = x * 2.0, 1.0 - x
+    out = pick(a, b)
+    prog = tapead.compile(out, [x])
+    assert prog.guards == 1
+    same = [v for v in (-5.0, 0.0, 0.2, 0.34, 0.5, 0.9) if branch(v) == branch(x.data)]
+    np.testing.assert_array_equal(prog(col(*same))[:, 0], [python(pick, v) for v in same])
+    with pytest.raises(GuardError, match="row 0"):
+        prog(col(0.5 if x.data < 1 / 3 else 0.1))
+    x.data = same[0]
+    out.recompute()
+    assert out.data == python(pick, same[0])
+
+
+def test_a_lost_comparison_of_a_node_computed_only_to_compare_refuses():
+    x, y = lose_compare()
+    with pytest.raises(GuardError, match="1 comparison .* forgotten"):
+        tapead.compile(y, [x])
+    x.data = 2.0                                   # 4 < 3 would flip
+    with pytest.raises(GuardError, match="forgotten"):
+        y.recompute()
+    assert y.data == 2.0
+    tapead.clear_guards()
+    x.data = 1.0
+    z = x * x
+    y = x * 2.0 if z < 3 else -x
+    prog = tapead.compile(y, [x])
+    assert prog.guards == 1
+    np.testing.assert_array_equal(prog(col(1.0, -1.5, 1.7))[:, 0],
+                                  [compare_python(v) for v in (1.0, -1.5, 1.7)])
+    with pytest.raises(GuardError, match="row 1"):
+        prog(col(1.0, 2.0))
+    x.data = 1.5
+    y.recompute()
+    assert y.data == compare_python(1.5) and z.data == 2.25
+
+
+def test_a_cached_recompute_plan_refuses_once_its_guard_is_lost():
+    def plan(x, out):
+        x.data = 0.9
+        out.recompute()                            # the plan, with the guard
+        assert out.data == 1.8
+
+    _, x, out, _ = lose_choice("max", plan)
+    x.data = 0.1                                   # Python: max(0.2, 0.9) = 0.9
+    with pytest.raises(GuardError, match="forgotten"):
+        out.recompute()
+    assert out.data == 1.8
+
+
+def test_a_program_compiled_before_the_loss_keeps_its_guard():
+    import pickle
+    _, x, out, prog = lose_choice("max", lambda x, out: tapead.compile(out, [x]))
+    for p in (prog, pickle.loads(pickle.dumps(prog))):
+        assert p.guards == 1
+        np.testing.assert_array_equal(p(col(0.5, 2.0))[:, 0], [1.0, 4.0])
+        with pytest.raises(GuardError, match="row 1"):
+            p(col(0.5, 0.1))
+
+
+def test_a_lost_comparison_reaching_only_freed_values_refuses_nothing():
+    # a loop's scratch: fresh leaves, compared, all freed; nothing they read
+    # lives, so no replay can vary it
+    tapead.clear_guards()
+
+    def scratch(v):
+        u = Value(v)
+        pad = apart(u)
+        w = u * 3.0
+        return (w < 1.0) + (u > w)
+
+    for v in (0.1, 0.5, 2.0):
+        scratch(v)
+        collect_all()
+    assert tapead.guard_count() == 0 and lib.ta_guard_lost() == 6
+    x = Value(1.0)
+    y = x * 2.0 if x > 0 else -x
+    prog = tapead.compile(y, [x])
+    assert prog.guards == 1
+    np.testing.assert_array_equal(prog(col(1.0, 3.0))[:, 0], [2.0, 6.0])
+    x.data = 4.0
+    y.recompute()
+    assert y.data == 8.0
+
+
+def test_a_lost_comparison_binds_the_replays_it_would_have_bound():
+    # over p (still held) through a freed node: it refuses a replay reading
+    # p, not one over q alone; the rule is closed as for live guards: once
+    # a live guard p < u brings u in, a lost one over u refuses too
+    tapead.clear_guards()
+    p, q, u = Value(2.0), Value(3.0), Value(4.0)
+
+    def lose(v):
+        pad = apart(v)
+        assert (v * v < 100) is True
+
+    lose(p)
+    collect_all()
+    assert lib.ta_guard_lost() == 1
+    x = Value(1.0)
+    prog = tapead.compile(q * x, [x])              # q alone: nothing lost reads it
+    np.testing.assert_array_equal(prog(col(2.0))[:, 0], [6.0])
+    with pytest.raises(GuardError, match="forgotten"):
+        tapead.compile(p * x, [x])                 # p: a parameter the lost guard read
+    with pytest.raises(GuardError, match="forgotten"):
+        tapead.compile(q * p, [p])                 # p: an input
+    tapead.clear_guards()
+    lose(u)
+    collect_all()
+    y = q * x
+    prog = tapead.compile(y, [x])
+    assert prog.guards == 0
+    assert (q < u) is True                         # binds; brings u in
+    with pytest.raises(GuardError, match="forgotten"):
+        tapead.compile(y, [x])
+    with pytest.raises(GuardError, match="forgotten"):
+        y.recompute()
+
+
+def test_what_a_lost_comparison_read_is_followed_when_it_is_freed_too():
+    # the lost guard read h = w*3 (held); once h is freed as well, what it
+    # read, w, still binds a replay that varies w
+    tapead.clear_guards()
+    w = Value(2.0)
+    pad = apart(w)
+    h = w * 3.0
+    pad2 = apart(w)
+    z = h + 1.0
+    pad3 = apart(w)
+    assert (z < 100) is True
+    del z, pad2, pad3
+    collect_all()
+    assert lib.ta_guard_lost() == 1
+    del h, pad
+    collect_all()
+    x = Value(1.0)
+    prog = tapead.compile(x * 2.0, [x])            # nothing it reads, read by the lost guard
+    assert prog.guards == 0
+    with pytest.raises(GuardError, match="forgotten"):
+        tapead.compile(w * x, [x])
+
+
+def training_step(w, clear):
+    """One step of a loop that records, compiles and checks a graph with a
+    choice in it, against Python; then moves the weights."""
+    if clear:
+        tapead.clear_guards()
+    x = Value(1.0)
+    h, g = w[0] * x, w[1] * x + 1.0
+    loss = max(h, g) * max(h, g)
+    prog = tapead.compile(loss, [x])
+    assert prog.guards == 1
+
+    def ref(v):
+        return max(w[0].data * v, w[1].data * v + 1.0) ** 2
+
+    side = (g > h)
+    rows = [v for v in (0.5, 1.0, 1.5, 3.0)
+            if (w[1].data * v + 1.0 > w[0].data * v) == side]
+    np.testing.assert_allclose(prog(col(*rows))[:, 0], [ref(v) for v in rows], rtol=1e-15)
+    loss.backward()
+    for p in w:
+        p.data -= 0.05 * p.grad
+        p.grad = 0.0
+    pad = apart(x)                                 # garbage: the tape collects
+
+
+def weights():
+    """Two weights, the rest of their segment filled: each step's graph
+    lies in segments of its own, which go when the step's Values do."""
+    w = [Value(0.5), Value(-0.3)]
+    apart(w[0])
+    return w
+
+
+def test_a_training_loop_that_clears_guards_each_step_never_refuses():
+    w = weights()
+    for _ in range(12):
+        training_step(w, clear=True)
+        collect_all()                              # the step's graph, guards and all, freed
+        assert tapead.guard_count() == 0 and lib.ta_guard_lost() == 1
+
+
+def test_a_training_loop_that_forgets_clear_guards_is_told_to_call_it():
+    w = weights()
+    tapead.clear_guards()
+    training_step(w, clear=False)
+    collect_all()
+    with pytest.raises(GuardError, match=r"comparisons? .* forgotten .*Call tapead\.clear_guards\(\) "
+                                         r"before recording the graph you compile"):
+        training_step(w, clear=False)
+    tapead.clear_guards()
 
 
 # ------------------------------------------------------------ recompute

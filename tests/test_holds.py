@@ -512,7 +512,7 @@ def test_an_interrupt_at_any_bytecode_of_a_holding_call_leaks_no_hold():
             while _interrupt_at(k, lambda: fn(x), fill_segment if name == "new segment" else None):
                 k += 1
                 assert lib.ta_validate() == 0, (name, k)
-            assert k > 1 or tapead.FRONT == "native", name   # it ran Python code, each bytecode hit
+            assert k > 1 or tapead.FRONT == "cpython", name   # it ran Python code, each bytecode hit
             assert tapead.grad(x * x, [x]) == [3.0], name
         return True
 
@@ -537,8 +537,8 @@ def test_an_ended_fast_thread_whose_locals_are_never_finalized_lets_go(monkeypat
     says the old token's thread has ended), and collect() lets go of it,
     so the ended thread's tape is freed either way."""
     from tapead._c import holds
-    if tapead.FRONT == "native":
-        pytest.skip("the native front has no fast-path token: each Value holds its segment")
+    if tapead.FRONT == "cpython":
+        pytest.skip("the CPython front has no fast-path token: each Value holds its segment")
     for take_over in (lambda: [Value(2.0) for _ in range(SEG + 1)], tapead.collect):
         monkeypatch.setattr(holds, "_tok", holds.NOTOKEN)
         monkeypatch.setattr(holds, "_fast", None)

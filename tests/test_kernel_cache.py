@@ -26,16 +26,16 @@ import pytest
 
 import tapead
 from tapead import Value, codegen, native
+from conftest import this_tapead
 
 pytestmark = pytest.mark.skipif(native.compiler() is None or os.name != "posix",
                                 reason="no C compiler, or not POSIX")
-INCLUDE = codegen.include_dir()
-HOME = os.path.dirname(os.path.dirname(os.path.abspath(tapead.__file__)))   # where this tapead is
+INCLUDE = codegen.include_dirs()
 
 
 def python(*args, env=None, **kw):
     """A new Python process running this tapead (args: what follows the interpreter)."""
-    env = dict(os.environ if env is None else env, PYTHONPATH=HOME)
+    env = dict(os.environ if env is None else env, PYTHONPATH=this_tapead()["PYTHONPATH"])
     return subprocess.Popen([sys.executable, *args], env=env, **kw)
 
 
@@ -138,7 +138,7 @@ def test_keys_reuse_and_one_bound(tmp_path, monkeypatch):
 def test_concurrent_builders(tmp_path):
     """Processes building the same kernel at once all get it, whole, and leave no temporary files."""
     prog = ("import ctypes, tapead.codegen.build as k, tapead.codegen as c; "
-            f"a = k.library({source(7)!r}, '-O1', c.include_dir(), ('ta_kernel',), {{}})[0]; "
+            f"a = k.library({source(7)!r}, '-O1', c.include_dirs(), ('ta_kernel',), {{}})[0]; "
             "print(ctypes.CFUNCTYPE(ctypes.c_int)(a)())")
     procs = [python("-c", prog, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
     outs = [p.communicate(timeout=120) for p in procs]
@@ -170,8 +170,8 @@ def planted_kernel(tmp_path, code, marker):
         }}
         """))
     so = tmp_path / "planted.so"
-    subprocess.run(native.compiler() + native.flags("-O1") + ["-shared", "-I", INCLUDE, "-o", str(so), str(src),
-                                                             "-lm"], check=True)
+    subprocess.run(native.compiler() + native.flags("-O1") + ["-shared", *(f"-I{d}" for d in INCLUDE), "-o",
+                                                             str(so), str(src), "-lm"], check=True)
     return so.read_bytes()
 
 
@@ -497,7 +497,7 @@ def test_a_killed_or_interrupted_build_leaves_nothing(tmp_path, sig):
     child = textwrap.dedent(f"""\
         import sys, tapead.codegen.build as k, tapead.codegen as c
         try:
-            k.library(open({str(tmp_path / "big.c")!r}).read(), "-O1", c.include_dir(), ("ta_kernel",), {{}})
+            k.library(open({str(tmp_path / "big.c")!r}).read(), "-O1", c.include_dirs(), ("ta_kernel",), {{}})
         except KeyboardInterrupt:
             print("interrupted", flush=True)
             sys.exit(3)
@@ -574,10 +574,13 @@ def test_a_build_past_its_time_is_stopped(tmp_path, units):
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux's /proc")
 def test_a_failing_unit_stops_the_others(tmp_path):
     """One unit fails: the others (still compiling) are stopped at once."""
+    # The failing unit spends a moment in the preprocessor first (2**19 tokens),
+    # so that the watch sees the compilers it must see stopped.
+    failing = "\n".join(["#define A0 +1"] + [f"#define A{i} A{i - 1} A{i - 1}" for i in range(1, 20)]
+                        + ["int f(void) { return 0 A19 + undeclared; }", ""])
     t0 = time.monotonic()
     with Watch() as w, pytest.raises(kcache.CompilerError, match="(?s)failed .exit 1. on unit 2 of 2 .*undeclared"):
-        kcache.library([big_source(), "int f(void) { return undeclared; }\n"], "-O1", INCLUDE,
-                       ("ta_kernel",), {})
+        kcache.library([big_source(), failing], "-O1", INCLUDE, ("ta_kernel",), {})
     assert time.monotonic() - t0 < 10
     assert w.pids and wait_for(lambda: not w.left()), w.left()
     assert entries(tmp_path / "cache") == []

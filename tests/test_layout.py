@@ -1,10 +1,12 @@
 """The source tree's own promises: a row of the op table without all its
 rules does not compile, and the compiler names the missing rule; the Python
 op surface generated from the table (tools/gen_ops.py: opsurface) is current;
-only the modules of one private package (tapead/_c/) touch the compiled
-library; and the package's run-time imports have no cycle."""
+csrc's folders are floors, each file including only its own floor's headers
+and those below; only the modules of one private package (tapead/_c/) touch
+the compiled library; and the package's run-time imports have no cycle."""
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sysconfig
@@ -16,21 +18,55 @@ CSRC = os.path.join(ROOT, "csrc")
 CC = (sysconfig.get_config_var("CC") or "cc").split()[0]
 
 
+def _inc(csrc):
+    """-I for each of csrc's folders (its files include each other by bare name)."""
+    return [f"-I{os.path.join(csrc, d)}" for d in sorted(os.listdir(csrc))]
+
+
 @pytest.mark.skipif(not os.path.isdir(CSRC), reason="needs the source tree")
 @pytest.mark.skipif(shutil.which(CC) is None, reason="needs a C compiler")
 def test_an_op_row_without_its_rules_is_a_compile_error_naming_them(tmp_path):
     src = tmp_path / "csrc"
     shutil.copytree(CSRC, src)
-    with open(src / "ops.def", "a") as f:
+    with open(src / "api" / "ops.def", "a") as f:
         f.write('TA_OP(NEWOP, UN, "newop", "newop", "", MATH, "newop(x).", "0.0 -> (0.0, 1.0)")\n')
-    out = subprocess.run([CC, "-std=c99", "-fsyntax-only", "-w", str(src / "higher.c")],
+    out = subprocess.run([CC, "-std=c99", "-fsyntax-only", "-w", *_inc(src), str(src / "diff" / "higher.c")],
                          capture_output=True, text=True)
     assert out.returncode != 0
     for rule in ("fwd_NEWOP", "d_NEWOP", "e_NEWOP", "d2_NEWOP"):
         assert rule in out.stderr, out.stderr
-    ok = subprocess.run([CC, "-std=c99", "-fsyntax-only", "-w", os.path.join(CSRC, "higher.c")],
+    ok = subprocess.run([CC, "-std=c99", "-fsyntax-only", "-w", *_inc(CSRC), os.path.join(CSRC, "diff", "higher.c")],
                         capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
+
+
+# csrc's floors, lowest first (build_ext.py: FLOORS), and the includes that
+# go up a floor, each with its reason.
+UPWARD = {("diff/subtape.c", "replay.h"): "ta_sub_replay adds the guards that bind a replay"}
+
+
+@pytest.mark.skipif(not os.path.isdir(CSRC), reason="needs the source tree")
+def test_each_c_file_includes_only_its_floor_and_those_below():
+    """A file of one floor of csrc may include the headers of its own floor
+    and of the floors below it (build_ext.py: FLOORS), never above: an
+    include that goes up is a layer the tree no longer shows."""
+    spec = importlib.util.spec_from_file_location("build_ext_floors", os.path.join(ROOT, "build_ext.py"))
+    with open(spec.origin) as f:
+        floors = eval(re.search(r"^FLOORS = (\(.*?\))$", f.read(), re.M).group(1))
+    assert sorted(floors) == sorted(d for d in os.listdir(CSRC) if os.path.isdir(os.path.join(CSRC, d)))
+    where = {}
+    for d in floors:
+        for name in os.listdir(os.path.join(CSRC, d)):
+            assert name not in where, f"two files named {name}: csrc/{where.get(name)}, csrc/{d}"
+            where[name] = d
+    up = {}
+    for name, d in where.items():
+        with open(os.path.join(CSRC, d, name)) as f:
+            for inc in re.findall(r'^\s*#\s*include\s+"([^"]+)"', f.read(), re.M):
+                assert inc in where, f"csrc/{d}/{name} includes {inc}, which csrc does not hold"
+                if floors.index(where[inc]) > floors.index(d):
+                    up[(f"{d}/{name}", inc)] = f"{d} -> {where[inc]}"
+    assert set(up) == set(UPWARD), {k: v for k, v in up.items() if k not in UPWARD}
 
 
 GEN_OPS = os.path.join(ROOT, "tools", "gen_ops.py")
@@ -47,13 +83,13 @@ def _gen_ops():
 @pytest.mark.skipif(not os.path.isfile(GEN_OPS),
                     reason="needs the source tree")
 def test_the_generated_op_surface_is_current():
-    """A row added to csrc/ops.def without regenerating fails here, saying how."""
+    """A row added to csrc/api/ops.def without regenerating fails here, saying how."""
     stale = []
     for path, text in _gen_ops().opsurface().items():
         with open(os.path.join(ROOT, path)) as f:
             if f.read() != text:
                 stale.append(path)
-    assert not stale, (f"{', '.join(stale)} no longer match csrc/ops.def: run "
+    assert not stale, (f"{', '.join(stale)} no longer match csrc/api/ops.def: run "
                        f"`python build_ext.py` (it regenerates them, then builds)")
 
 
@@ -65,7 +101,7 @@ def test_the_generator_reads_a_new_row_and_refuses_a_short_one(tmp_path, monkeyp
     shutil.copytree(os.path.join(ROOT, "tapead"), tmp_path / "tapead",
                     ignore=shutil.ignore_patterns("*.so", "__pycache__"))
     monkeypatch.setattr(be, "HERE", str(tmp_path))
-    with open(tmp_path / "csrc" / "ops.def", "a") as f:
+    with open(tmp_path / "csrc" / "api" / "ops.def", "a") as f:
         f.write('TA_OP(NEWOP,   UN,   "newop", "newop", "", MATH,  /* r := newop x */\n'
                 '      "newop(x), a test op.", "1.0 -> (2.0, 3.0)")\n')
     out = be.opsurface()
@@ -74,7 +110,7 @@ def test_the_generator_reads_a_new_row_and_refuses_a_short_one(tmp_path, monkeyp
     assert "def newop(self) -> Value:" in out["tapead/engine.py"]
     assert ">>> x = tapead.Value(1.0); y = tapead.newop(x)\n" in out["tapead/functions.py"]
     assert "    (2.0, 3.0)\n" in out["tapead/functions.py"]
-    with open(tmp_path / "csrc" / "ops.def", "a") as f:
+    with open(tmp_path / "csrc" / "api" / "ops.def", "a") as f:
         f.write('TA_OP(SHORT,   UN,   "short")\n')
     with pytest.raises(ValueError, match="SHORT.*|columns"):
         be.op_rows()

@@ -168,7 +168,7 @@ def test_handle_values_distinct_after_slot_reuse():
 
 @pytest.mark.parametrize("bogus", [0, 1, 12345, 2**31 - 1, 2**40 + 17, 2**62, -1, -12345,
                                    -(2**63)])
-@pytest.mark.skipif(tapead.FRONT != "cffi", reason="a native handle's node cannot be set from Python")
+@pytest.mark.skipif(tapead.FRONT != "cffi", reason="a C Value's node cannot be set from Python")
 def test_forged_handles_raise_tape_error(bogus):
     v = Value.__new__(Value)
     v._i = bogus
@@ -182,13 +182,13 @@ def test_a_value_never_initialised_refuses_every_use(make):
     and no memory touched that it does not own."""
     try:
         v = make()
-    except TypeError:   # the native type refuses object.__new__ outright
-        assert tapead.FRONT == "native"
+    except TypeError:   # the C type refuses object.__new__ outright
+        assert tapead.FRONT == "cpython"
         return
     assert_every_use_refused(v, Value(1.0), TypeError)
 
 
-@pytest.mark.skipif(tapead.FRONT != "cffi", reason="a native handle's node cannot be set from Python")
+@pytest.mark.skipif(tapead.FRONT != "cffi", reason="a C Value's node cannot be set from Python")
 def test_forged_handle_to_an_unused_slot_of_this_tape():
     real = Value(1.0)
     tag = real._i >> 32

@@ -48,6 +48,7 @@ def spellings():
         "MAX": lambda a, b, c: tapead.maximum(a, b), "MIN": lambda a, b, c: tapead.minimum(a, b),
         "DIVC": lambda a, b, c: a / 4.6e307 * 1e300,   # 1/c not normal: recorded as DIVC
         "LOG1P": lambda a, b, c: (a * a).log1p(),
+        "DETACH": lambda a, b, c: a.detach() * b,
     }
 
 
@@ -209,7 +210,7 @@ def _sweep_cases(ops):
 
 def _sweep_valid(op, c, x):
     """Where op raises neither a domain nor a range error at x (constant c),
-    by the op's rules (csrc/ops.h), with a margin at overflow."""
+    by the op's rules (csrc/ops/ops.h), with a margin at overflow."""
     with np.errstate(all="ignore"):
         if op == "RDIVC":
             return x != 0.0
@@ -449,7 +450,7 @@ def test_fused_layers_bit_for_bit(seed):
 
 
 class _Run(ctypes.Structure):
-    """csrc/cdef.h: ta_run_t"""
+    """csrc/api/cdef.h: ta_run_t"""
     _fields_ = [("X", ctypes.c_void_p), ("B", ctypes.c_uint64), ("nin", ctypes.c_uint32),
                 ("Y", ctypes.c_void_p), ("nout", ctypes.c_uint32),
                 ("seed", ctypes.c_void_p), ("seedmode", ctypes.c_int),

@@ -227,7 +227,7 @@ def test_fused_layer_refuses_objects_that_merely_carry_an_id():
     for bad in ([Feature(-1), Feature(-1)], [Feature(0), Feature(1 << 40)], [Feature(-1), 1.0]):
         with pytest.raises(TypeError, match="Feature"):
             model(bad)
-    if tapead.FRONT == "cffi":                          # (a native handle cannot be forged)
+    if tapead.FRONT == "cffi":                          # (a C Value cannot be forged)
         forged = Value(1.0)
         forged._i = -1                                  # a handle naming no node
         with pytest.raises(tapead.TapeError):

@@ -18,12 +18,12 @@ def recorded_op(v, leaves):
 
 
 def test_every_op_of_the_table_has_a_row_and_every_row_names_an_op():
-    """A new op in csrc/ops.def without a row here fails this test."""
+    """A new op in csrc/api/ops.def without a row here fails this test."""
     assert set(BY_OP) == math_ops(), (math_ops() ^ set(BY_OP))
     assert len(BY_OP) == len(ROWS)
     assert len(FORMS) == sum(len(r.forms) for r in ROWS)      # form names are unique
     for r in ROWS:
-        assert r.forms and r.grad and r.second, r.op
+        assert r.forms and (r.stop or (r.grad and r.second)), r.op
         names = {f.name for f in r.forms}
         assert {e[1] for e in r.grad} <= names and {e[1] for e in r.errors} <= names
         assert {e[0] for e in r.ieee} <= names

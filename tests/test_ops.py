@@ -149,7 +149,7 @@ def _cube_gradient_cases():
 
 def test_cube_gradient_is_micrographs_formula_bit_for_bit():
     """x**3's gradient 3 * x**2.0 skips libm's pow where x * x is certainly
-    its number (csrc/ops.h, pow_sq): it must be micrograd's
+    its number (csrc/ops/ops.h, pow_sq): it must be micrograd's
     0 + (3 * x**(3-1)) * 1.0 on CPython to the bit, at the squares that are
     (or are near) a midpoint, where pow and x * x differ, too.  The power
     is libm's, math.pow: CPython's float ** calls it; PyPy's takes x ** 2
@@ -232,3 +232,26 @@ def test_derivative_of_x_to_the_zero_is_zero(x):
         assert tapead.hessian(make(a), [a]).tolist() == [[0.0]]
         (d,) = tapead.grad(make(a), [a], create_graph=True)
         assert d.data == 0.0 and tapead.grad(d, [a]) == [0.0]
+
+
+def test_detach_passes_no_gradient_of_any_order():
+    """detach(x) is x's value and a zero derivative by definition (JAX's
+    stop_gradient): backward gives its input nothing, not even 0 * g (an
+    infinite adjoint there leaves it 0.0, not nan); grad, hvp and hessian
+    see its derivative as 0; a replay computes its value again."""
+    import numpy as np
+    x = Value(3.0)
+    y = x.detach() * x
+    y.backward()
+    assert y.data == 9.0 and x.grad == 3.0           # only through y's second factor
+    x.grad = 0.0
+    z = (x.detach() * 1e308) * 1e308                   # inf: the adjoint at detach is inf
+    z.backward()
+    assert z.data == math.inf and x.grad == 0.0
+    assert tapead.grad(tapead.detach(x) * x, [x]) == [3.0]
+    assert tapead.hessian(tapead.detach(x) * x, [x]).tolist() == [[0.0]]
+    assert tapead.jvp(tapead.detach(x) + x, [x], [1.0]) == 1.0
+    for native in (False, "lanes2"):
+        p = tapead.compile(x.detach() * x, [x], wrt=[x], native=native)
+        Y, G = p.grad(np.array([[2.0], [-5.0]]), per_sample=True)
+        assert Y.ravel().tolist() == [4.0, 25.0] and G.ravel().tolist() == [2.0, -5.0]

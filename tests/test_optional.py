@@ -9,15 +9,13 @@ import pytest
 
 import tapead
 from tapead import Value
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(tapead.__file__)))   # this tapead
-
+from conftest import this_tapead
 
 def test_import_tapead_dask_without_dask_says_what_to_install():
     code = ("import sys; sys.modules['dask'] = None\n"      # import dask raises ImportError
             "try:\n    import tapead.dask\nexcept ImportError as e:\n    print(e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "PYTHONPATH": ROOT})
+                         env=this_tapead())
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith('tapead.dask needs Dask: pip install "dask[array,distributed]"'), out.stdout
     assert 'pip install -e ".[dask]"' in out.stdout

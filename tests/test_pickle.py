@@ -15,7 +15,7 @@ import pytest
 import tapead
 import tapead.nn
 from tapead import Value
-from conftest import same
+from conftest import same, this_tapead
 
 INF, NAN = math.inf, math.nan
 
@@ -123,8 +123,7 @@ def test_pickled_trained_model_predicts_the_same_in_a_fresh_process(tmp_path):
     """)
     res = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
                          text=True, timeout=60, cwd=str(tmp_path),
-                         env={**os.environ, "PYTHONHASHSEED": "0",   # this tree's tapead:
-                              "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(tapead.__file__)))})
+                         env=this_tapead(PYTHONHASHSEED="0"))
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
     assert lines[0] == repr(mlp_outputs(model, xs))

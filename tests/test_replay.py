@@ -1,4 +1,4 @@
-"""Replay (tapead/replay.py and its C): recompute against fresh recordings,
+"""Replay (tapead/replay.py, csrc/replay/): recompute against fresh recordings,
 guards, batched Programs against per-row replays and backward(), bounded memory."""
 import math
 import random
@@ -741,7 +741,7 @@ def test_per_sample_gradients_fill_every_entry():
         assert G[:, 2].tolist() == [2.0] * 3001
 
 
-@pytest.mark.skipif(tapead.FRONT != "native", reason="the native front's call (csrc/native_prog.c)")
+@pytest.mark.skipif(tapead.FRONT != "cpython", reason="the CPython front's call (csrc/python/program_call.c)")
 def test_empty_arrays_may_start_at_any_address():
     """numpy calls an empty array aligned wherever it starts (an empty params
     vector unpickled from a Dask message starts at an odd byte, say): a call
@@ -754,15 +754,15 @@ def test_empty_arrays_may_start_at_any_address():
     assert p(odd.reshape(0, 1)).shape == (0, 1)
 
 
-@pytest.mark.skipif(tapead.engine.FRONT != "native", reason="a call on the cffi front is cffi's")
-def test_native_run_checks_what_it_is_handed():
-    """On the native front a Program's call is one C call (csrc/native_prog.c:
+@pytest.mark.skipif(tapead.engine.FRONT != "cpython", reason="a call on the cffi front is cffi's")
+def test_cpython_run_checks_what_it_is_handed():
+    """On the CPython front a Program's call is one C call (csrc/python/program_call.c:
     run), which reaches the program only through its box and checks every
     array against the counts it is given: whatever Python hands it, an
     exception, never a crash, and the arrays it was given untouched."""
     import sys
-    run = sys.modules["tapead._native"].run
-    box_type = sys.modules["tapead._native"].program_box()
+    run = sys.modules["tapead._cpython"].run
+    box_type = sys.modules["tapead._cpython"].program_box()
     x, w = Value(0.5), Value(2.0)
     p = tapead.compile([(w * x).exp()], [x], wrt=[w])
     box = p._box

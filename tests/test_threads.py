@@ -134,7 +134,7 @@ def test_collect_in_another_thread_leaves_the_fast_path_intact():
     t.start()
     t.join()
     c = b * 3.0                       # still the fast path: its Value must hold its segment
-    assert tapead.FRONT == "native" or c._t.key == c._i >> tapead._c.SHIFT
+    assert tapead.FRONT == "cpython" or c._t.key == c._i >> tapead._c.SHIFT
     tapead.collect()
     assert (c.data, b.data) == (9.0, 3.0)
     c.backward()

@@ -143,7 +143,7 @@ def test_typing_files_ship():
 def test_stub_declares_every_c_function():
     import re
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    with open(os.path.join(root, "csrc", "cdef.h")) as f:
+    with open(os.path.join(root, "csrc", "api", "cdef.h")) as f:
         names = set(re.findall(r"\b(ta_\w+)\s*\(", f.read()))
     with open(os.path.join(root, "tapead", "_tapead_c.pyi")) as f:
         stub = f.read()

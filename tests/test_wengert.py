@@ -11,7 +11,7 @@ import pytest
 import tapead
 from tapead import Value, wengert
 from tapead._c import ffi, lib, OP_NAMES
-from conftest import release_garbage
+from conftest import release_garbage, this_tapead
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -64,8 +64,8 @@ EXAMPLE = os.path.join(HERE, "..", "examples", "wengert.py")
 
 @pytest.mark.skipif(not os.path.isfile(EXAMPLE), reason="needs the source tree (examples/)")
 def test_textbook_example_script():
-    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(tapead.__file__)))}
-    out = subprocess.run([sys.executable, EXAMPLE], capture_output=True, text=True, check=True, env=env).stdout
+    out = subprocess.run([sys.executable, EXAMPLE], capture_output=True, text=True, check=True,
+                         env=this_tapead()).stdout
     assert "y       = 11.652" in out
     assert "dy/dx1  = 5.500" in out
     assert "dy/dx1 = 5.500, dy/dx2 = 1.716" in out

@@ -10,7 +10,7 @@ and callers import from the module that owns it:
   each thread and of each tape, and the C arrays every wrapper hands to C;
 - _c.status: C's status codes as Python exceptions;
 - _c.holds: the segment tokens through which the cffi front holds the
-  segments its Values live in (csrc/tapead.h: holds), held lists,
+  segments its Values live in (csrc/api/tapead.h: holds), held lists,
   reclamation, the node limit and the tape's counters;
 - _c.custom: custom nodes (recording, rules, their side table);
 - _c.graph: what the tape recorded, read back (one node; a graph's rows);
@@ -54,7 +54,7 @@ _tl = _local()
 class Tape:
     """The Python side of one tape: what Python keeps about its nodes, which
     node ids and custom-node keys name (they are the tape's).  C keeps one
-    tape per OS thread (csrc/thread.c), so this is found by the tape's tag
+    tape per OS thread (csrc/tape/thread.c), so this is found by the tape's tag
     (tape()), never through a threading.local: gevent and its like make
     that per greenlet, while the greenlets of a thread share its tape.
 
@@ -126,11 +126,11 @@ OP_NAMES = tuple(ffi.string(lib.ta_op_name(i)).decode() for i in range(lib.ta_no
 OP_KINDS = tuple(lib.ta_op_kind(i) for i in range(lib.ta_nops()))
 
 
-# Python's Op codes come from the C table, the single source (csrc/ops.def);
+# Python's Op codes come from the C table, the single source (csrc/api/ops.def);
 # the op surface generated from the same table must agree with it.
 OP = {ffi.string(lib.ta_op_ident(i)).decode(): i for i in range(lib.ta_nops())}
 if tuple(OP) != IDENTS:  # pragma: no cover (a build from a table edited since the generation)
-    raise ImportError("tapead/_opsurface.py does not match the compiled op table (csrc/ops.def): "
+    raise ImportError("tapead/_opsurface.py does not match the compiled op table (csrc/api/ops.def): "
                       "run `python build_ext.py`, which regenerates it")
 
 # ------------------------------------------------------- hot-path bindings
@@ -156,15 +156,15 @@ rebound = lib.ta_rebound
 ELIMIT, ENOGRAD = lib.TA_ELIMIT, lib.TA_ENOGRAD
 
 
-def native_install() -> bool:
-    """Install the native Value type (as sys.modules["tapead._native"]);
+def cpython_install() -> bool:
+    """Install the C Value type (as sys.modules["tapead._cpython"]);
     False where this build has none (PyPy), else binds its tape_tag (the
     same C function, called without cffi's cost) for tape()."""
     global _tape_tag
-    if lib.ta_native_install() != 0:
+    if lib.ta_cpython_install() != 0:
         return False
     import sys
-    _tape_tag = sys.modules["tapead._native"].tape_tag
+    _tape_tag = sys.modules["tapead._cpython"].tape_tag
     return True
 
 

@@ -30,6 +30,11 @@ def scatter(ids: Any, n: int, a: Any) -> None:
     check(lib.ta_scatter(ids, n, 0, f64(a)))
 
 
+def add_grads(ids: Any, n: int, a: Any) -> None:
+    """Add a (n doubles) to the adjoints (.grad) of the nodes ids."""
+    check(lib.ta_scatter(ids, n, 2, f64(a)))
+
+
 def fill_adj(ids: Any, n: int, x: float = 0.0) -> None:
     check(lib.ta_fill_adj(ids, n, x))
 
@@ -78,7 +83,7 @@ class _DotScratch:
 
 def dots(w: Any, wc: Any, nout: int, nin: int, x: Any, xc: Any, c0: Any, start: Any,
          handles: Any) -> Any:
-    """Rows of sum(w * x ...) in one call (csrc/cdef.h: ta_dots), from lists:
+    """Rows of sum(w * x ...) in one call (csrc/api/cdef.h: ta_dots), from lists:
     w, wc (nout * nin) and x, xc (nin) ids (-1: the constant at that index),
     c0 and start per row.  handles(h, nout) of the held list the rows' nodes
     are in, or None where the call cannot run fused (a mode, a no_grad
@@ -124,7 +129,7 @@ def _fill(seq: Any, n: int, ids: Any, cs: Any, off: int, V: Any) -> bool:
 
 def sums_fast(rows: Any, x: Any, V: Any, carrying: Any) -> Any:
     """tapead.linear(x, rows) for the common case on the cffi front (the
-    native front's va_linear): lists or tuples of Values and floats, every
+    CPython front's va_linear): lists or tuples of Values and floats, every
     row's first term with a Value.  The list of row Values, or None where
     the general path (tapead/dots.py) must decide: nothing recorded then.
 

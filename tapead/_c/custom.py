@@ -1,5 +1,5 @@
 """Custom nodes (tapead.custom): recording one, setting its rule, running
-a rule's step, and reading the C side table that keeps them (csrc/custom.c).
+a rule's step, and reading the C side table that keeps them (csrc/custom/custom.c).
 
 custom_rec sits on a custom node's record path: it reuses this thread's
 C arrays rather than make new ones per call.
@@ -169,7 +169,7 @@ def step(i: int) -> None:
 def on_custom_rule(fn: Callable[[int, int], int],
                    escaped: Callable[[Any, Any, Any], None]) -> Callable[[int, int], int]:
     """Make fn(node, key) the Python function C's sweep calls at a node with
-    a Python rule (csrc/sweep.c: ta_custom_rule).  An exception that escapes
+    a Python rule (csrc/diff/sweep.c: ta_custom_rule).  An exception that escapes
     fn anyway (a Ctrl-C landing outside its try) makes the call return -1,
     so the sweep stops as for a rule that raised, and goes to
     escaped(type, value, traceback) to keep, instead of being printed and

@@ -1,5 +1,5 @@
 """What the tape recorded, read back: one node's op, inputs and constant,
-and the rows of the graph a node depends on (csrc/subtape.c), which the
+and the rows of the graph a node depends on (csrc/diff/subtape.c), which the
 Wengert list and the graph drawing show.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ def node(i: int) -> Optional[Tuple[int, int, int, float]]:
 
 def partials(i: int) -> Optional[Tuple[float, ...]]:
     """Node i's local partial derivatives, one per input in the order of its
-    inputs (csrc/sweep.c: ta_local_grads); () for a leaf or a no_grad value;
+    inputs (csrc/diff/sweep.c: ta_local_grads); () for a leaf or a no_grad value;
     None for a custom node with a Python rule (it has none)."""
     d = ffi.new("double[2]")
     n = lib.ta_local_grads(i, d, 2)
@@ -46,7 +46,7 @@ _ROWS = (("op", "int[]"), ("x", "int64_t[]"), ("y", "int64_t[]"), ("c", "double[
 
 
 def trace(out: int, n: int, ids: Any, ts: Optional[List[float]], adjoints: bool) -> Dict[str, List[Any]]:
-    """The rows of the graph of node out (csrc/cdef.h: ta_rows_t) as lists
+    """The rows of the graph of node out (csrc/api/cdef.h: ta_rows_t) as lists
     by column; "tan" (tangents ts of the n nodes ids) only if ts is given,
     "adj" only if adjoints."""
     tp = ffi.NULL if ts is None else ffi.new("double[]", ts or [0.0])

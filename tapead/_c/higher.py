@@ -1,5 +1,5 @@
-"""Forward mode and higher order over a node's graph (csrc/tangent.c,
-csrc/higher.c): a directional derivative, gradients (recorded or not),
+"""Forward mode and higher order over a node's graph (csrc/diff/tangent.c,
+csrc/diff/higher.c): a directional derivative, gradients (recorded or not),
 Hessian-vector products, Hessians and Jacobians.
 """
 from __future__ import annotations

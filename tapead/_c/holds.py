@@ -2,7 +2,7 @@
 
 A Value of the cffi front holds a token, shared by every Value whose node
 lives in the same segment; the token owns one hold on that segment
-(csrc/tapead.h: holds), dropped by C when the token dies.  A bulk call
+(csrc/api/tapead.h: holds), dropped by C when the token dies.  A bulk call
 returns its new nodes in a held list, each id held once, which adopt()
 turns into tokens; HeldIds keeps the ids of given Values (an optimizer's
 parameters) in one, following them when __init__ moves one.  Each thread has a current token, for the segment the
@@ -30,9 +30,9 @@ _orphaned = lib.ta_orphaned
 
 
 class _Token:
-    """A hold on one tape segment (csrc/tapead.h: holds), shared by every
+    """A hold on one tape segment (csrc/api/tapead.h: holds), shared by every
     cffi-front Value whose node lives there; `key` is the segment's key
-    (node id >> SHIFT), `box` the box the hold sits in (csrc/cdef.h).
+    (node id >> SHIFT), `box` the box the hold sits in (csrc/api/cdef.h).
 
     The box is owned through ffi.gc before C puts the hold in it, and C
     drops the hold when the box dies (ffi.gc calls ta_unhold directly): no
@@ -59,18 +59,18 @@ def _box() -> Any:
     return ffi.gc(ffi.new("ta_seg *[1]"), lib.ta_unhold, size=_SEG_BYTES)
 
 
-def hold_current(code: int) -> _Token:
-    """A token holding the segment the next node goes to (code: NEEDSEG for
+def hold_current(st: int) -> _Token:
+    """A token holding the segment the next node goes to (st: NEEDSEG for
     the tape, NEEDNG for the no_grad arena); raises for any other status."""
-    if code != NEEDSEG and code != NEEDNG:
-        raise error(code)
+    if st != NEEDSEG and st != NEEDNG:
+        raise error(st)
     box, key = _box(), ffi.new("int64_t *")
-    check(lib.ta_cur_hold(code == NEEDNG, box, key))
+    check(lib.ta_cur_hold(st == NEEDNG, box, key))
     return _Token(key[0], box)
 
 
 def held_list(cap: int) -> Any:
-    """An empty held list (csrc/cdef.h) for up to cap node ids: what a bulk
+    """An empty held list (csrc/api/cdef.h) for up to cap node ids: what a bulk
     call fills, each id held once; the holds still in it when it dies are
     dropped by C."""
     h = ffi.new("int64_t[]", 1 + 2 * cap)
@@ -84,7 +84,7 @@ def held_ids(h: Any, n: int) -> List[int]:
 
 
 def held_bytes(h: Any) -> Any:
-    """The whole held list h as a writable buffer (the native front's adopt)."""
+    """The whole held list h as a writable buffer (the CPython front's adopt)."""
     p = ffi.cast("int64_t *", h)
     return ffi.buffer(p, 8 * (1 + 2 * p[0]))
 
@@ -152,7 +152,7 @@ def mine() -> _Token:
     return _tok if _fast == get_ident() else getattr(_tl, "tok", NOTOKEN)
 
 
-def slow(code: int, used: _Token, fn: Callable[..., int], *args: Any) -> Tuple[int, _Token]:
+def slow(st: int, used: _Token, fn: Callable[..., int], *args: Any) -> Tuple[int, _Token]:
     """Slow path of every recording call `fn(*args, key)`: raise for an error
     status, or (TA_NEEDSEG/NEEDNG) retry with this thread's own current token,
     holding the segment the node goes to first if that token is not it; or
@@ -162,15 +162,15 @@ def slow(code: int, used: _Token, fn: Callable[..., int], *args: Any) -> Tuple[i
     t = used
     reclaimed = False
     while True:
-        if code == _ELIMIT and not reclaimed:
+        if st == _ELIMIT and not reclaimed:
             reclaimed = True
             reclaim()
-        elif code != NEEDSEG and code != NEEDNG:
-            raise error(code)
+        elif st != NEEDSEG and st != NEEDNG:
+            raise error(st)
         else:
             t = mine()
             if t is used:
-                t = hold_current(code)
+                t = hold_current(st)
                 me = get_ident()
                 _let_go_of_an_ended_fast_thread()
                 if _fast is None:
@@ -181,9 +181,9 @@ def slow(code: int, used: _Token, fn: Callable[..., int], *args: Any) -> Tuple[i
                     _tl.tok = NOTOKEN   # a token from its slow days must not hold on
                 else:
                     _tl.tok = t
-        code = fn(*args, t.key)
-        if code >= 0:
-            return code, t
+        st = fn(*args, t.key)
+        if st >= 0:
+            return st, t
         used = t
 
 
@@ -300,7 +300,7 @@ class HeldIds:
     whatever node takes the slot.  So the nodes are held (a held list):
     the ids never name another Value's node.  And each Value is weakly
     referenced, which makes re-initialising it move the rebind count
-    (csrc/cdef.h: ta_rebinds); current() compares that count, one C call,
+    (csrc/api/cdef.h: ta_rebinds); current() compares that count, one C call,
     and takes the ids again from the Values when it has moved, so the
     calls follow the Values, not the nodes they had.  The ids are taken at
     the first current(), in the thread that makes the calls (which may not

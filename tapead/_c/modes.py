@@ -14,7 +14,7 @@ mode_leave = lib.ta_mode_leave
 
 
 def mode_token() -> Any:
-    """An unarmed mode token (csrc/cdef.h): ta_mode_leave runs when it dies."""
+    """An unarmed mode token (csrc/api/cdef.h): ta_mode_leave runs when it dies."""
     return ffi.gc(ffi.new("ta_mode_tok *"), lib.ta_mode_leave)
 
 

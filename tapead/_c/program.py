@@ -1,5 +1,5 @@
 """Guards and compiled programs (tapead.replay): the comparisons recorded
-as guards, and Programs (csrc/program.c): made, sized, run over arrays,
+as guards, and Programs (csrc/replay/program.c): made, sized, run over arrays,
 flattened for pickling and loaded back.
 """
 from __future__ import annotations
@@ -20,22 +20,22 @@ def guard_count() -> int:
     return lib.ta_guard_count()
 
 
-# The native front's program boxes and calls (csrc/native_prog.c), bound
-# by bind_native; None on the cffi front and PyPy
+# The CPython front's program boxes and calls (csrc/python/program_call.c), bound
+# by bind_cpython; None on the cffi front and PyPy
 _box_type: Any = None
-_native_run: Any = None
+_cpython_run: Any = None
 
 
-def bind_native(native: Any) -> None:
-    """Make programs in native's boxes and run them through native.run."""
-    global _box_type, _native_run
-    _box_type, _native_run = native.program_box(), native.run
+def bind_cpython(front: Any) -> None:
+    """Make programs in the CPython front's boxes and run them through its run."""
+    global _box_type, _cpython_run
+    _box_type, _cpython_run = front.program_box(), front.run
 
 
 def _prog_box() -> Tuple[Any, Any]:
     """(owner, ta_prog **): an empty box a C call puts a new program in,
     owned before the call, which frees the program when it dies (the
-    native front's box, csrc/native_prog.c; else csrc/cdef.h: ta_prog_drop)."""
+    CPython front's box, csrc/python/program_call.c; else csrc/api/cdef.h: ta_prog_drop)."""
     if _box_type is not None:
         b = _box_type()
         return b, ffi.cast("ta_prog **", b.address)
@@ -94,7 +94,7 @@ def prog_follow(p: Any) -> bool:
 
 
 class _Failed:
-    """A failure as native.run returns it, read as a ta_fail_t."""
+    """A failure as the CPython front's run returns it, read as a ta_fail_t."""
 
     def __init__(self, t: Tuple[Any, ...]) -> None:
         self.row, self.op, self.x, self.y, self.guard, self.kind, self.outcome = t[1:]
@@ -103,14 +103,14 @@ class _Failed:
 def prog_run(owner: Any, p: Any, X: Any, B: int, nin: int, Y: Any, nout: int, seed: Any, G: Any,
              nwrt: int, per_sample: bool, parts: Any, params: Any, npar: int, threads: int,
              row0: int) -> None:
-    """Run program p (owner: its box's owner, _prog_box; csrc/cdef.h:
+    """Run program p (owner: its box's owner, _prog_box; csrc/api/cdef.h:
     ta_run_t): X (B x nin) and Y (B x nout) contiguous float64 numpy arrays;
     seed None (outputs only), (nout,) or (B, nout); G the gradients,
     per_sample (B x nwrt) or summed (nwrt) with parts their blocks' sums;
     params None (the program's own) or (npar,).  A failure raises, naming
     its row (row0: the first row's number in the message)."""
-    if _native_run is not None:      # the native front: one C call (csrc/native_prog.c)
-        res = _native_run(owner, X, B, nin, Y, nout, seed, 0 if seed is None else seed.ndim, G,
+    if _cpython_run is not None:      # the CPython front: one C call (csrc/python/program_call.c)
+        res = _cpython_run(owner, X, B, nin, Y, nout, seed, 0 if seed is None else seed.ndim, G,
                           nwrt, 1 if per_sample else 0, parts, 0 if parts is None else parts.shape[0],
                           params, npar, threads)
         if res is not None:
@@ -167,7 +167,7 @@ def _flat(sizes: Optional[Dict[str, int]], arrs: Optional[Dict[str, Any]]) -> Tu
 
 
 def prog_flat_sizes(p: Any, names: Tuple[str, ...]) -> Dict[str, int]:
-    """The sizes of program p's flat form (csrc/cdef.h: ta_flat_t)."""
+    """The sizes of program p's flat form (csrc/api/cdef.h: ta_flat_t)."""
     f, _ = _flat(None, None)
     check(lib.ta_prog_flat(p, f))
     return {k: getattr(f, k) for k in names}
@@ -205,7 +205,7 @@ _CODE_SIZES = ("n", "nins", "nterms", "nuops", "nu", "ndu", "ch")
 
 
 def prog_code(p: Any) -> Dict[str, Any]:
-    """Program p's execution code (csrc/cdef.h: ta_codeview_t): its sizes
+    """Program p's execution code (csrc/api/cdef.h: ta_codeview_t): its sizes
     as ints and its arrays as numpy arrays, by field name."""
     import numpy as np
     v: Any = ffi.new("ta_codeview_t *")

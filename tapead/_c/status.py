@@ -2,7 +2,7 @@
 
 Every fallible C call returns a status; error() turns a negative one into
 the exception it stands for, with its message, from C's status table
-(csrc/status.def) and, for the statuses whose message names the failing op
+(csrc/api/status.def) and, for the statuses whose message names the failing op
 or guard, from what C recorded about the failure.  The classes are
 tapead.errors'.
 """
@@ -26,22 +26,37 @@ def guard_error(kind: int, outcome: int, xv: float, yv: float, where: str = "") 
                       f"{bool(outcome)}, but at the new point x = {xv!r}, y = {yv!r} makes it "
                       f"{not outcome}; the recorded graph does not hold there (record again)")
 
+
+def lost_error(n: int) -> GuardError:
+    """The GuardError for a replay that comparisons lost with their freed Values (n of them
+    since clear_guards()) may bind (csrc/guard.c: the reach)."""
+    one = n == 1
+    return GuardError(
+        f"guards lost: {n} comparison{'' if one else 's'} recorded on this thread since the last "
+        f"tapead.clear_guards() {'was' if one else 'were'} forgotten because the Values "
+        f"{'it' if one else 'they'} compared were freed, so tapead can neither check "
+        f"{'it' if one else 'them'} at the new point nor tell whether "
+        f"{'it' if one else 'one of them'} chose or steered these outputs. Call "
+        f"tapead.clear_guards() before recording the graph you compile (or recompute), or "
+        f"keep the compared Values alive until compile() (or recompute())")
+
+
 _ZERO_POW = "0.0 cannot be raised to a negative power"
 
 
-def _op_error(code: int) -> Exception:
+def _op_error(st: int) -> Exception:
     opn, x, y = ffi.new("int *"), ffi.new("double *"), ffi.new("double *")
     lib.ta_last_error(opn, x, y)
-    return op_error(code, opn[0], x[0], y[0])
+    return op_error(st, opn[0], x[0], y[0])
 
 
-def op_error(code: int, op: int, x: float, y: float) -> Exception:
-    """The exception for op error `code` of op `op` at inputs x, y (y: its constant, if any)."""
+def op_error(st: int, op: int, x: float, y: float) -> Exception:
+    """The exception for op error `st` of op `op` at inputs x, y (y: its constant, if any)."""
     pow_like = op in POW_LIKE
     at = FORMS[op].format(x=repr(x), y=repr(y), c=repr(y))   # as the op shows: log(-1.0), 2.0 ** 0.5
-    if code == lib.TA_EZERODIV:
+    if st == lib.TA_EZERODIV:
         return ZeroDivisionError(_ZERO_POW if pow_like else "float division by zero")
-    if code == lib.TA_EDOMAIN:
+    if st == lib.TA_EDOMAIN:
         if pow_like:
             base, power = at.split(" ** ")
             return ValueError(f"math domain error: negative number {base} cannot be raised "
@@ -62,17 +77,17 @@ def _inputs(op: int, x: float, y: float) -> str:
 
 def _status_table() -> Dict[int, Tuple[Any, str]]:
     """status -> (exception class, message), from C's status table
-    (csrc/status.def); an empty message is formatted by error()."""
+    (csrc/api/status.def); an empty message is formatted by error()."""
     classes = {"TapeadError": TapeadError, "TapeError": TapeError, "AnomalyError": AnomalyError,
                "GuardError": GuardError, "MemoryError": MemoryError,
                "ValueError": ValueError,
                "ZeroDivisionError": ZeroDivisionError, "OverflowError": OverflowError, "None": None}
-    code, name, exc, msg = (ffi.new("int *"), ffi.new("const char **"), ffi.new("const char **"),
-                            ffi.new("const char **"))
+    st, name, exc, msg = (ffi.new("int *"), ffi.new("const char **"), ffi.new("const char **"),
+                          ffi.new("const char **"))
     table = {}
     k = 0
-    while lib.ta_status_row(k, code, name, exc, msg) == lib.TA_OK:
-        table[code[0]] = (classes[ffi.string(exc[0]).decode()], ffi.string(msg[0]).decode())
+    while lib.ta_status_row(k, st, name, exc, msg) == lib.TA_OK:
+        table[st[0]] = (classes[ffi.string(exc[0]).decode()], ffi.string(msg[0]).decode())
         k += 1
     return table
 
@@ -80,19 +95,19 @@ def _status_table() -> Dict[int, Tuple[Any, str]]:
 _STATUS = _status_table()
 
 
-def error(code: int, sweep: str = "") -> Exception:
-    """The exception for a negative C status code; sweep="backward" for one
+def error(st: int, sweep: str = "") -> Exception:
+    """The exception for a negative C status st; sweep="backward" for one
     from a reverse sweep (an anomaly there is a gradient, not a value)."""
-    cls, msg = _STATUS.get(code, (TapeError, ""))
+    cls, msg = _STATUS.get(st, (TapeError, ""))
     if msg:
         return cls(msg)  # type: ignore[no-any-return]
-    if code in (lib.TA_EZERODIV, lib.TA_EDOMAIN, lib.TA_ERANGE):
-        return _op_error(code)
-    if code == lib.TA_ELIMIT:
-        st = _stats()
-        return MemoryError(f"tapead: the tape node limit ({st['limit']}) is reached "
-                           f"({st['nodes']} nodes held); see tapead.set_limit")
-    if code == lib.TA_EANOMALY:
+    if st in (lib.TA_EZERODIV, lib.TA_EDOMAIN, lib.TA_ERANGE):
+        return _op_error(st)
+    if st == lib.TA_ELIMIT:
+        now = _stats()
+        return MemoryError(f"tapead: the tape node limit ({now['limit']}) is reached "
+                           f"({now['nodes']} nodes held); see tapead.set_limit")
+    if st == lib.TA_EANOMALY:
         opn, x, y = ffi.new("int *"), ffi.new("double *"), ffi.new("double *")
         lib.ta_last_error(opn, x, y)
         if OP_KINDS[opn[0]] == 4:              # a custom node (kind NARY): its name is tapead.custom's
@@ -103,14 +118,16 @@ def error(code: int, sweep: str = "") -> Exception:
                                 f"became nan (its local derivative times the gradient "
                                 f"arriving there: 0 * inf, or inf - inf)")
         return AnomalyError(f"detect_anomaly: {at} produced a non-finite value")
-    if code == lib.TA_EGUARD:
+    if st == lib.TA_EGUARD:
         kind, outcome, xv, yv = out = [ffi.new(t) for t in ("int *", "int *", "double *", "double *")]
         lib.ta_guard_info(lib.ta_guard_failed(), *out)
         return guard_error(kind[0], outcome[0], xv[0], yv[0])
-    if code in (lib.TA_ECUSTOM, lib.TA_EPYTHON, lib.TA_EBUSY):
-        return _refusal("python" if code == lib.TA_EPYTHON else
-                        "busy" if code == lib.TA_EBUSY else "custom")
-    return TapeError(f"tapead: unexpected status {code}")
+    if st == lib.TA_ELOST:
+        return lost_error(lib.ta_guard_lost())
+    if st in (lib.TA_ECUSTOM, lib.TA_EPYTHON, lib.TA_EBUSY):
+        return _refusal("python" if st == lib.TA_EPYTHON else
+                        "busy" if st == lib.TA_EBUSY else "custom")
+    return TapeError(f"tapead: unexpected status {st}")
 
 
 def _no_refusal_yet(why: str) -> Exception:   # until tapead.custom registers its own

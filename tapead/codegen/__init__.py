@@ -1,7 +1,7 @@
 """Code generation: a Program's execution code as a kernel for a target.
 
 A Program (tapead.replay) runs its rows through execution code derived in C
-(csrc/code.c).  The interpreter (csrc/batch.c) runs that code; this package
+(csrc/replay/code.c).  The interpreter (csrc/replay/batch.c) runs that code; this package
 turns it into source that runs the same operations, in the same order, so
 the results are the same bits:
 
@@ -46,12 +46,12 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Union
 
-from .code import IDOT, KINDS, NAMES, NONE, Code, include_dir, literal
+from .code import IDOT, KINDS, NAMES, NONE, Code, include_dirs, literal
 from .cprint import CPrinter, SplitPrinter
 from .cuda import CUDAPrinter
 from .rows import RowsPrinter
 
-__all__ = ["Code", "IDOT", "KINDS", "NAMES", "NONE", "include_dir", "literal", "Shape", "SHAPES", "shape", "printer",
+__all__ = ["Code", "IDOT", "KINDS", "NAMES", "NONE", "include_dirs", "literal", "Shape", "SHAPES", "shape", "printer",
            "choose", "why_not", "source",
            "CPrinter", "SplitPrinter", "RowsPrinter", "CUDAPrinter"]
 

@@ -6,8 +6,8 @@ written it and only with the checksum tapead wrote, and loaded from the very
 file that was checked.  The rules, for users: docs/native.md, "The kernel
 cache".
 
-It knows nothing of what a kernel computes: callers hand it source text, an
-include folder and header bytes (the kernel's key covers them), and the name
+It knows nothing of what a kernel computes: callers hand it source text, the
+include folders and header bytes (the kernel's key covers them), and the name
 of the symbol to look up.
 """
 from __future__ import annotations
@@ -142,15 +142,23 @@ def key(*parts: Any) -> str:
     return h.hexdigest()[:32]
 
 
-def headers(folder: str, suffixes: Sequence[str]) -> Dict[str, bytes]:
-    """The files of folder whose names end in one of suffixes, by name: what
-    a kernel may include, for its key."""
-    out = {}
-    for name in sorted(os.listdir(folder)):
-        if name.endswith(tuple(suffixes)):
-            with open(os.path.join(folder, name), "rb") as fh:
-                out[name] = fh.read()
-    return out
+def headers(folders: Sequence[str], suffixes: Sequence[str]) -> Dict[str, bytes]:
+    """The files of folders whose names end in one of suffixes, by name: what
+    a kernel may include (by bare name, so no two may share one), for its key."""
+    out: Dict[str, bytes] = {}
+    for folder in _dirs(folders):
+        for name in sorted(os.listdir(folder)):
+            if name.endswith(tuple(suffixes)):
+                if name in out:
+                    raise ValueError(f"tapead: two headers named {name} on the include path ({folder})")
+                with open(os.path.join(folder, name), "rb") as fh:
+                    out[name] = fh.read()
+    return dict(sorted(out.items()))
+
+
+def _dirs(folders: Union[str, Sequence[str]]) -> List[str]:
+    """folders as a list (one folder given as a str is one folder)."""
+    return [folders] if isinstance(folders, str) else list(folders)
 
 
 # ------------------------------------------------------------ the folder
@@ -699,7 +707,8 @@ def c_key(units: Sequence[str], argv: List[str], opt: str, hdrs: Dict[str, bytes
     return key("C", tag, list(units), argv, _version(argv), flags(opt) + _link_flags(), hdrs)
 
 
-def _build_c(b: Build, argv: List[str], opt: str, include: str, units: List[str], timeout: float) -> bytes:
+def _build_c(b: Build, argv: List[str], opt: str, include: Sequence[str], units: List[str],
+             timeout: float) -> bytes:
     """units compiled (all at once) and linked in b: the library's bytes."""
     name = f"the C compiler {argv[0]!r}"
     srcs = []
@@ -707,7 +716,7 @@ def _build_c(b: Build, argv: List[str], opt: str, include: str, units: List[str]
         srcs.append(f"unit{i}.c")
         with open(os.path.join(b.path, srcs[-1]), "w") as fh:
             fh.write(text)
-    inc = ["-I", include]
+    inc = [a for d in _dirs(include) for a in ("-I", d)]
     out = "kernel" + _suffix()
     n = len(units)
     if n == 1:
@@ -742,13 +751,13 @@ def _dlopen(e: Entry) -> Any:
     return ctypes.CDLL(e.path)
 
 
-def library(source: Union[str, Sequence[str]], opt: str, include: str, symbols: Sequence[str],
+def library(source: Union[str, Sequence[str]], opt: str, include: Sequence[str], symbols: Sequence[str],
             hdrs: Optional[Dict[str, bytes]] = None, tag: str = "",
             timeout: Optional[float] = None) -> Tuple[int, ...]:
     """The addresses of symbols in the shared library built from source (one
     translation unit, or several compiled at once and linked) at optimisation
-    level opt, with include on the include path (hdrs: the headers it may
-    include, for the key; default: include's .h and .def files): from the
+    level opt, with the folders include on the include path (hdrs: the
+    headers it may include, for the key; default: their .h and .def files): from the
     cache or built now into it, and loaded once per process.  timeout: the longest
     one compiler may run (default build_timeout()).  A cached library that
     does not load or lacks one of the symbols is rebuilt (a warning says so).

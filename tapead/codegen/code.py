@@ -1,9 +1,9 @@
 """A Program's execution code as plain Python: what every printer reads.
 
 ``Code.of(prog)`` copies a Program's flat form and its execution code (made
-in C by csrc/code.c: uniform nodes computed once per call, row instructions,
+in C by csrc/replay/code.c: uniform nodes computed once per call, row instructions,
 fused dots, value and adjoint slots) into lists of ints and floats.  The
-meaning of each field is csrc/cdef.h's (ta_flat_t, ta_codeview_t)."""
+meaning of each field is csrc/api/cdef.h's (ta_flat_t, ta_codeview_t)."""
 from __future__ import annotations
 
 import os
@@ -16,12 +16,12 @@ from .._c import program as _prog
 if TYPE_CHECKING:
     from ..replay import Program
 
-__all__ = ["Code", "NONE", "IDOT", "NAMES", "KINDS", "literal", "include_dir"]
+__all__ = ["Code", "NONE", "IDOT", "NAMES", "KINDS", "literal", "include_dirs"]
 
-NONE = 0xFFFFFFFF          # csrc/replay.h: TA_NONE, "no slot" / "not reached"
-IDOT = 0xFF                # csrc/replay.h: TA_IDOT, a dot instruction
+NONE = 0xFFFFFFFF          # csrc/replay/replay.h: TA_NONE, "no slot" / "not reached"
+IDOT = 0xFF                # csrc/replay/replay.h: TA_IDOT, a dot instruction
 NAMES = {code: name for name, code in OP.items()}                         # op -> its ops.def name
-KINDS = [("LEAF", "UN", "BIN", "CST", "NARY")[k] for k in OP_KINDS]       # op -> csrc/tapead.h: enum ta_kind
+KINDS = [("LEAF", "UN", "BIN", "CST", "NARY")[k] for k in OP_KINDS]       # op -> csrc/api/tapead.h: enum ta_kind
 
 
 def literal(c: float) -> str:
@@ -36,18 +36,23 @@ def literal(c: float) -> str:
     return "ta_opaque(" + c.hex() + ")"
 
 
-def include_dir() -> str:
-    """The folder holding csrc/ops.h and the headers it includes: tapead/_include
-    in an installed package (setup.py copies them there), else the source tree's csrc."""
+def include_dirs() -> List[str]:
+    """The folders holding csrc's headers (ops.h and what it includes,
+    replay.h, gpu.cuh, ...), which a generated kernel includes by bare name:
+    tapead/_include in an installed package (setup.py copies them there,
+    flat), else the source tree's csrc folders, one per floor."""
     pkg = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    for d in (os.path.join(pkg, "_include"), os.path.join(pkg, os.pardir, "csrc")):
-        if os.path.isfile(os.path.join(d, "ops.h")):
-            return os.path.normpath(d)
+    inst = os.path.join(pkg, "_include")
+    if os.path.isfile(os.path.join(inst, "ops.h")):
+        return [os.path.normpath(inst)]
+    csrc = os.path.normpath(os.path.join(pkg, os.pardir, "csrc"))
+    if os.path.isfile(os.path.join(csrc, "ops", "ops.h")):
+        return sorted(os.path.join(csrc, d) for d in os.listdir(csrc) if os.path.isdir(os.path.join(csrc, d)))
     raise FileNotFoundError("tapead's C headers (ops.h) are not installed with it")
 
 
 class Code:
-    """A Program's flat form and execution code as Python lists (see csrc/cdef.h:
+    """A Program's flat form and execution code as Python lists (see csrc/api/cdef.h:
     ta_flat_t and ta_codeview_t for each field's meaning)."""
 
     def __init__(self, flat: Dict[str, Any], code: Dict[str, Any]) -> None:

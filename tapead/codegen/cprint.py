@@ -25,7 +25,7 @@ The statements use these names, which a kernel's prelude defines:
                     guards, ``bad`` is nonzero (C: return 1, so the
                     interpreter runs the block again and names the row)
 
-Each op is computed by its own rule functions from csrc/ops.h (fwd_NAME,
+Each op is computed by its own rule functions from csrc/ops/ops.h (fwd_NAME,
 d_NAME), which the kernel includes: an op stays defined once, in ops.def
 and ops.h.
 """
@@ -436,7 +436,7 @@ def kernel(signature: str, decls: List[str], once: List[str], loop: str, body: L
 SIGNATURE = ("{spec}int ta_kernel_{mode}(const ta_run_t *R, const double *U, uint64_t r0, uint64_t r1,\n"
              "    double *parts, double *scratch)")
 
-# what every CPU kernel reads from its run (csrc/cdef.h: ta_run_t)
+# what every CPU kernel reads from its run (csrc/api/cdef.h: ta_run_t)
 RUN_DECLS = ["const uint64_t nin = R->nin, nout = R->nout, nwrt = R->nwrt;",
              "const double *const X = R->X, *const seed = R->seed;",
              "double *const Y = R->Y, *const G = R->G;",
@@ -470,7 +470,7 @@ int ta_kernel(const ta_run_t *R, const double *U, uint64_t r0, uint64_t r1, doub
 
 
 class CPrinter:
-    """The CPU's kernel (csrc/cdef.h: ta_kernel_fn), for a C compiler.
+    """The CPU's kernel (csrc/api/cdef.h: ta_kernel_fn), for a C compiler.
 
     Straight-line code over doubles, ``lanes`` rows at a time (TA_W): with
     lanes 2 each statement is written once per row, side by side, so the

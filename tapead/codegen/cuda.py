@@ -34,7 +34,7 @@ class CUDAPrinter:
     a thread); a failing row ends its thread, whose later rows are higher,
     so the lowest failing row is still the one kept.  mode "fwd" (outputs)
     or "ps" (outputs and per-sample gradients: summed gradients are their
-    fixed-order sum, csrc/gpu.cuh).  The uniform values U (the parameters and
+    fixed-order sum, csrc/gpu/gpu.cuh).  The uniform values U (the parameters and
     what is computed from them alone), which the CPU computes once per call
     (batch.c: ta_uniform_forward), each thread computes itself, in the same
     order, with the same rules (lower.uniform_forward); a failure there fails

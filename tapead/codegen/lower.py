@@ -1,6 +1,6 @@
 """Lowering: a Program's code (code.py) as typed statements, one list per sweep.
 
-Every decision the interpreter (csrc/batch.c) makes while it runs is made
+Every decision the interpreter (csrc/replay/batch.c) makes while it runs is made
 here once, at generation time, so that no printer makes it again:
 
 - the forward sweep: input columns in, each row instruction (an op, or a
@@ -23,7 +23,7 @@ a frame in memory, dense rows) and so whether a write is an adjoint's
 first (schedule.py), and the text (the printers).
 
 The bit rules, stated once:
-- every op through its own rule in csrc/ops.h (fwd_NAME, d_NAME), as the
+- every op through its own rule in csrc/ops/ops.h (fwd_NAME, d_NAME), as the
   interpreter calls it; a dot's sum term by term, in order (fwd_MUL, fwd_ADD);
 - an adjoint starts at +0.0 and adds its terms in the interpreter's order;
   where a storage assigns the first term instead (one add fewer), the two

@@ -1,5 +1,5 @@
 """The rows shape: the CPU's kernel with the rows innermost, as the
-interpreter runs them (csrc/batch.c).
+interpreter runs them (csrc/replay/batch.c).
 
 Per chunk of code.ch rows, each statement (an instruction: an op, or a
 whole dot, forward or reverse; the per-sample gradients of a row) is one
@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 from .code import NAMES, Code
 from .cprint import (DISPATCH, RUN_DECLS, SIGNATURE, TABLE_ITEMS, Names, Printer, Sweeps, block_init, chunks, deal,
                      kernel, prelude, uniform_library)
-from .lower import Acc, Dot, DotRev, Forward, Grads, Op, OpRev, RevStart, Row, forward
+from .lower import Acc, Dot, DotRev, Forward, Grads, Op, OpRev, RevStart, Row, dests, forward
 from .schedule import (Barrier, Dense, FDot, LoopCall, RDot, fuse_forward, fuse_reverse, layer_dot,
                        uniform_dots)
 
@@ -129,7 +129,7 @@ class RowsStatements(Printer):
                     batch = []
                 if it is not None:
                     out.append(it)
-                    added.update(d.k for d in _dests_of(it.stmt) if isinstance(d, Row))
+                    added.update(d.k for d in dests(it.stmt) if isinstance(d, Row))
             else:
                 batch.append(it)
         return out
@@ -211,9 +211,6 @@ class RowsStatements(Printer):
         return out
 
     # -- statements whose dense form differs
-    def p_Dot(self, s: Dot) -> List[str]:       # (only through fdots)
-        return [self.fdots([FDot(s, self.code)])]
-
     def vadd(self, d: Any, v: str) -> Optional[str]:
         if d is None:
             return None
@@ -251,11 +248,6 @@ class RowsStatements(Printer):
         """The adjoint rows to zero a chunk: all but those a fused layer's loop sets first."""
         rows = sorted(i for k, i in self.dense.di.items() if k not in self.assigned)
         return [" ".join(zero_runs(rows, "D", "TA_W"))]
-
-
-def _dests_of(s: Any) -> List[Any]:
-    from .lower import dests
-    return list(dests(s))
 
 
 def zero_runs(idx: List[int], base: str = "acc", width: str = "4") -> List[str]:

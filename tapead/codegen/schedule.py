@@ -116,7 +116,7 @@ class Dense:
 # ------------------------------------------------------------ uniform dots
 def uniform_dots(code: Code) -> Dict[int, UDot]:
     """The dots among the uniform nodes, by their last node: a run of
-    ADD(acc, MUL(p, q)) uniform nodes (csrc/code.c finds the same among row
+    ADD(acc, MUL(p, q)) uniform nodes (csrc/replay/code.c finds the same among row
     nodes) whose products and partial sums nothing else reads, next to one
     another among the uniform nodes (so nothing between them adds to the
     adjoints they add to: fused, the reverse adds its terms at once, in the

@@ -1,0 +1,193 @@
+"""A function of numbers, recorded once per shape of its arguments and replayed in C.
+
+``jit(fn, wrt)`` is tapead's ``jax.jit``: ``fn`` takes numbers, or lists
+(nested) of numbers, and returns a Value or a list of Values.  The first
+call with arguments of a new shape (the lengths of their lists) runs fn
+once on Value leaves that stand for its numbers, recording its graph, and
+compiles it (tapead.compile: the leaves are the Program's inputs, wrt its
+gradients); every call, that one included, then runs the Program in C: its
+outputs come back as floats, and d(sum of outputs)/d wrt is added to wrt's
+``.grad``, as ``backward()`` would add it (so a training loop keeps
+``opt.step(); opt.zero_grad()``).  ``batch`` runs many calls at once, over
+every core.
+
+What fn may do with its arguments is what a Program can replay: arithmetic
+on them, and indexing by them through tapead.take (not Python's ``[]``,
+which would freeze the index recorded).  A comparison of Values is a
+guard: where it goes the other way on new arguments, the shape is
+recorded again with them.  jit clears the thread's guards before it records
+(a comparison made earlier cannot bind its Programs).  fn must not read
+``.data`` into its arithmetic where the value depends on the arguments
+(recorded as a constant, it would not follow them): tapead.detach is the
+value without its gradient.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Iterable, List, Sequence, Tuple
+
+from ._c import bulk as _bulk
+from ._c.holds import HeldIds
+from .engine import Value, _real, values_of
+from .errors import GuardError
+
+__all__ = ["jit", "Jit"]
+
+Shape = Any        # a number: None; a list: a tuple of its items' shapes
+
+
+def _shape(arg: Any, where: str) -> Shape:
+    """The shape of one argument: None for a number, a tuple for a list."""
+    if isinstance(arg, (list, tuple)):
+        return tuple(_shape(a, f"{where}[{i}]") for i, a in enumerate(arg))
+    if isinstance(arg, Value):
+        raise TypeError(f"tapead.jit: {where} is a Value: a jitted function takes numbers (its "
+                        f"Programs' inputs); Values it reads (parameters) it reaches itself")
+    try:
+        _real(arg)
+    except TypeError:
+        raise TypeError(f"tapead.jit: {where} is {type(arg).__name__}: a jitted function takes numbers "
+                        f"and lists of numbers") from None
+    return None
+
+
+def _flatten(arg: Any, out: List[float]) -> None:
+    if isinstance(arg, (list, tuple)):
+        for a in arg:
+            _flatten(a, out)
+    else:
+        out.append(_real(arg))
+
+
+def _leaves(arg: Any, out: List[Value]) -> Any:
+    """arg with each number a new leaf (appended to out)."""
+    if isinstance(arg, (list, tuple)):
+        return [_leaves(a, out) for a in arg]
+    out.append(Value(_real(arg)))
+    return out[-1]
+
+
+class Jit:
+    """fn recorded once per shape of its arguments and replayed (see tapead.jit)."""
+
+    def __init__(self, fn: Callable[..., Any], wrt: Iterable[Value], native: Any = None) -> None:
+        if not callable(fn):
+            raise TypeError(f"tapead.jit: fn must be callable, not {type(fn).__name__}")
+        self.fn = fn
+        self.wrt = tuple(values_of(wrt, "wrt"))
+        self.native = native
+        self.programs: Dict[Shape, Any] = {}
+        self.recordings = 0                 # how many times fn was recorded (shapes, and flipped guards)
+        self._ids = HeldIds(self.wrt)
+        self._outs: Dict[Shape, int] = {}   # shape -> how many outputs fn gave (1 and not a list: a float)
+
+    def __repr__(self) -> str:
+        name = getattr(self.fn, "__qualname__", repr(self.fn))
+        return f"tapead.jit({name}, wrt={len(self.wrt)} Values, {len(self.programs)} shapes recorded)"
+
+    # -- recording
+    def _record(self, shape: Shape, args: Tuple[Any, ...]) -> Any:
+        from . import replay
+        replay.clear_guards()
+        leaves: List[Value] = []
+        vals = [_leaves(a, leaves) for a in args]
+        out = self.fn(*vals)
+        single = isinstance(out, Value)
+        outs = [out] if single else list(out) if isinstance(out, (list, tuple)) else []
+        if not outs or not all(isinstance(v, Value) for v in outs):
+            raise TypeError(f"tapead.jit: {getattr(self.fn, '__qualname__', 'fn')} must return a Value or "
+                            f"a non-empty list of Values, not {type(out).__name__}")
+        prog = replay.compile(outs, leaves, wrt=self.wrt, native=self.native)
+        self.programs[shape] = prog
+        self._outs[shape] = 0 if single else len(outs)
+        self.recordings += 1
+        return prog
+
+    def _program(self, args: Tuple[Any, ...]) -> Tuple[Shape, Any]:
+        shape = tuple(_shape(a, f"argument {i}") for i, a in enumerate(args))
+        prog = self.programs.get(shape)
+        return shape, prog if prog is not None else self._record(shape, args)
+
+    # -- running
+    def _add_grads(self, G: Any) -> None:
+        """G added to wrt's .grad, in one C call."""
+        if len(self.wrt):
+            _bulk.add_grads(self._ids.current(), len(self.wrt), G)
+
+    def _result(self, shape: Shape, y: Sequence[float]) -> Any:
+        return float(y[0]) if self._outs[shape] == 0 else [float(v) for v in y]
+
+    def __call__(self, *args: Any) -> Any:
+        """fn(*args)'s outputs, as floats, its Program run in C; d(sum of
+        outputs)/d wrt added to wrt's .grad."""
+        import numpy as np
+        shape, prog = self._program(args)
+        row: List[float] = []
+        for a in args:
+            _flatten(a, row)
+        X = np.array([row], dtype=np.float64).reshape(1, len(row))
+        try:
+            Y, G = prog.grad(X, threads=1)
+        except GuardError:                   # a comparison goes the other way: record these arguments
+            Y, G = self._record(shape, args).grad(X, threads=1)
+        self._add_grads(G)
+        return self._result(shape, Y[0])
+
+    def batch(self, calls: Iterable[Any], threads: Any = None) -> List[Any]:
+        """The outputs of each call (a tuple of arguments, or one argument
+        that is not a tuple), as __call__ gives them, run at once: the calls
+        of one shape are the rows of its Program, over `threads` threads
+        (None: every core).  Their gradients, summed (per shape in a fixed
+        order, whatever the threads: tapead.Program; shapes in the order
+        they first come), are added to wrt's .grad."""
+        import numpy as np
+        todo: List[Tuple[Any, ...]] = [tuple(c) if isinstance(c, tuple) else (c,) for c in calls]
+        groups: Dict[Shape, List[int]] = {}
+        for i, args in enumerate(todo):
+            shape, _ = self._program(args)
+            groups.setdefault(shape, []).append(i)
+        out: List[Any] = [None] * len(todo)
+        total = None
+        for shape, idx in groups.items():
+            rows = []
+            for i in idx:
+                row: List[float] = []
+                for a in todo[i]:
+                    _flatten(a, row)
+                rows.append(row)
+            X = np.array(rows, dtype=np.float64).reshape(len(rows), -1)
+            try:
+                Y, G = self.programs[shape].grad(X, threads=threads)
+            except GuardError:               # some call's comparisons differ: one at a time
+                Y = np.empty((len(idx), max(1, self._outs[shape])))
+                G = np.zeros(len(self.wrt))
+                for r, i in enumerate(idx):
+                    prog = self.programs[shape]
+                    try:
+                        y, g = prog.grad(X[r:r + 1], threads=1)
+                    except GuardError:
+                        y, g = self._record(shape, todo[i]).grad(X[r:r + 1], threads=1)
+                    Y[r], G = y[0], G + g
+            for r, i in enumerate(idx):
+                out[i] = self._result(shape, Y[r])
+            total = G if total is None else total + G
+        if total is not None:
+            self._add_grads(total)
+        return out
+
+
+def jit(fn: Callable[..., Any], wrt: Iterable[Value], native: Any = None) -> Jit:
+    """fn recorded once per shape of its arguments and replayed in C, its
+    gradients w.r.t. wrt added to their .grad (tapead.tracing says how);
+    native: as for tapead.compile.
+
+    >>> import tapead
+    >>> w = [tapead.Value(0.5), tapead.Value(-1.0), tapead.Value(2.0)]
+    >>> def loss(xs):                      # xs: a list of numbers (Values while it records)
+    ...     return sum((wi * x for wi, x in zip(w, xs)), 0.0) ** 2
+    >>> step = tapead.jit(loss, wrt=w)
+    >>> step([1.0, 2.0]), step([3.0, 1.0]), [round(v.grad, 6) for v in w]   # one recording, two replays
+    (2.25, 0.25, [0.0, -5.0, 0.0])
+    >>> len(step.programs)                 # one Program per shape: a list of length 2
+    1
+    """
+    return Jit(fn, wrt, native)
