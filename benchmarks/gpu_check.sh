@@ -88,7 +88,7 @@ stage european
 bench european 60
 
 stage tests
-# (--noconftest: tests/conftest.py needs micrograd, which the GPU machines lack; test_gpu.py needs none of it)
+# (--noconftest: tests/conftest.py needs micrograd, which a GPU machine may lack; test_gpu.py needs none of it)
 run tests 90 bash -c 'python3 -m pytest -q --noconftest -p no:cacheprovider -rs tests/test_gpu.py 2>&1 | tee "$0"; exit "${PIPESTATUS[0]}"' "$OUT/tests.txt"
 # on the GPU machine the GPU tests must run, not skip
 if [ -z "$DRY" ] && grep -q "no CUDA GPU" "$OUT/tests.txt"; then
