@@ -175,7 +175,7 @@ def fmt(x: float) -> str:
         return f"{x:,.0f}"
     if x >= 10:
         return f"{x:.1f}"
-    return f"{x:.2f}" if x >= 1 else f"{x:.3g}"
+    return f"{x:.2f}" if x >= 1 else f"{x:#.3g}"      # (0.600, not 0.6)
 
 
 def span(xs: List[float], f: Any = fmt) -> str:
