@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from .arrays import data as data, grads as grads, set_data as set_data, values as values
     from .wengert import Wengert as Wengert, wengert as wengert
     from .tracing import jit as jit
+    from .indexing import take as take
     __version__: str
 
 from ._c.holds import set_limit
@@ -50,7 +51,7 @@ __all__ = ["Value", "maximum", "minimum", "tape_stats", "collect", "set_limit",
            "jvp", "wengert", "Wengert", "set_label", "get_label",
            "draw_dot", "to_dot", "values", "data", "grads",
            "GuardError", "recompute", "compile", "Program", "clear_guards", "guard_count",
-           "set_data", "grad", "hvp", "hessian", "jacobian", "precomputed", "dot", "linear", "jit"]
+           "set_data", "grad", "hvp", "hessian", "jacobian", "precomputed", "dot", "linear", "jit", "take"]
 
 # public name -> the submodule that defines it, imported on first use
 _LAZY = {**dict.fromkeys(("no_grad", "detect_anomaly"), "modes"),
@@ -62,7 +63,7 @@ _LAZY = {**dict.fromkeys(("no_grad", "detect_anomaly"), "modes"),
                           "guard_count"), "replay"),
          **dict.fromkeys(("grad", "hvp", "hessian", "jacobian"), "higher"),
          **dict.fromkeys(("dot", "linear"), "dots"),
-         "jit": "tracing"}
+         "jit": "tracing", "take": "indexing"}
 _SUBMODULES = ("nn", "optim",   # tapead.nn.MLP after a bare `import tapead`, as before
                "cuda")          # device="cuda" (replay.py reaches it here: it is a layer above)
 

@@ -30,10 +30,11 @@ DIVC = 24
 CUSTOM = 25
 LOG1P = 26
 DETACH = 27
+TAKE = 28
 
 __all__ = ["LEAF", "DEAD", "ADD", "SUB", "MUL", "DIV", "POW", "ADDC", "RSUBC", "MULC", "RDIVC",
            "POWC", "RPOWC", "RELU", "TANH", "EXP", "LOG", "SIGMOID", "SIN", "COS", "SQRT", "ABS",
-           "MAX", "MIN", "DIVC", "CUSTOM", "LOG1P", "DETACH"]
+           "MAX", "MIN", "DIVC", "CUSTOM", "LOG1P", "DETACH", "TAKE"]
 IDENTS = tuple(__all__)   # (checked against the compiled table at import: tapead._c)
 
 # FORMS[op]: how a row of op shows in a Wengert list and an error message
@@ -67,6 +68,7 @@ FORMS = (
     '',                # CUSTOM
     'log1p({x})',      # LOG1P
     'detach({x})',     # DETACH
+    '',                # TAKE
 )
 
 # SHOW[op](x, y, c): FORMS[op] filled in, as an f-string (five times faster than
@@ -100,6 +102,7 @@ SHOW = (
     lambda x, y, c: f'',                # CUSTOM
     lambda x, y, c: f'log1p({x})',      # LOG1P
     lambda x, y, c: f'detach({x})',     # DETACH
+    lambda x, y, c: f'',                # TAKE
 )
 
 # The ops whose domain and range errors read as float ** 's, not math's.

@@ -37,6 +37,7 @@ import numpy as np
 from .codegen import KINDS, Code, CUDAPrinter, NONE as _NONE
 from .codegen import build as kcache
 from .codegen.build import cache_dir
+from .errors import TapeadError
 from .replay import _check_rows, _check_seed, _vector
 
 __all__ = ["run", "require", "cuda_source", "interpreter_source", "NVRTC_OPTIONS", "GENERATED_MAX_NODES",
@@ -260,6 +261,9 @@ class _Plan:
 
     def __init__(self, prog: Any, cp: Any, arch: str) -> None:
         C = self.code = Code.of(prog)
+        if C.takes:
+            raise TapeadError(f"tapead.cuda: this Program has take nodes ({C.takes}), which run on "
+                              f"the CPU only (device='cpu')")
         n = C.n
         self.n, self.nin, self.nout, self.nwrt, self.ng = n, C.nin, C.nout, C.nwrt, len(C.guards)
         self.cp, self.arch = cp, arch

@@ -434,7 +434,7 @@ def set_backward(v: Any, fn: Any) -> None:
         o.rule = fn
         return
     got = _raw_info(v)
-    if got is None:
+    if got is None or _engine._node(v)[0] != CUSTOM:       # (a take node: a built-in op)
         op = _engine._node(v)[0]
         if not callable(fn):
             raise TypeError(f"_backward must be callable, not {type(fn).__name__}")

@@ -532,7 +532,7 @@ def _inputs(v: Value) -> List[Value]:
     Value that stands for each node: _prev's rule)."""
     op, x, y, _ = _node(v)
     _nd.know(v)
-    got = _custom.info(v) if op == _CUSTOM else None
+    got = _custom.info(v) if OP_KINDS[op] == 4 else None     # (kind NARY: a custom or take node)
     ids = got[0] if got else tuple(i for i in (x, y) if i >= 0)
     by: Dict[int, Value] = {}
     fresh = []

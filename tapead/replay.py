@@ -155,8 +155,9 @@ _WORK_PER_THREAD = 1 << 18
 _FLAT = (("op", "u1", "n"), ("a", "u4", "n"), ("b", "u4", "n"), ("c", "f8", "n"),
          ("in", "u4", "nin"), ("out", "u4", "nout"), ("wrt", "u4", "nwrt"),
          ("par", "u4", "npar"), ("gab", "u4", "2ng"), ("gc", "f8", "ng"),
-         ("gkind", "u1", "ng"))
-_SIZES = ("n", "nin", "nout", "nwrt", "npar", "ng")
+         ("gkind", "u1", "ng"), ("lst", "u4", "nlst"))
+_SIZES = ("n", "nin", "nout", "nwrt", "npar", "ng", "nlst")
+_OPTIONAL = {"nlst": 0, "lst": b""}    # (a state without take nodes may lack them)
 _FORMAT = 1          # (a state may also carry "native": the mode it was compiled with)
 
 
@@ -175,6 +176,7 @@ def _load(state: Dict[str, Any]) -> "Program":
     if not isinstance(ops, tuple) or ops != tuple(tuple(OP)[:len(ops)]):
         raise ValueError("this Program was pickled by a tapead with other op codes")
     try:
+        state = {**_OPTIONAL, **state}
         sizes = {k: int(state[k]) for k in _SIZES}
         if min(sizes.values()) < 0 or max(sizes.values()) >= 2 ** 32 - 1:
             raise bad

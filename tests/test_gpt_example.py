@@ -52,3 +52,23 @@ def test_samples_names(gpt):
     names = [decode(model.sample(bos, 0.5, rng)) for _ in range(3)]
     assert all(isinstance(n, str) and len(n) <= TINY["block_size"] for n in names)
     assert all(set(n) <= set("".join(gpt.make_names())) for n in names)
+
+
+def test_the_compiled_step_gives_the_fast_paths_losses_and_names(gpt):
+    """--compiled: the fast path's step recorded once per name length
+    (tapead.jit, the tokens its inputs through tapead.take, the softmax's
+    shift through tapead.detach): the same losses, parameters and samples,
+    to the bit."""
+    runs = {m: gpt.train(m, 12, **TINY) for m in ("fast", "compiled")}
+    assert runs["compiled"][1] == runs["fast"][1]
+    assert [p.data for p in runs["compiled"][0].params] == [p.data for p in runs["fast"][0].params]
+    names = {}
+    for m, (model, _, _, decode, bos) in runs.items():
+        rng = random.Random(2)
+        names[m] = [decode(model.sample(bos, 0.5, rng)) for _ in range(4)]
+    assert names["compiled"] == names["fast"]
+
+
+def test_minibatches_give_the_same_bits_whatever_the_threads(gpt):
+    runs = [gpt.train("compiled", 3, batch=8, threads=t, **TINY)[1] for t in (1, 2, 3)]
+    assert runs[0] == runs[1] == runs[2] and len(runs[0]) == 3

@@ -110,7 +110,8 @@ def arithmetic_program():
 def test_every_op_program_has_every_op():
     f = every_op_program()._flat_form()
     have = {IDENTS[o] for o in f["op"].tolist()}
-    want = {IDENTS[o] for o in range(len(OP_KINDS))} - {"LEAF", "DEAD", "CUSTOM"}
+    # (TAKE runs on the CPU only: test_a_program_with_take_is_refused_on_the_gpu)
+    want = {IDENTS[o] for o in range(len(OP_KINDS))} - {"LEAF", "DEAD", "CUSTOM", "TAKE"}
     assert want <= have, want - have
     assert f["ng"] == 2 and f["npar"] == 1
 
@@ -656,6 +657,15 @@ def test_emulated_failures_are_named_as_on_the_cpu(generated, emulated, monkeypa
     with pytest.raises(ValueError) as cpu:
         p.grad(Xl)
     assert str(gpu.value) == str(cpu.value) and "row 221" in str(gpu.value)
+
+
+def test_a_program_with_take_is_refused_on_the_gpu(emulated):
+    xs = [Value(1.0), Value(2.0), Value(3.0)]
+    i = Value(1.0)
+    prog = tapead.compile(tapead.take(xs, i) * i, [i])
+    with pytest.raises(tapead.TapeadError, match="take nodes \\(1\\), which run on the CPU only"):
+        prog([[2.0]], device="cuda")
+    assert prog([[2.0]]).tolist() == [[6.0]] and emulated == []
 
 
 @pytest.mark.skipif(CXX is None, reason="no C++ compiler")

@@ -100,6 +100,20 @@ int     ta_custom_info(int64_t id, uint32_t *n, int64_t *ins, uint32_t cap, char
 int64_t ta_custom_failed(void);        /* the custom node of the last TA_ECUSTOM */
 int     ta_custom_plain(const int64_t *roots, size_t n);   /* ta_plain, for Python */
 
+/* ---- tapead.take (take.c) ---- */
+/* ncols take nodes, column j's the value of cands[k * ncols + j], where k
+ * is the value of node idx (whole, -m <= k < m, counting from the end
+ * below 0: Python's list indexing); cands are m rows of ncols node ids.
+ * The nodes' holds go into the held list h (ncols).  All or nothing:
+ * TA_EINDEX for a bad index (ta_last_error: op TAKE, the index's value
+ * and m), TA_ENOGRAD where the index or a candidate is a no_grad value,
+ * TA_EMODEPATH under no_grad() (Python indexes the list itself). */
+int     ta_take(int64_t idx, const int64_t *cands, uint32_t m, uint32_t ncols, int64_t *h);
+/* The candidate index value x picks among m (the rule every take node
+ * replays with), or TA_EINDEX (ta_last_error as ta_take's): what take
+ * does with an index that is a constant, or under no_grad(). */
+int64_t ta_take_pick(double x, uint32_t m);
+
 /* Holds (see tapead.h).  Python's share of a hold always sits in memory
  * that an ffi.gc object owns before the hold is taken, and it moves only
  * inside one C call, so an exception between two bytecodes (a Ctrl-C)
@@ -293,8 +307,11 @@ int     ta_prog_run(ta_prog *P, const ta_run_t *R, ta_fail_t *f);
 
 /* The flat form, for pickling: sizes, then per node op, a, b, c (a leaf's
  * c: its recorded value), the node of each input / output / wrt column
- * (0xFFFFFFFF: not reached) and of each parameter, and per guard its two
- * nodes (gab, 2 per guard), constant, and kind | cst << 2 | outcome << 3.
+ * (0xFFFFFFFF: not reached) and of each parameter, per guard its two
+ * nodes (gab, 2 per guard), constant, and kind | cst << 2 | outcome << 3,
+ * and the operand lists (lst, nlst entries): a TAKE node's a is its
+ * index's node and its b where its list starts, its number of candidates
+ * m, then their m nodes.
  * flat with f->op NULL fills the sizes only; else copies into f's arrays
  * (sized as the sizes say).  load checks everything (TA_EARG if anything
  * is out of place) and makes a program holding params. */
@@ -303,6 +320,7 @@ typedef struct {
     uint8_t  *op;  uint32_t *a, *b;  double *c;
     uint32_t *in, *out, *wrt, *par;
     uint32_t *gab;  double *gc;  uint8_t *gkind;
+    uint32_t  nlst;  uint32_t *lst;
 } ta_flat_t;
 int     ta_prog_flat(ta_prog *P, ta_flat_t *f);
 int     ta_prog_load(const ta_flat_t *f, const double *params, ta_prog **out);

@@ -41,7 +41,7 @@ static const uint32_t *ta_custom_inputs(const void *state, const ta_seg *s, uint
     return e->in;
 }
 
-/* A custom node dies: its entry goes back to the free list. */
+/* An n-ary node dies: its entry goes back to the free list. */
 static void ta_custom_dead(void *state, ta_seg *s, uint32_t i)
 {
     struct ta_custom *C = (struct ta_custom *)state;
@@ -49,7 +49,8 @@ static void ta_custom_dead(void *state, ta_seg *s, uint32_t i)
     ta_cnode *e = &C->e[k];
     free(e->d ? (void *)e->d : (void *)e->in);
     e->d = NULL; e->in = NULL; e->name = NULL; e->n = 0;
-    C->live--;
+    if ((s->op[i] & TA_OPMASK) == TA_CUSTOM) C->live--;
+    else C->takes--;
     e->state = 0; e->key = 0; e->next = C->freehead; C->freehead = k;
 }
 
@@ -94,33 +95,26 @@ static int ta_cnodes_room(struct ta_custom *C)
     return TA_OK;
 }
 
-int64_t ta_custom_at(ta_tape *T, const uint32_t *in, uint32_t n, double value,
-                     const double *partials, const char *name, uint32_t namelen, int64_t *key,
-                     int64_t seg, ta_seg **where)
+int64_t ta_nary_append(ta_tape *T, int op, const uint32_t *in, uint32_t n, double value,
+                       const double *partials, const char *name, uint32_t namelen, int64_t *key,
+                       ta_aux aux)
 {
     struct ta_custom *C;
     ta_cnode *e;
-    ta_aux aux;
     uint32_t k;
     char *mem;
     size_t ds, is;
     int64_t id;
     int st;
-    if (T->nograd) return ta_ng_leaf(T, value, seg, where);
-    if (!partials && !key) return TA_EARG;
-    if (namelen && !name) return TA_EARG;
-    if (seg != TA_NOKEY && !(T->cur && T->cur->n < TA_SEG && TA_KEY(T, T->cur) == seg))
-        return TA_NEEDSEG;                 /* (ta_dest_ok: then ta_append stays in T->cur) */
     if (!(C = ta_custom_of(T))) return TA_ENOMEM;
     if ((st = ta_cnodes_room(C)) != TA_OK) return st;
     /* one block: partials, inputs, name (its bytes live and die with the node) */
     ds = partials ? (size_t)n * sizeof(double) : 0;
     is = (size_t)n * sizeof(uint32_t);
     if (!(mem = (char *)ta_malloc(ds + is + namelen + 1))) return TA_ENOMEM;
-    aux.c = 0.0;
     /* the slot is taken after the append: the append may run the collector,
      * which frees entries (but never uses up the room made above) */
-    id = ta_append(T, TA_CUSTOM, 0, aux, value);
+    id = ta_append(T, op, 0, aux, value);
     if (id < 0) { free(mem); return id; }
     if (C->freehead != TA_CNONE) { k = C->freehead; C->freehead = C->e[k].next; }
     else k = C->n++;
@@ -133,11 +127,28 @@ int64_t ta_custom_at(ta_tape *T, const uint32_t *in, uint32_t n, double value,
     memcpy(e->in, in, is);
     if (namelen) memcpy(e->name, name, namelen);
     e->name[namelen] = 0;
-    e->key = partials ? 0 : ++C->nextkey;
+    e->key = (op == TA_CUSTOM && !partials) ? ++C->nextkey : 0;
     if (key) *key = e->key;
-    C->live++;
+    if (op == TA_CUSTOM) C->live++;
+    else C->takes++;
     T->cur->x[TA_OFF((uint32_t)id)] = k;
-    *where = T->cur;
+    return id;
+}
+
+int64_t ta_custom_at(ta_tape *T, const uint32_t *in, uint32_t n, double value,
+                     const double *partials, const char *name, uint32_t namelen, int64_t *key,
+                     int64_t seg, ta_seg **where)
+{
+    ta_aux aux;
+    int64_t id;
+    if (T->nograd) return ta_ng_leaf(T, value, seg, where);
+    if (!partials && !key) return TA_EARG;
+    if (namelen && !name) return TA_EARG;
+    if (seg != TA_NOKEY && !(T->cur && T->cur->n < TA_SEG && TA_KEY(T, T->cur) == seg))
+        return TA_NEEDSEG;                 /* (ta_dest_ok: then ta_append stays in T->cur) */
+    aux.c = 0.0;
+    id = ta_nary_append(T, TA_CUSTOM, in, n, value, partials, name, namelen, key, aux);
+    if (id >= 0) *where = T->cur;
     return id;
 }
 
@@ -191,7 +202,7 @@ int ta_custom_info(int64_t id, uint32_t *n, int64_t *ins, uint32_t cap, char *na
     int st;
     if (!T) return TA_ENOMEM;
     if ((st = ta_resolve(T, id, &s, &o)) != TA_OK) return st;
-    if ((s->op[o] & TA_OPMASK) != TA_CUSTOM) return TA_ENOTCUSTOM;
+    if (ta_kinds[s->op[o] & TA_OPMASK] != TA_K_NARY) return TA_ENOTCUSTOM;
     e = ta_cnode_of(T, s, o);
     *n = e->n; *namelen = e->namelen; *key = e->key;
     for (k = 0; ins && k < e->n && k < cap; k++) ins[k] = TA_ID(T, e->in[k]);
@@ -226,7 +237,7 @@ static void ta_plain_mark(ta_tape *T, uint32_t ref, uint64_t *pending)
     ta_mark(TA_SEGOF(T, ref), TA_OFF(ref), TA_MARK, pending);
 }
 
-int ta_plain(ta_tape *T, const int64_t *roots, size_t n)
+int ta_plain(ta_tape *T, const int64_t *roots, size_t n, int take)
 {
     uint64_t pending = 0, hi = 0;
     uint32_t hip = 0, p;
@@ -235,7 +246,7 @@ int ta_plain(ta_tape *T, const int64_t *roots, size_t n)
     const struct ta_custom *C = ta_custom_if_any(T);
     if (!C) return TA_OK;                  /* (no custom node: no rule can be running) */
     if (C->sw) return TA_EBUSY;
-    if (!C->live || !roots) return TA_OK;
+    if ((!C->live && (take || !C->takes)) || !roots) return TA_OK;
     for (j = 0; j < n; j++) {
         ta_seg *s; uint32_t o; uint64_t w;
         if (ta_resolve(T, roots[j], &s, &o) != TA_OK) continue;   /* the caller reports it */
@@ -257,7 +268,10 @@ int ta_plain(ta_tape *T, const int64_t *roots, size_t n)
             if (kind == TA_K_NARY) {
                 ta_cnode *e = ta_cnode_of(T, s, i);
                 uint32_t k;
-                if (st == TA_OK) { st = TA_ECUSTOM; ta_custom_blame(T, TA_REF(s, i)); }
+                if (st == TA_OK && (b & TA_OPMASK) == TA_CUSTOM) {
+                    st = TA_ECUSTOM;
+                    ta_custom_blame(T, TA_REF(s, i));
+                } else if (st == TA_OK && !take) st = TA_ETAKE;
                 for (k = 0; k < e->n; k++) ta_plain_mark(T, e->in[k], &pending);
             } else if (kind != TA_K_LEAF) {
                 ta_plain_mark(T, s->x[i], &pending);
@@ -271,7 +285,7 @@ int ta_plain(ta_tape *T, const int64_t *roots, size_t n)
 int ta_custom_plain(const int64_t *roots, size_t n)
 {
     ta_tape *T = ta_self();
-    return T ? ta_plain(T, roots, n) : TA_ENOMEM;
+    return T ? ta_plain(T, roots, n, 0) : TA_ENOMEM;
 }
 
 /* --------------------------------------------- a Python rule, in the sweep */

@@ -1,10 +1,12 @@
-/* custom.h: custom nodes (op CUSTOM, kind NARY), a layer above the core
- * (custom.c).  Their side table is the layer's state on each tape
- * (tapead.h: ta_attach), made with the tape's first custom node; the core
- * reaches it only through the layer's hooks (a node's inputs, its death,
- * the tape's end).  Entries die with their nodes.  A node with a Python
- * rule has a key, never reused on its tape, by which Python finds the rule
- * (tapead/custom.py); C holds no Python object. */
+/* custom.h: the n-ary nodes (kind NARY), a layer above the core
+ * (custom.c): custom nodes (op CUSTOM: a value computed in Python, with
+ * its partials or a Python rule) and take nodes (op TAKE: tapead.take,
+ * take.c).  Their inputs live in a side table, the layer's state on each
+ * tape (tapead.h: ta_attach), made with the tape's first such node; the
+ * core reaches it only through the layer's hooks (a node's inputs, its
+ * death, the tape's end).  Entries die with their nodes.  A node with a
+ * Python rule has a key, never reused on its tape, by which Python finds
+ * the rule (tapead/custom.py); C holds no Python object. */
 #ifndef TAPEAD_CUSTOM_H
 #define TAPEAD_CUSTOM_H
 #include "tapead.h"
@@ -33,7 +35,8 @@ struct ta_sweep { uint64_t at; uint64_t *pending; int nan; };   /* nan: inside d
 struct ta_custom {
     ta_cnode *e; uint32_t n, cap, freehead;   /* the side table, with its free list */
     int64_t   nextkey;
-    uint64_t  live;              /* entries in use                          */
+    uint64_t  live;              /* custom nodes alive (entries in use: live + takes) */
+    uint64_t  takes;             /* take nodes alive                        */
     struct ta_sweep *sw;         /* set while backward() runs a Python rule */
     int64_t   err_node;          /* the custom node behind the last TA_ECUSTOM, or the
                                     one whose step gave the last sweep's TA_EANOMALY */
@@ -59,8 +62,16 @@ static inline void ta_custom_blame(ta_tape *T, uint32_t ref)
 
 /* TA_EBUSY inside a Python rule; TA_ECUSTOM (ta_custom_blame) if a custom
  * node is behind the roots (one behind a guard that binds a replay:
- * ta_sub_replay); TA_OK otherwise.  Free when the tape has none. */
-int ta_plain(ta_tape *T, const int64_t *roots, size_t n);
+ * ta_sub_replay); TA_ETAKE if a take node is and the caller has no case
+ * for it (take = 0); TA_OK otherwise.  Free when the tape has none. */
+int ta_plain(ta_tape *T, const int64_t *roots, size_t n, int take);
+/* Append an n-ary node of op (TA_CUSTOM or TA_TAKE) with inputs in (n
+ * refs of T's main tape, none of them a no_grad value) and its entry, all
+ * or nothing: its id, or a status.  partials (n), key and name as
+ * ta_custom_at; aux is the node's aux (TAKE: the candidate taken). */
+int64_t ta_nary_append(ta_tape *T, int op, const uint32_t *in, uint32_t n, double value,
+                       const double *partials, const char *name, uint32_t namelen, int64_t *key,
+                       ta_aux aux);
 /* A custom node: inputs are resolved refs of T's main tape.  Under
  * no_grad a leaf of the arena.  *where: its segment (not held).  seg:
  * TA_NOKEY, or the key of the segment the caller holds (ta_record_at's

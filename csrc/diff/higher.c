@@ -201,7 +201,7 @@ int ta_grad(const int64_t *outs, const double *w, int nout,
     ta_tape *T = ta_self();
     int st;
     if (!T) return TA_ENOMEM;
-    if ((st = ta_plain(T, outs, (size_t)(nout > 0 ? nout : 0))) != TA_OK) return st;
+    if ((st = ta_plain(T, outs, (size_t)(nout > 0 ? nout : 0), 1)) != TA_OK) return st;
     if ((st = hi_check(T, outs, nout)) != TA_OK) return st;
     if ((st = hi_check(T, ins, nin)) != TA_OK) return st;
     return hi_sweep(T, outs, w, nout, ins, nin, g);
@@ -218,7 +218,7 @@ int ta_grad_graph(const int64_t *outs, const double *w, int nout,
     int st, k;
     if (nin < 0 || !ta_held_fits(h, (size_t)nin)) return TA_EARG;
     if (!T) return TA_ENOMEM;
-    if ((st = ta_plain(T, outs, (size_t)(nout > 0 ? nout : 0))) != TA_OK) return st;
+    if ((st = ta_plain(T, outs, (size_t)(nout > 0 ? nout : 0), 0)) != TA_OK) return st;
     if ((st = hi_check(T, outs, nout)) != TA_OK) return st;
     if ((st = hi_check(T, ins, nin)) != TA_OK) return st;
     gids = TA_HELD_IDS(h);
@@ -334,7 +334,7 @@ int ta_hvp(int64_t out, const int64_t *ins, int nin, const double *v, double *hv
     hi_for F;
     int st;
     if (!T) return TA_ENOMEM;
-    if ((st = ta_plain(T, &out, 1)) != TA_OK) return st;
+    if ((st = ta_plain(T, &out, 1, 0)) != TA_OK) return st;
     if ((st = hi_check(T, &out, 1)) != TA_OK) return st;
     if ((st = hi_check(T, ins, nin)) != TA_OK) return st;
     if ((st = hi_for_setup(T, &F, out)) != TA_OK) return st;
@@ -357,7 +357,7 @@ int ta_hessian(int64_t out, const int64_t *ins, int nin, double *H)
     double *e;
     int st, k;
     if (!T) return TA_ENOMEM;
-    if ((st = ta_plain(T, &out, 1)) != TA_OK) return st;
+    if ((st = ta_plain(T, &out, 1, 0)) != TA_OK) return st;
     if ((st = hi_check(T, &out, 1)) != TA_OK) return st;
     if ((st = hi_check(T, ins, nin)) != TA_OK) return st;
     if (nin <= 0) return TA_OK;
@@ -387,7 +387,7 @@ int ta_jacobian(const int64_t *outs, int nout, const int64_t *ins, int nin, doub
     ta_tape *T = ta_self();
     int st = TA_OK, k;
     if (!T) return TA_ENOMEM;
-    if ((st = ta_plain(T, outs, (size_t)(nout > 0 ? nout : 0))) != TA_OK) return st;
+    if ((st = ta_plain(T, outs, (size_t)(nout > 0 ? nout : 0), 1)) != TA_OK) return st;
     if ((st = hi_check(T, outs, nout)) != TA_OK) return st;
     if ((st = hi_check(T, ins, nin)) != TA_OK) return st;
     for (k = 0; st == TA_OK && k < nout; k++)

@@ -309,7 +309,24 @@ void ta_sub_free(ta_sub *S)
         free(T->spare_sub);             /* keep the bigger block */
         T->spare_sub = S->mem; T->spare_subcap = S->cap;
     } else free(S->mem);
+    free(S->lst);
     S->mem = NULL; S->map = NULL; S->op = NULL; S->a = S->b = S->ref = NULL; S->c = S->v = NULL;
+    S->lst = NULL; S->nlst = S->caplst = 0;
+}
+
+/* Room for n more entries in S's operand lists. */
+static int ta_sub_lst_room(ta_sub *S, size_t n)
+{
+    size_t cap;
+    void *p;
+    if (S->nlst + n <= S->caplst) return TA_OK;
+    if (n > (UINT32_MAX - S->nlst) / 2u) return TA_ENOMEM;   /* a list starts at a uint32_t */
+    cap = S->caplst ? S->caplst : 64u;
+    while (cap < S->nlst + n) cap *= 2u;
+    if (!(p = ta_realloc(S->lst, cap * sizeof *S->lst))) return TA_ENOMEM;
+    S->lst = (uint32_t *)p;
+    S->caplst = cap;
+    return TA_OK;
 }
 
 /* Number the n marked nodes of positions lowpos..hipos (nseg segments
@@ -340,6 +357,7 @@ static int ta_sub_flat(ta_tape *T, ta_sub *S, uint64_t n, uint32_t nseg, int ref
     rb = S->b = ra + m1;
     if (refs) rref = S->ref = rb + m1;
     rop = S->op = (uint8_t *)(rb + (refs ? 2 : 1) * m1);
+    S->lst = NULL; S->nlst = S->caplst = 0;
     /* the row of a marked ref: its segment comes no later than this one */
 #define ROW(ref) (map[(ref) >> TA_SHIFT][TA_OFF(ref)])
     for (p = lowpos; p <= hipos; p++) {
@@ -365,7 +383,17 @@ static int ta_sub_flat(ta_tape *T, ta_sub *S, uint64_t n, uint32_t nseg, int ref
             case TA_K_BIN: ra[k] = ROW(x[i]); rb[k] = ROW(aux[i].y); break;
             case TA_K_CST: ra[k] = ROW(x[i]); rb[k] = 0; rc[k] = aux[i].c; break;
             case TA_K_UN:  ra[k] = ROW(x[i]); rb[k] = 0; break;
-            default:       ra[k] = 0; rb[k] = 0; break;   /* LEAF, NARY */
+            default:       ra[k] = 0; rb[k] = 0; break;   /* LEAF, CUSTOM */
+            }
+            if (o == TA_TAKE) {           /* its index's row, and its list */
+                const ta_cnode *e = ta_cnode_of(T, s, i);
+                uint32_t j;
+                if (ta_sub_lst_room(S, e->n) != TA_OK) goto nomem;
+                ra[k] = ROW(e->in[0]);
+                rb[k] = (uint32_t)S->nlst;
+                rc[k] = (double)aux[i].y;
+                S->lst[S->nlst++] = e->n - 1u;
+                for (j = 1; j < e->n; j++) S->lst[S->nlst++] = ROW(e->in[j]);
             }
             if (rref) rref[k] = base | i;
             k++;
@@ -386,7 +414,7 @@ nomem:
 /* The sub-tape behind roots (and, for a replay, the guards that bind it:
  * ins, nins are its inputs). */
 static int ta_sub_take(ta_tape *T, const int64_t *roots, uint32_t nroots, const int64_t *ins,
-                       uint32_t nins, int flags, int replay, ta_sub *S)
+                       uint32_t nins, int flags, int replay, int take, ta_sub *S)
 {
     uint64_t pending = 0, n;
     uint32_t j, nseg;
@@ -408,26 +436,33 @@ static int ta_sub_take(ta_tape *T, const int64_t *roots, uint32_t nroots, const 
     }
     if ((st = ta_sub_flat(T, S, n, nseg, flags & TA_SUB_REFS)) != TA_OK || !replay) return st;
     /* a custom node that a bound guard reads (ta_plain checked the roots'
-     * own cone): its value cannot be recomputed */
-    if (ta_custom_live(T))
-        for (j = S->n; j-- > 0;)
-            if (ta_kinds[S->op[j]] == TA_K_NARY) {
+     * own cone): its value cannot be recomputed; a take node, where the
+     * replay has no case for it */
+    if (ta_custom_live(T) || (!take && S->lst)) {
+        for (j = S->n; j-- > 0;) {
+            if (S->op[j] == TA_CUSTOM) {
                 ta_custom_blame(T, S->ref[j]);
                 ta_sub_free(S);
                 return TA_ECUSTOM;
             }
+            if (S->op[j] == TA_TAKE && !take) {
+                ta_sub_free(S);
+                return TA_ETAKE;
+            }
+        }
+    }
     return TA_OK;
 }
 
 int ta_sub_extract(ta_tape *T, const int64_t *roots, uint32_t nroots, int flags, ta_sub *S)
 {
-    return ta_sub_take(T, roots, nroots, NULL, 0, flags, 0, S);
+    return ta_sub_take(T, roots, nroots, NULL, 0, flags, 0, 1, S);
 }
 
 int ta_sub_replay(ta_tape *T, const int64_t *roots, uint32_t nroots, const int64_t *ins,
-                  uint32_t nins, ta_sub *S)
+                  uint32_t nins, int take, ta_sub *S)
 {
-    return ta_sub_take(T, roots, nroots, ins, nins, TA_SUB_REFS, 1, S);
+    return ta_sub_take(T, roots, nroots, ins, nins, TA_SUB_REFS, 1, take, S);
 }
 
 void ta_sub_reverse(const ta_sub *S, double *adj, double *px, double *py)
@@ -439,8 +474,10 @@ void ta_sub_reverse(const ta_sub *S, double *adj, double *px, double *py)
     for (k = S->n; k-- > 0;) {
         int kind = ta_kinds[op[k]];
         double dx = 0.0, dy = 0.0;
-        if (kind != TA_K_LEAF && kind != TA_K_NARY && !(ta_reads[op[k]] & TA_RD_STOP)) {
-            /* (NARY: ta_plain keeps it out) */
+        if (op[k] == TA_TAKE)             /* the candidate it took: its adjoint, unchanged */
+            adj[S->lst[b[k] + 1u + (uint32_t)c[k]]] += adj[k];
+        else if (kind != TA_K_LEAF && kind != TA_K_NARY && !(ta_reads[op[k]] & TA_RD_STOP)) {
+            /* (CUSTOM: ta_plain keeps it out) */
             ta_row_partials(op[k], a, b, c, v, k, &dx, &dy);
             adj[a[k]] += dx * adj[k];
             if (kind == TA_K_BIN) adj[b[k]] += dy * adj[k];

@@ -22,8 +22,13 @@ typedef struct {
     uint32_t   lowpos, hipos;   /* the segment positions it spans          */
     uint32_t   ng;              /* ta_sub_replay: how many guards bind it  */
     uint8_t   *op;              /* op codes, marks cleared                 */
-    uint32_t  *a, *b;           /* input rows (0 where the op has none)    */
-    double    *c;               /* the constant of a CST op, else unset: ta_sub_c */
+    uint32_t  *a, *b;           /* input rows (0 where the op has none); a TAKE row:
+                                   a its index's row, b where its list starts in lst */
+    double    *c;               /* the constant of a CST op; a TAKE row: the candidate it
+                                   took when recorded; else unset: ta_sub_c */
+    uint32_t  *lst;             /* operand lists: at b of a TAKE row, m, then the rows of
+                                   its m candidates (NULL: no TAKE row)    */
+    size_t     nlst, caplst;
     double    *v;               /* recorded values                         */
     uint32_t  *ref;             /* the node on the tape (TA_SUB_REFS), else NULL */
     uint32_t **map;             /* by slot, for the segments lowpos..hipos:
@@ -48,9 +53,10 @@ int      ta_sub_extract(ta_tape *T, const int64_t *roots, uint32_t nroots, int f
 /* The same for a replay (a Program with inputs ins, or a recompute: nins
  * 0), with refs: plus the nodes of the guards that bind it (subtape.c says
  * which), each guard's bind set and S->ng counted; TA_ECUSTOM
- * (ta_custom_blame) if one of those guards reads a custom node. */
+ * (ta_custom_blame) if one of those guards reads a custom node, TA_ETAKE
+ * if one reads a take node and the replay has no case for it (take 0). */
 int      ta_sub_replay(ta_tape *T, const int64_t *roots, uint32_t nroots, const int64_t *ins,
-                       uint32_t nins, ta_sub *S);
+                       uint32_t nins, int take, ta_sub *S);
 void     ta_sub_free(ta_sub *S);
 
 /* Row k's constant: a CST op's, else 0. */
@@ -111,7 +117,8 @@ static inline void ta_row_partials(int op, const uint32_t *a, const uint32_t *b,
 
 /* The reverse sweep over S's rows, newest first: each row pushes its
  * adjoint times its local partials into its inputs' (adj: n, seeded by
- * the caller).  px, py (or NULL): each row's partials (0 for a leaf). */
+ * the caller); a TAKE row gives its adjoint to the candidate it took.
+ * px, py (or NULL): each row's partials (0 for a leaf, a TAKE row). */
 void     ta_sub_reverse(const ta_sub *S, double *adj, double *px, double *py);
 
 #endif

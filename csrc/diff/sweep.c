@@ -17,8 +17,9 @@
  * table (accumulating with marks, as above); in ta_step (v._backward(): one
  * node's step with plain accumulation, the lecture's manual backprop) by
  * ta_node_step.
- * A custom node (custom.h) is the sweep's one call into the layer above:
- * one with partials is stepped here in C; one with a Python rule makes
+ * An n-ary node (custom.h) is the sweep's one call into the layer above:
+ * a take node gives its adjoint to the candidate it took; a custom node
+ * with partials is stepped here in C; one with a Python rule makes
  * the sweep call ta_custom_rule_at, which tells the layer where the
  * sweep is, so that .grad inside the rule reads and writes this pass's
  * adjoints; if the rule raises, the sweep aborts as an anomaly does, and
@@ -91,6 +92,16 @@ TA_COLD int ta_cnode_step(ta_tape *T, const ta_cnode *e, double g, uint64_t *pen
     return TA_OK;
 }
 
+/* The same for a take node: the candidate it took gets g (its partial is
+ * 1, the others' and the index's 0: nothing is given to them, not even
+ * 0 * g, which an infinite g would make nan). */
+TA_COLD int ta_take_step(ta_tape *T, const ta_seg *s, uint32_t i, const ta_cnode *e, double g,
+                         uint64_t *pending)
+{
+    ta_give(T, e->in[1u + s->aux[i].y], g, pending);
+    return TA_OK;
+}
+
 /* The sweep's step for each op, generated from the op table: one switch
  * on the op code does the dispatch and the step together, so the kind is a
  * constant in each case (no kind lookup, no second test for BIN) and each
@@ -154,7 +165,7 @@ static inline int ta_sweep_seg(ta_seg *const *segs, ta_seg *s, uint32_t *at,
         default: continue;             /* (no such op is ever recorded) */
         }
     stop:
-        ev = (b & TA_OPMASK) == TA_CUSTOM ? 1 : 2;
+        ev = ta_kinds[b & TA_OPMASK] == TA_K_NARY ? 1 : 2;
         break;
     }
     *at = i;
@@ -227,10 +238,11 @@ int ta_backward_at(ta_tape *T, ta_seg *rs, uint32_t ro)
             int ev = T->anomaly ? ta_sweep_anomaly(T->segs, s, &i, &pending)
                                 : ta_sweep_plain(T->segs, s, &i, &pending);
             if (ev == 0) break;
-            if (ev == 1) {                 /* node i of s is a custom node */
+            if (ev == 1) {                 /* node i of s is an n-ary node */
                 const ta_cnode *e = ta_cnode_of(T, s, i);
                 uint64_t left = pending;   /* a copy: pending's address must not escape */
-                st = e->d ? ta_cnode_step(T, e, s->adj[i], &left) : ta_custom_rule_at(T, s, i, &left);
+                st = (s->op[i] & TA_OPMASK) == TA_TAKE ? ta_take_step(T, s, i, e, s->adj[i], &left)
+                     : e->d ? ta_cnode_step(T, e, s->adj[i], &left) : ta_custom_rule_at(T, s, i, &left);
                 pending = left;
                 if (st == TA_OK) continue;
                 if (st == TA_EANOMALY) {
@@ -264,6 +276,7 @@ int ta_step(int64_t id)
     if (kind == TA_K_LEAF) return TA_OK;
     if (kind == TA_K_NARY) {
         const ta_cnode *e = ta_cnode_of(T, s, o);
+        if (op == TA_TAKE) return ta_take_step(T, s, o, e, s->adj[o], NULL);
         return e->d ? ta_cnode_step(T, e, s->adj[o], NULL) : TA_EPYRULE;
     }
     ta_node_step(T, s, o, op, kind, s->adj[o]);
@@ -284,6 +297,10 @@ int ta_local_grads(int64_t id, double *d, uint32_t cap)
     if (kind == TA_K_LEAF) return 0;
     if (kind == TA_K_NARY) {
         const ta_cnode *e = ta_cnode_of(T, s, o);
+        if (op == TA_TAKE) {               /* 1 for the candidate taken, 0 for the rest */
+            for (k = 0; d && k < e->n && k < cap; k++) d[k] = k == 1u + s->aux[o].y ? 1.0 : 0.0;
+            return (int)e->n;
+        }
         if (!e->d) return TA_EPYRULE;
         for (k = 0; d && k < e->n && k < cap; k++) d[k] = e->d[k];
         return (int)e->n;

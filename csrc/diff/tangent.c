@@ -17,7 +17,7 @@ static int ta_sub_open(ta_tape *T, ta_sub *S, int64_t root, int flags)
 {
     ta_seg *s; uint32_t o;
     int st;
-    if ((st = ta_plain(T, &root, 1)) != TA_OK) return st;
+    if ((st = ta_plain(T, &root, 1, 0)) != TA_OK) return st;
     if ((st = ta_resolve(T, root, &s, &o)) != TA_OK) return st;
     return ta_sub_extract(T, &root, 1, flags, S);
 }

@@ -451,9 +451,32 @@ static inline int fwd_CUSTOM(double x, double y, double *r) { UNUSED(x); UNUSED(
 #define RD_CUSTOM RD_LEAF
 E_(CUSTOM) { UNUSED(E); UNUSED(a); }   /* never reached: ta_plain refuses first */
 D2_NONE(CUSTOM)
+
+/* tapead.take: the candidate the index picks (ta_take_index), with the
+ * partial 1 to it and nothing to the index; its inputs live in custom.c's
+ * side table, and each sweep that runs it has its own case (a partial per
+ * input, not a pair).  The rules here are never reached through the table:
+ * ta_plain keeps take out of the sweeps that have no case for it. */
+static inline int fwd_TAKE(double x, double y, double *r) { UNUSED(x); UNUSED(y); UNUSED(r); return TA_ETAKE; }
+#define d_TAKE d_LEAF
+#define RD_TAKE TA_RD_X
+E_(TAKE) { UNUSED(E); UNUSED(a); }
+D2_NONE(TAKE)
 #undef E_
 #undef D2_
 #undef D2_NONE
+
+/* The candidate tapead.take's index value x picks among m, as Python
+ * indexes a list of m (x whole, -m <= x < m, a negative x counting from
+ * the end): TA_OK with *k set, or TA_EINDEX (a nan, an inf, a fraction,
+ * out of range).  Every replay of take decides with this one rule. */
+static inline int ta_take_index(double x, uint32_t m, uint32_t *k)
+{
+    double fm = (double)m;
+    if (!(x >= -fm && x < fm) || x != floor(x)) return TA_EINDEX;
+    *k = (uint32_t)(int64_t)(x < 0.0 ? x + fm : x);
+    return TA_OK;
+}
 
 static inline int ta_forward(int op, double x, double y, double *r)
 {

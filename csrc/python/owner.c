@@ -467,8 +467,9 @@ PyObject *va_custom_key(PyObject *mod, PyObject *v)
     return PyLong_FromLongLong((long long)ta_cnode_of(T, s, o)->key);
 }
 
-/* custom_info(v): (key, name, (input ids...)) of v's custom node, or
- * None if v's node is not one (tapead/custom.py: the cffi front's info()). */
+/* custom_info(v): (key, name, (input ids...)) of v's n-ary node (a custom
+ * node, or a take node: key 0, no name), or None if v's node is not one
+ * (tapead/custom.py: the cffi front's info()). */
 PyObject *va_custom_info(PyObject *mod, PyObject *v)
 {
     ta_tape *T = va_tape();
@@ -482,7 +483,7 @@ PyObject *va_custom_info(PyObject *mod, PyObject *v)
     if (!T) return NULL;
     if (!va_is(v)) { PyErr_SetString(PyExc_TypeError, "custom_info needs a Value"); return NULL; }
     if (!(s = va_node(T, (va_obj *)v, &o))) return NULL;
-    if (s->tape != T || (s->op[o] & TA_OPMASK) != TA_CUSTOM) Py_RETURN_NONE;
+    if (s->tape != T || ta_kinds[s->op[o] & TA_OPMASK] != TA_K_NARY) Py_RETURN_NONE;
     /* the entry is copied out before any Python object is made: making one
      * may run a finalizer that records (the side table then moves) */
     e = ta_cnode_of(T, s, o);

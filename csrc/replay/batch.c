@@ -11,7 +11,13 @@
  * fixed order (a chunk's rows in 4 interleaved lanes, chunks in order), so
  * a block's sums do not depend on which thread ran it.  Adjoints of
  * uniform nodes are then scalars summed over the block, swept back through
- * the uniform nodes once per block; per sample they are rows. */
+ * the uniform nodes once per block; per sample they are rows.
+ *
+ * A take node (tapead.take) picks, per row, the candidate its index's
+ * value names (ta_take_index: the one rule); back, the row's adjoint goes
+ * to that candidate alone, and a uniform candidate's sum over the rows
+ * that picked it is a lane sum like any other (rows that picked another
+ * add nothing). */
 #include <string.h>
 #include "replay.h"
 #include "ops.h"
@@ -75,6 +81,16 @@ int ta_uniform_forward(const ta_prog *P, double *U, const double *params, ta_fai
         int op = P->op[k], st;
         double x = U[C->loc[P->a[k]]];
         double y = ta_kinds[op] == TA_K_BIN ? U[C->loc[P->b[k]]] : P->c[k];
+        if (op == TA_TAKE) {
+            const uint32_t *l = P->lst + P->b[k];
+            uint32_t pick;
+            if (ta_take_index(x, l[0], &pick) != TA_OK) {
+                f->row = 0; f->op = op; f->x = x; f->y = (double)l[0];
+                return TA_EINDEX;
+            }
+            U[C->loc[k]] = U[C->loc[l[1u + pick]]];
+            continue;
+        }
         if ((st = ta_forward(op, x, y, &U[C->loc[k]])) != TA_OK) {
             f->row = 0; f->op = op; f->x = x; f->y = y;
             return st;
@@ -98,7 +114,7 @@ int ta_uniform_forward(const ta_prog *P, double *U, const double *params, ta_fai
 /* One op over rows [off, off + cb) of the chunk; kinds expand differently.
  * `bad` collects error statuses without a branch, so the loops vectorise. */
 #define FW_LEAF(N)
-#define FW_NARY(N)             /* never in a Program: ta_plain refuses it */
+#define FW_NARY(N)             /* TAKE: ta_fw_take; CUSTOM: ta_plain refuses it */
 #define FW_UN(N)  for (s = 0; s < cb; s++) bad |= fwd_##N(xv[s], 0.0, &rv[s]);
 #define FW_BIN(N) for (s = 0; s < cb; s++) bad |= fwd_##N(xv[s], yv[s], &rv[s]);
 #define FW_CST(N) for (s = 0; s < cb; s++) bad |= fwd_##N(xv[s], c, &rv[s]);
@@ -117,6 +133,23 @@ static int ta_fw_op(const ta_prog *P, ta_ws *W, const ta_ins *I, uint32_t off, u
 #undef TA_OP
     }
     return bad;
+}
+
+/* A take over rows [off, off + cb): each row's value is the candidate its
+ * index picks (a uniform candidate's scalar, or the row's own); a bad
+ * index gives nonzero (the row is replayed alone to name it). */
+static int ta_fw_take(const ta_prog *P, ta_ws *W, const ta_ins *I, uint32_t off, uint32_t cb)
+{
+    const ta_code *C = P->code;
+    const uint32_t *l = P->lst + I->y;
+    const double *xv = ta_vrow(W, I->vx) + off;
+    double *rv = ROW(W->V, I->vk, W->ch) + off;
+    uint32_t s, pick;
+    for (s = 0; s < cb; s++) {
+        if (ta_take_index(xv[s], l[0], &pick) != TA_OK) return 1;
+        rv[s] = ta_val_at(C, W, l[1u + pick], off + s);
+    }
+    return 0;
 }
 
 /* r = start + p0*q0 + p1*q1 + ..., left to right, as the recorded nodes
@@ -172,7 +205,10 @@ static int ta_fw_rows(const ta_prog *P, ta_ws *W, uint32_t off, uint32_t cb, con
     for (i = 0; i < C->nins; i++) {
         const ta_ins *I = &C->ins[i];
         if (I->op == TA_IDOT) { ta_fw_dot(P, W, I, off, cb); continue; }
-        if (ta_fw_op(P, W, I, off, cb)) { bad = 1; if (failed) { *failed = I; return 1; } }
+        if (I->op == TA_TAKE ? ta_fw_take(P, W, I, off, cb) : ta_fw_op(P, W, I, off, cb)) {
+            bad = 1;
+            if (failed) { *failed = I; return 1; }
+        }
     }
     return bad;
 }
@@ -203,8 +239,13 @@ static int ta_first_failure(const ta_prog *P, ta_ws *W, uint32_t cb, uint64_t b0
         double x, y;
         if (ta_fw_rows(P, W, s, 1, &I)) {
             const ta_code *C = P->code;
-            int op = I->op;
-            int st = ta_forward(op, ta_val_at(C, W, I->x, s),
+            int op = I->op, st;
+            if (op == TA_TAKE) {
+                f->row = b0 + s; f->op = op; f->x = ta_val_at(C, W, I->x, s);
+                f->y = (double)P->lst[I->y];
+                return TA_EINDEX;
+            }
+            st = ta_forward(op, ta_val_at(C, W, I->x, s),
                                 ta_kinds[op] == TA_K_BIN ? ta_val_at(C, W, I->y, s) : P->c[I->k], &x);
             f->row = b0 + s; f->op = op; f->x = ta_val_at(C, W, I->x, s);
             f->y = ta_kinds[op] == TA_K_BIN ? ta_val_at(C, W, I->y, s) : P->c[I->k];
@@ -278,6 +319,37 @@ static void ta_rv_op(const ta_prog *P, ta_ws *W, const ta_ins *I, uint32_t cb, i
     }
     if (ax) ta_settle(W, I->ax, ps, W->T1, cb);
     if (ay) ta_settle(W, I->ay, ps, W->T2, cb);
+}
+
+/* A take's reverse step: each row's adjoint to the candidate it picked.
+ * Row candidates get theirs in place; a uniform candidate per sample on
+ * its row, summed as a lane sum over the rows that picked it (W->T1: the
+ * row's g or nothing). */
+static void ta_rv_take(const ta_prog *P, ta_ws *W, const ta_ins *I, uint32_t cb, int ps)
+{
+    const ta_code *C = P->code;
+    const uint32_t *l = P->lst + I->y, m = l[0];
+    const double *xv = ta_vrow(W, I->vx), *g = ROW(W->D, I->gk, W->ch);
+    uint32_t s, j, pick = 0;
+    for (s = 0; s < cb; s++) {         /* (each index was checked going forward) */
+        uint32_t q;
+        if (ta_take_index(xv[s], m, &pick) != TA_OK) continue;
+        q = l[1u + pick];
+        if (C->dloc[q] == TA_NONE || (C->uni[q] && !ps)) continue;
+        (C->uni[q] ? ROW(W->D, C->nds + C->dloc[q], W->ch) : ROW(W->D, C->dslot[q], W->ch))[s] += g[s];
+    }
+    if (ps) return;
+    for (j = 0; j < m; j++) {
+        uint32_t q = l[1u + j];
+        int any = 0;
+        if (!C->uni[q] || C->dloc[q] == TA_NONE) continue;
+        for (s = 0; s < cb; s++) {
+            int mine = ta_take_index(xv[s], m, &pick) == TA_OK && pick == j;
+            W->T1[s] = mine ? g[s] : 0.0;
+            any |= mine;
+        }
+        if (any) W->A[C->dloc[q]] += ta_lanesum(W->T1, cb);
+    }
 }
 
 /* One operand of a product: adds other * g (d_MUL: each side's partial
@@ -415,6 +487,19 @@ static void ta_rv_uniform(const ta_prog *P, ta_ws *W, uint32_t cb, int ps)
         int op = P->op[k], bin = ta_kinds[op] == TA_K_BIN;
         double dx, dy;
         if (C->dloc[k] == TA_NONE) continue;
+        if (op == TA_TAKE) {               /* to the candidate picked (checked going forward) */
+            uint32_t pick = 0, q;
+            if (ta_take_index(W->U[C->loc[x]], P->lst[y], &pick) != TA_OK) continue;
+            q = P->lst[y + 1u + pick];
+            if (C->dloc[q] == TA_NONE) continue;
+            if (!ps) W->A[C->dloc[q]] += W->A[C->dloc[k]];
+            else {
+                const double *g = ROW(W->D, C->nds + C->dloc[k], W->ch);
+                double *a = ROW(W->D, C->nds + C->dloc[q], W->ch);
+                for (s = 0; s < cb; s++) a[s] += g[s];
+            }
+            continue;
+        }
         ta_partials(op, W->U[C->loc[x]], bin ? W->U[C->loc[y]] : P->c[k], W->U[C->loc[k]], &dx, &dy);
         if (!ps) {
             double gk = W->A[C->dloc[k]];
@@ -531,6 +616,7 @@ TA_WIDE int ta_block(const ta_prog *P, ta_ws *W, const ta_run_t *R, uint64_t r0,
             if (i >= TA_PF) ta_prefetch(C, W, &C->ins[i - TA_PF]);
             if (I->gk == TA_NONE) continue;
             if (I->op == TA_IDOT) ta_rv_dot(P, W, I, cb, ps);
+            else if (I->op == TA_TAKE) ta_rv_take(P, W, I, cb, ps);
             else ta_rv_op(P, W, I, cb, ps);
             if (I->rel) { double *d = ROW(W->D, I->gk, ch); for (s = 0; s < cb; s++) d[s] = 0.0; }
         }

@@ -66,6 +66,8 @@ static int ta_adjoint_slots(const ta_prog *P, ta_code *C)
         TA_SLOT(I->x);
         if (I->op == TA_IDOT)
             for (t = I->t0; t < I->t0 + I->nt; t++) { TA_SLOT(C->tp[t]); TA_SLOT(C->tq[t]); }
+        else if (I->op == TA_TAKE)
+            for (t = 1; t <= P->lst[I->y]; t++) TA_SLOT(P->lst[I->y + t]);
         else if (ta_kinds[I->op] == TA_K_BIN) TA_SLOT(I->y);
         if (!keep[I->k]) { I->rel = 1; stack[nfree++] = C->dslot[I->k]; }
     }
@@ -101,6 +103,8 @@ static int ta_value_slots(const ta_prog *P, ta_code *C, const uint8_t *pin)
         if (bin) last[I->y] = i;
         if (I->op == TA_IDOT)
             for (t = I->t0; t < I->t0 + I->nt; t++) { last[C->tp[t]] = last[C->tq[t]] = i; }
+        if (I->op == TA_TAKE)
+            for (t = 1; t <= P->lst[I->y]; t++) last[P->lst[I->y + t]] = i;
         I->rd = 0;
         if (C->dloc[I->k] == TA_NONE) continue;              /* no reverse step */
         if (I->op == TA_IDOT) {
@@ -131,6 +135,8 @@ static int ta_value_slots(const ta_prog *P, ta_code *C, const uint8_t *pin)
         TA_FREE(I->x);
         if (I->op == TA_IDOT)
             for (t = I->t0; t < I->t0 + I->nt; t++) { TA_FREE(C->tp[t]); TA_FREE(C->tq[t]); }
+        else if (I->op == TA_TAKE)
+            for (t = 1; t <= P->lst[I->y]; t++) TA_FREE(P->lst[I->y + t]);
         else if (ta_kinds[I->op] == TA_K_BIN) TA_FREE(I->y);
         if (!keep[I->k] && last[I->k] == TA_NONE) stack[nfree++] = C->loc[I->k];   /* unread */
     }
@@ -151,7 +157,8 @@ static void ta_ins_rows(ta_code *C)
         I->gk = C->dloc[I->k] == TA_NONE ? TA_NONE : C->dslot[I->k];
         I->vx = I->vy = 0; I->ax = I->ay = TA_NONE;
         if (I->op == TA_IDOT) continue;
-        I->vx = TA_VAL_ROW(C, I->x); I->ax = TA_ADJ_ROW(C, I->x);
+        I->vx = TA_VAL_ROW(C, I->x);
+        I->ax = I->op == TA_TAKE ? TA_NONE : TA_ADJ_ROW(C, I->x);   /* (an index gets nothing) */
         if (bin) { I->vy = TA_VAL_ROW(C, I->y); I->ay = TA_ADJ_ROW(C, I->y); }
     }
 }
@@ -196,6 +203,17 @@ int ta_code_new(ta_prog *P)
     for (k = 0; k < P->n; k++) {
         int kind = ta_kinds[P->op[k]];
         if (kind == TA_K_LEAF) continue;
+        if (P->op[k] == TA_TAKE) {         /* its index, then its candidates */
+            const uint32_t *l = P->lst + P->b[k];
+            C->uni[k] = C->uni[P->a[k]];
+            if (uses[P->a[k]] < 2) uses[P->a[k]]++;
+            for (j = 1; j <= l[0]; j++) {
+                C->uni[k] &= C->uni[l[j]];
+                C->need[k] |= C->need[l[j]];      /* (the index gets no adjoint) */
+                if (uses[l[j]] < 2) uses[l[j]]++;
+            }
+            continue;
+        }
         C->uni[k] = C->uni[P->a[k]] && (kind != TA_K_BIN || C->uni[P->b[k]]);
         C->need[k] = !(ta_reads[P->op[k]] & TA_RD_STOP)      /* DETACH: nothing flows back */
                      && (C->need[P->a[k]] || (kind == TA_K_BIN && C->need[P->b[k]]));
@@ -245,6 +263,11 @@ int ta_code_new(ta_prog *P)
                     uint32_t a = I->t0 + t, b = I->t0 + I->nt - 1 - t, s;
                     s = C->tp[a]; C->tp[a] = C->tp[b]; C->tp[b] = s;
                     s = C->tq[a]; C->tq[a] = C->tq[b]; C->tq[b] = s;
+                }
+            } else if (P->op[k] == TA_TAKE) {
+                I->y = P->b[k];   /* where its list starts; uniform operands are read from U */
+                if (C->uni[I->x] && C->bloc[I->x] == TA_NONE) {
+                    C->bnode[C->nb] = I->x; C->bloc[I->x] = C->nb++;
                 }
             } else {
                 /* a uniform operand of a row op is read from a broadcast row */

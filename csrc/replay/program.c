@@ -30,7 +30,7 @@ void ta_prog_free(ta_prog *P)
     if (!P) return;
     ta_ws_drop(P);
     ta_code_free(P->code);
-    free(P->op); free(P->a); free(P->b); free(P->c);
+    free(P->op); free(P->a); free(P->b); free(P->c); free(P->lst);
     free(P->in); free(P->out); free(P->wrt);
     free(P->par); free(P->parid); free(P->pv); free(P->g);
     free(P);
@@ -49,8 +49,9 @@ static int ta_prog_alloc(ta_prog *P)
     P->par = (uint32_t *)ta_malloc(((size_t)P->npar + 1) * 4);
     P->pv = (double *)ta_malloc(((size_t)P->npar + 1) * 8);
     P->g = (ta_guard *)ta_malloc(((size_t)P->ng + 1) * sizeof *P->g);
+    P->lst = (uint32_t *)ta_malloc(((size_t)P->nlst + 1) * 4);
     if (!P->op || !P->a || !P->b || !P->c || !P->in || !P->out || !P->wrt || !P->par ||
-        !P->pv || !P->g)
+        !P->pv || !P->g || !P->lst)
         return TA_ENOMEM;
     return TA_OK;
 }
@@ -78,6 +79,7 @@ static int ta_prog_copy(ta_tape *T, ta_prog *P, const ta_sub *S, const int64_t *
     if (!(P->parid = (int64_t *)ta_malloc(((size_t)P->npar + 1) * 8))) return TA_ENOMEM;
     memcpy(P->op, S->op, P->n); memcpy(P->a, S->a, (size_t)P->n * 4);
     memcpy(P->b, S->b, (size_t)P->n * 4);
+    if (P->nlst) memcpy(P->lst, S->lst, (size_t)P->nlst * 4);
     for (k = 0; k < P->n; k++)   /* a leaf's c: its recorded value */
         P->c[k] = P->op[k] == TA_LEAF ? S->v[k] : ta_sub_c(S, k);
     for (j = 0; j < P->nout; j++) P->out[j] = ta_sub_row(S, (uint32_t)outs[j]);
@@ -128,7 +130,7 @@ int ta_prog_new(const int64_t *outs, uint32_t nout, const int64_t *ins, uint32_t
     if (nout == 0 || !outs || (nin && !ins) || (nwrt && !wrt)) return TA_EARG;
     for (j = 0; j < nin; j++) if ((st = ta_leaf_ref(T, ins[j])) != TA_OK) return st;
     for (j = 0; j < nwrt; j++) if ((st = ta_leaf_ref(T, wrt[j])) != TA_OK) return st;
-    if ((st = ta_plain(T, outs, nout)) != TA_OK) return st;
+    if ((st = ta_plain(T, outs, nout, 1)) != TA_OK) return st;
     for (j = 0; j < nout; j++) {
         ta_seg *s; uint32_t o;
         if ((st = ta_resolve(T, outs[j], &s, &o)) != TA_OK) return st;
@@ -136,7 +138,7 @@ int ta_prog_new(const int64_t *outs, uint32_t nout, const int64_t *ins, uint32_t
     P = (ta_prog *)ta_calloc(1, sizeof *P);
     if (!P) return TA_ENOMEM;
     P->nin = nin; P->nout = nout; P->nwrt = nwrt; P->live = 1;
-    if ((st = ta_sub_replay(T, outs, nout, ins, nin, &S)) != TA_OK) {
+    if ((st = ta_sub_replay(T, outs, nout, ins, nin, 1, &S)) != TA_OK) {
         ta_prog_free(P);
         return st;
     }
@@ -144,6 +146,7 @@ int ta_prog_new(const int64_t *outs, uint32_t nout, const int64_t *ins, uint32_t
     for (k = 0; k < S.n; k++) nleaf += S.op[k] == TA_LEAF;
     for (j = 0; j < nin; j++) nmarkin += ta_sub_row(&S, (uint32_t)ins[j]) != TA_NONE;
     P->n = S.n;
+    P->nlst = (uint32_t)S.nlst;
     /* a duplicate input makes this too small, but then the copy stops
      * with TA_EARG before it writes a parameter */
     P->npar = nleaf > nmarkin ? nleaf - nmarkin : 0;
@@ -233,13 +236,14 @@ int ta_prog_flat(ta_prog *P, ta_flat_t *f)
     if (!P || !f) return TA_EARG;
     if (!f->op) {      /* sizes only */
         f->n = P->n; f->nin = P->nin; f->nout = P->nout; f->nwrt = P->nwrt;
-        f->npar = P->npar; f->ng = P->ng;
+        f->npar = P->npar; f->ng = P->ng; f->nlst = P->nlst;
         return TA_OK;
     }
     if (f->n != P->n || f->nin != P->nin || f->nout != P->nout || f->nwrt != P->nwrt ||
-        f->npar != P->npar || f->ng != P->ng || !f->a || !f->b || !f->c || !f->in || !f->out ||
-        !f->wrt || !f->par || !f->gab || !f->gc || !f->gkind)
+        f->npar != P->npar || f->ng != P->ng || f->nlst != P->nlst || !f->a || !f->b || !f->c ||
+        !f->in || !f->out || !f->wrt || !f->par || !f->gab || !f->gc || !f->gkind || !f->lst)
         return TA_EARG;
+    memcpy(f->lst, P->lst, (size_t)P->nlst * 4);
     memcpy(f->op, P->op, P->n); memcpy(f->a, P->a, (size_t)P->n * 4);
     memcpy(f->b, P->b, (size_t)P->n * 4); memcpy(f->c, P->c, (size_t)P->n * 8);
     memcpy(f->in, P->in, (size_t)P->nin * 4); memcpy(f->out, P->out, (size_t)P->nout * 4);
@@ -254,8 +258,9 @@ int ta_prog_flat(ta_prog *P, ta_flat_t *f)
 }
 
 /* Every field of f checked: op codes known (not DEAD), inputs below the
- * node, every leaf exactly one input column or one parameter, columns
- * and guards naming nodes that exist.  TA_EARG names nothing more. */
+ * node, a TAKE node's list inside lst with at least one candidate, every
+ * leaf exactly one input column or one parameter, columns and guards
+ * naming nodes that exist.  TA_EARG names nothing more. */
 static int ta_flat_check(const ta_flat_t *f, uint8_t *role)
 {
     uint32_t k, j;
@@ -265,6 +270,11 @@ static int ta_flat_check(const ta_flat_t *f, uint8_t *role)
         kind = ta_kinds[op];
         if (kind != TA_K_LEAF && f->a[k] >= k) return TA_EARG;
         if (kind == TA_K_BIN && f->b[k] >= k) return TA_EARG;
+        if (op == TA_TAKE) {
+            uint32_t at = f->b[k], m;
+            if (at >= f->nlst || (m = f->lst[at]) == 0 || m > f->nlst - at - 1u) return TA_EARG;
+            for (j = 1; j <= m; j++) if (f->lst[at + j] >= k) return TA_EARG;
+        }
     }
     memset(role, 0, f->n);                /* 1 input, 2 parameter */
     for (j = 0; j < f->nin; j++) {
@@ -300,7 +310,7 @@ int ta_prog_load(const ta_flat_t *f, const double *params, ta_prog **out)
     if (!out) return TA_EARG;
     *out = NULL;
     if (!f || !f->op || !f->a || !f->b || !f->c || !f->in || !f->out || !f->wrt || !f->par ||
-        !f->gab || !f->gc || !f->gkind || (f->npar && !params) || f->nout == 0 ||
+        !f->gab || !f->gc || !f->gkind || (f->nlst && !f->lst) || (f->npar && !params) || f->nout == 0 ||
         f->n == TA_NONE || f->npar > f->n || f->ng > UINT32_MAX / 2u)
         return TA_EARG;
     if (!(role = (uint8_t *)ta_malloc((size_t)f->n + 1))) return TA_ENOMEM;
@@ -309,13 +319,14 @@ int ta_prog_load(const ta_flat_t *f, const double *params, ta_prog **out)
     if (st != TA_OK) return st;
     if (!(P = (ta_prog *)ta_calloc(1, sizeof *P))) return TA_ENOMEM;
     P->n = f->n; P->nin = f->nin; P->nout = f->nout; P->nwrt = f->nwrt;
-    P->npar = f->npar; P->ng = f->ng;
+    P->npar = f->npar; P->ng = f->ng; P->nlst = f->nlst;
     if ((st = ta_prog_alloc(P)) != TA_OK) { ta_prog_free(P); return st; }
+    if (P->nlst) memcpy(P->lst, f->lst, (size_t)P->nlst * 4);
     for (k = 0; k < P->n; k++) {   /* unused fields zeroed: a loaded program equals its source */
         int kind = ta_kinds[f->op[k]];
         P->op[k] = f->op[k];
         P->a[k] = kind == TA_K_LEAF ? 0 : f->a[k];
-        P->b[k] = kind == TA_K_BIN ? f->b[k] : 0;
+        P->b[k] = (kind == TA_K_BIN || f->op[k] == TA_TAKE) ? f->b[k] : 0;
         P->c[k] = (kind == TA_K_CST || kind == TA_K_LEAF) ? f->c[k] : 0.0;
     }
     memcpy(P->in, f->in, (size_t)P->nin * 4); memcpy(P->out, f->out, (size_t)P->nout * 4);

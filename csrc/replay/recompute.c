@@ -87,7 +87,7 @@ static ta_plan *ta_plan_build(ta_tape *T, int64_t root, int *st)
     ta_sub S;
     ta_plan *L;
 
-    if ((*st = ta_sub_replay(T, &root, 1, NULL, 0, &S)) != TA_OK) return NULL;
+    if ((*st = ta_sub_replay(T, &root, 1, NULL, 0, 0, &S)) != TA_OK) return NULL;
     *st = TA_ENOMEM;
     if (!(L = (ta_plan *)ta_calloc(1, sizeof *L))) goto fail;
     L->root = root; L->ver = G->ver; L->n = n = S.n;
@@ -140,7 +140,7 @@ int ta_recompute(int64_t root)
     double *v;
     int st;
     if (!T) return TA_ENOMEM;
-    if ((st = ta_plain(T, &root, 1)) != TA_OK) return st;
+    if ((st = ta_plain(T, &root, 1, 0)) != TA_OK) return st;
     if ((st = ta_resolve(T, root, &rs, &ro)) != TA_OK) return st;
     if (!(G = ta_guards_of(T)) || !(P = ta_plans_of(T))) return TA_ENOMEM;
     if (!(L = ta_plan_find(P, G, root))) {

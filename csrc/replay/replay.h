@@ -61,8 +61,10 @@ struct ta_prog {
     /* the flat program: what compile copies from the tape and pickle carries */
     uint32_t  n, nin, nout, nwrt, npar, ng;
     uint8_t  *op;
-    uint32_t *a, *b;        /* input indices (b for BIN), < the node's own     */
+    uint32_t *a, *b;        /* input indices (b for BIN), < the node's own; TAKE:
+                               a its index, b where its list starts in lst     */
     double   *c;            /* constants (CST)                                 */
+    uint32_t *lst, nlst;    /* operand lists: a TAKE node's m, then its m candidates */
     uint32_t *in, *out, *wrt;   /* node per column; TA_NONE: not reached       */
     uint32_t *par;          /* the parameter leaves                            */
     double   *pv;           /* their values, when the program holds them       */

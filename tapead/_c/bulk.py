@@ -167,3 +167,28 @@ def sums_fast(rows: Any, x: Any, V: Any, carrying: Any) -> Any:
         return carrying(rows, x)(s.h, nout)
     finally:
         _tl.dots = s
+
+
+def take(idx: int, cands: Any, m: int, ncols: int, handles: Any) -> Any:
+    """ncols take nodes picking among the m rows of candidates cands (ids, m
+    * ncols) by node idx's value (csrc/api/cdef.h: ta_take): handles(h,
+    ncols) of the held list they are in; or, where the call cannot record
+    them, "no_grad" (inside no_grad()) or "constant" (a no_grad value
+    among idx and cands)."""
+    h = held_list(ncols)
+    st = within_limit(lib.ta_take, idx, ffi.new("int64_t[]", cands), m, ncols, h)
+    if not st:
+        return handles(h, ncols)
+    if st == lib.TA_EMODEPATH:
+        return "no_grad"
+    if st == lib.TA_ENOGRAD:
+        return "constant"
+    raise error(st)
+
+
+def take_pick(x: float, m: int) -> int:
+    """The item index value x picks among m (csrc/api/cdef.h: ta_take_pick)."""
+    k = lib.ta_take_pick(x, m)
+    if k < 0:
+        raise error(k)
+    return int(k)

@@ -54,7 +54,8 @@ def _info(i: int, b: Any, ins: Any, cap: int) -> Tuple[int, int, str, Tuple[int,
 
 
 def custom_info(i: int) -> Optional[Tuple[int, str, Tuple[int, ...]]]:
-    """(key, name, input ids) of node i if it is a custom node, else None."""
+    """(key, name, input ids) of node i if it is an n-ary node (custom or
+    take: key 0, no name), else None."""
     b = _take()
     st, key, nm, ids = _info(i, b, b[3], 16)
     _put(b)

@@ -139,7 +139,7 @@ def _run_error(st: int, f: Any, row0: Any) -> Exception:
                  f"array's chunk sizes are unknown)")
     if st == lib.TA_EGUARD:
         return guard_error(f.kind, f.outcome, f.x, f.y, where)
-    if st in (lib.TA_EZERODIV, lib.TA_EDOMAIN, lib.TA_ERANGE):
+    if st in (lib.TA_EZERODIV, lib.TA_EDOMAIN, lib.TA_ERANGE, lib.TA_EINDEX):
         e = op_error(st, f.op, f.x, f.y)
     elif st == lib.TA_EARG:
         return ValueError("Program: an argument does not match the program's sizes")

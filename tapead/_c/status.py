@@ -52,6 +52,8 @@ def _op_error(st: int) -> Exception:
 
 def op_error(st: int, op: int, x: float, y: float) -> Exception:
     """The exception for op error `st` of op `op` at inputs x, y (y: its constant, if any)."""
+    if st == lib.TA_EINDEX:
+        return index_error(x, int(y))
     pow_like = op in POW_LIKE
     at = FORMS[op].format(x=repr(x), y=repr(y), c=repr(y))   # as the op shows: log(-1.0), 2.0 ** 0.5
     if st == lib.TA_EZERODIV:
@@ -63,6 +65,14 @@ def op_error(st: int, op: int, x: float, y: float) -> Exception:
                               f"to the fractional power {power}")
         return ValueError(f"math domain error: {at}")
     return OverflowError(f"math range error: {at} overflows")
+
+
+def index_error(x: float, m: int) -> IndexError:
+    """tapead.take's bad index: x, the index's value, among m items."""
+    if x != x or x in (float("inf"), float("-inf")) or x != int(x):
+        return IndexError(f"tapead.take: the index is {x!r}, not a whole number (it picks one of "
+                          f"{m} items)")
+    return IndexError(f"tapead.take: index {int(x)} is out of range for {m} items")
 
 
 def _inputs(op: int, x: float, y: float) -> str:
@@ -80,7 +90,7 @@ def _status_table() -> Dict[int, Tuple[Any, str]]:
     (csrc/api/status.def); an empty message is formatted by error()."""
     classes = {"TapeadError": TapeadError, "TapeError": TapeError, "AnomalyError": AnomalyError,
                "GuardError": GuardError, "MemoryError": MemoryError,
-               "ValueError": ValueError,
+               "ValueError": ValueError, "IndexError": IndexError,
                "ZeroDivisionError": ZeroDivisionError, "OverflowError": OverflowError, "None": None}
     st, name, exc, msg = (ffi.new("int *"), ffi.new("const char **"), ffi.new("const char **"),
                           ffi.new("const char **"))
@@ -101,7 +111,7 @@ def error(st: int, sweep: str = "") -> Exception:
     cls, msg = _STATUS.get(st, (TapeError, ""))
     if msg:
         return cls(msg)  # type: ignore[no-any-return]
-    if st in (lib.TA_EZERODIV, lib.TA_EDOMAIN, lib.TA_ERANGE):
+    if st in (lib.TA_EZERODIV, lib.TA_EDOMAIN, lib.TA_ERANGE, lib.TA_EINDEX):
         return _op_error(st)
     if st == lib.TA_ELIMIT:
         now = _stats()

@@ -123,7 +123,9 @@ def printer(s: Shape) -> Any:
 
 def choose(code: Code) -> Optional[str]:
     """The CPU shape for code by the rules above, or None where generated code
-    would not be faster than the interpreter."""
+    would not be faster than the interpreter (or cannot run it: take nodes)."""
+    if code.takes:
+        return None
     if code.n <= LANES2_NODES:
         return "lanes2"
     if len(code.uops) > len(code.ins):
@@ -135,6 +137,9 @@ def choose(code: Code) -> Optional[str]:
 
 def why_not(code: Code) -> str:
     """Why choose(code) is None, for a Program's repr."""
+    if code.takes:
+        return (f"a program with take nodes ({code.takes}) runs in the interpreter: generated code "
+                f"does not pick by index")
     return (f"a program of {code.n} nodes in {len(code.ins)} row operations and {len(code.uops)} "
             f"uniform ones is not one generated code runs faster than the interpreter (docs/native.md); "
             f"a shape named ({', '.join(map(repr, SHAPES))}) builds it all the same")
@@ -145,6 +150,8 @@ def source(code: Code, s: Union[str, Shape], units: int = 1) -> Tuple[List[str],
     shape's own count if it has one), the scratch it needs in doubles) for
     code in shape s."""
     s = shape(s)
+    if code.takes:
+        raise ValueError(f"tapead.native: {why_not(code)} (no shape builds it)")
     p = printer(s)
     texts = p.units(code, s.units or units)
     return texts, p.nscratch

@@ -66,6 +66,8 @@ class Code:
         self.out: List[int] = list(flat["out"])
         self.wrt: List[int] = list(flat["wrt"])
         self.par: List[int] = list(flat["par"])
+        self.lst: List[int] = list(flat["lst"])        # operand lists (a TAKE node's b: its start)
+        self.takes: int = self.op.count(OP["TAKE"])
         # guards: (a, b, c, kind, cst, outcome)
         gab, gc, gk = list(flat["gab"]), list(flat["gc"]), list(flat["gkind"])
         self.guards: List[Tuple[int, int, float, int, int, int]] = [
