@@ -3,7 +3,7 @@
 The README expression is 24 ops, so "backward per node" there is mostly the
 cost of getting into C at all.  This splits one tapead backward() into
 layers, each timed over the same roots in the same interleaved rounds as
-micrograd's backward, and prints the per-call budget a 200x ratio allows:
+micrograd's backward, and prints how much of a call comes before the sweep:
 
   Python loop + method call   `for r in roots: r.m()` with an empty method
   + cffi call                 `lib.ta_adj(id)`: a C call that only looks the
@@ -24,7 +24,7 @@ from tapead import _c, bench
 try:
     import micrograd.engine as mg
 except ImportError:  # pragma: no cover
-    sys.exit("needs micrograd: pip install '.[bench]'")
+    sys.exit("needs micrograd: pip install micrograd==0.1.0 (or pip install -e \".[bench]\" in the clone)")
 
 ROOTS = 100_000 // 24     # as python -m tapead.bench: 100,000 ops of README expressions
 MG_ROOTS = 20_000 // 24
@@ -80,8 +80,8 @@ def main() -> None:
     for k, v in med.items():
         print(f"  {k:32s} {v:9,.0f} ns   {v / 24:7.1f} ns/node")
     print(f"\n  ratio micrograd / Value.backward(): {m / med['Value.backward()']:.0f}x per node")
-    print(f"  a 200x ratio allows {m / 200:,.0f} ns per call; Python and cffi alone take "
-          f"{med['+ cffi call (lookup only)']:,.0f} ns before the sweep starts")
+    print(f"  Python and cffi alone take {med['+ cffi call (lookup only)']:,.0f} ns of a call before the "
+          f"sweep starts")
 
 
 if __name__ == "__main__":

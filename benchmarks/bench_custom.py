@@ -1,4 +1,4 @@
-"""What custom nodes cost, and where (issue 15's targets).
+"""What custom nodes cost, and where.
 
 One program, written once for any Value class: G groups of ten ops each,
 x * w1 + b1, squared minus x, relu plus b2, times w2, then a softplus, then
@@ -18,10 +18,11 @@ Rows (medians of interleaved rounds, ratios within this run):
                with none on the tape): custom nodes cost nothing where
                the sweep does not meet them
 
-    python benchmarks/bench_custom.py [--groups N] [--rounds R]
+    python benchmarks/bench_custom.py [--groups N] [--rounds R] [--json FILE]
 """
 import argparse
 import gc
+import json
 import math
 import statistics
 import sys
@@ -33,7 +34,7 @@ from tapead import Value
 try:
     from micrograd.engine import Value as MGValue
 except ImportError:  # pragma: no cover
-    sys.exit("needs micrograd: pip install '.[bench]'")
+    sys.exit("needs micrograd: pip install micrograd==0.1.0 (or pip install -e \".[bench]\" in the clone)")
 
 
 def softplus_rule(V, u):
@@ -107,9 +108,10 @@ def timed(fn):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--groups", type=int, default=2000)
-    ap.add_argument("--rounds", type=int, default=9)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--groups", type=int, default=2000, help="groups of ten ops (default 2000)")
+    ap.add_argument("--rounds", type=int, default=9, help="interleaved rounds (default 9)")
+    ap.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     a = ap.parse_args()
     G, R = a.groups, a.rounds
     sys.setrecursionlimit(100_000)
@@ -180,6 +182,13 @@ def main() -> None:
     print(f"\nplain graph's backward: {a_ / G * 1e6:.3f} us/group with no custom node on the tape, "
           f"{b_ / G * 1e6:.3f} with {len(others) * G} custom nodes elsewhere on it: "
           f"ratio {b_ / a_:.3f}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(dict(groups=G, rounds=R, front=tapead.FRONT,
+                           end_to_end_us_group={k: v / G * 1e6 for k, v in med.items()},
+                           backward_us_group={k: v / G * 1e6 for k, v in bm.items()},
+                           beside_over_alone=b_ / a_), f, indent=2)
+        print(f"\nresults written to {a.json}")
 
 
 if __name__ == "__main__":

@@ -1,11 +1,11 @@
-"""The microgpt migration's figures (issue 24's targets): one training step
+"""The microgpt migration's figures: one training step
 of examples/gpt.py (a microgpt-style GPT, ~57k tape nodes a step) on its
 plain-Python scalar Value, on tapead.Value as a drop-in, and on the fast
 path (tapead.linear + tapead.optim.Adam), medians of interleaved rounds;
 and tapead.dot over 16 terms against the generator sum it replaces.  The
 rows are tapead.bench's gpt rows (python -m tapead.bench --gpt), here with
 more rounds and, with --pypy, the same rows run by PyPy in the same
-session (its drop-in against plain Python on PyPy).
+run (its drop-in against plain Python on PyPy).
 
     python benchmarks/bench_gpt.py [--rounds R] [--pypy PATH-TO-PYPY-PYTHON]
 """

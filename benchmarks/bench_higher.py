@@ -5,7 +5,6 @@
 1. Hessian-vector product vs gradient on an MLP loss (parameters as inputs):
    (a) C only, on an already recorded graph: tapead.hvp vs tapead.grad;
    (b) recorded and swept: record the loss in Python + hvp vs record + grad.
-   Target: hvp <= 5x gradient.
 2. Dense n x n Hessian vs one gradient for growing n: the ratio divided by
    n should stay flat (O(n) gradient-equivalents).
 Medians of several repeats; the machine is shared, so only ratios count.

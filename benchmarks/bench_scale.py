@@ -16,7 +16,7 @@ shared machine's load hits both alike); ratios compare those medians.
            the process pinned to one core (skipped if JAX is not installed); and
            the time to the first step (record + compile, against JAX's trace + jit)
 
-Run: python benchmarks/bench_scale.py [--quick] [section ...]
+Run: python benchmarks/bench_scale.py [--quick] [--json FILE] [section ...]
 
 numpy's BLAS is held to one thread here: the numpy peer is single-threaded
 vectorised numpy, and OpenBLAS's idle threads (started by numpy_asian's S @ tk)
@@ -29,6 +29,7 @@ for _v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_v, "1")
 import argparse
 import importlib.util
+import json
 import math
 import statistics
 import subprocess
@@ -113,7 +114,8 @@ def bench_mc(quick):
               f"{t1 / n * 1e9:6.1f} ns/path ({t1 / t_np:4.2f}x numpy)   {cores()} threads "
               f"{tall / n * 1e9:6.1f} ns/path ({tall / t_np:4.2f}x numpy)")
         out.append((name, t_np / n, t1 / n, tall / n))
-    return out
+    return {name: dict(numpy_ns_path=a * 1e9, threads1_ns_path=b * 1e9, all_cores_ns_path=c * 1e9)
+            for name, a, b, c in out}
 
 
 # -------------------------------------------------------------- threads
@@ -266,11 +268,14 @@ def bench_demo(quick):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true")
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats")
+    ap.add_argument("--json", metavar="FILE", help="also write the mc section's figures as JSON")
     ap.add_argument("--pinned", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("sections", nargs="*", default=["mc", "threads", "dask", "demo"])
+    ap.add_argument("sections", nargs="*", default=["mc", "threads", "dask", "demo"],
+                    choices=[[], "mc", "threads", "dask", "demo"], help="default: all four")
     args = ap.parse_args()
+    results = {}
     print(f"tapead {tapead.__version__} bench_scale ({'quick' if args.quick else 'full'}); "
           f"medians of interleaved repeats; {cores()} cores, shared", flush=True)
     for s in args.sections:
@@ -282,8 +287,14 @@ def main():
                            + (["--quick"] if args.quick else []),
                            preexec_fn=lambda: os.sched_setaffinity(0, {cpu}), check=True)
             continue
-        {"mc": bench_mc, "threads": bench_threads, "dask": bench_dask, "demo": bench_demo}[s](
+        got = {"mc": bench_mc, "threads": bench_threads, "dask": bench_dask, "demo": bench_demo}[s](
             args.quick)
+        if s == "mc":
+            results[s] = got
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(quick=args.quick, cores=cores(), results=results), f, indent=2)
+        print(f"\nresults written to {args.json}")
 
 
 if __name__ == "__main__":

@@ -1,11 +1,11 @@
-# gpu_check.sh: the GPU checks of issue 27, in one run on a GPU machine (docs/gpu.md).
+# gpu_check.sh: the GPU checks, in one run on a GPU machine (docs/gpu.md).
 #
 #   bash benchmarks/gpu_check.sh          (from the repository root; $OUT: where results go)
 #   bash benchmarks/gpu_check.sh --dry    (anywhere: the script's own flow, the build and the
 #                                          tests, each benchmark stage only parsed and imported)
 #
-# Installs the wheels carried in .whl/ (cffi, pycparser: the GPU machines
-# have no network), builds tapead in place from source, then runs the
+# Installs the wheels in .whl/ if there are any (cffi, pycparser: for a
+# machine without network access), builds tapead in place from source, then runs the
 # stages, the most important first, each on its own (one failing stage
 # stops nothing else): the European Greeks against JAX with the per-call
 # breakdown (kernel alone, host before the launch, the rest, JAX), the GPU
@@ -29,12 +29,12 @@ FAILS=""
 echo "=== gpu_check.sh ${DRY:+(dry) }at $(date -u '+%F %T') UTC, in $PWD, results in $OUT"
 set -x
 
-# the wheels the GPU machine lacks (a dry run here has its own venv)
+# wheels for a machine without network access (cffi, pycparser), if any are in .whl/
 if ls .whl/*.whl > /dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || FAILS="$FAILS wheels"
 elif [ -z "$DRY" ]; then
-  echo "no .whl/*.whl here (the device call's carry: [\".whl\"]); going on with what is installed"
+  echo "no .whl/*.whl: going on with what is installed"
 fi
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -88,7 +88,7 @@ stage european
 bench european 60
 
 stage tests
-# (--noconftest: tests/conftest.py needs micrograd, which the GPU machines lack; test_gpu.py needs none of it)
+# (--noconftest: tests/conftest.py needs micrograd, which a GPU machine may lack; test_gpu.py needs none of it)
 run tests 90 bash -c 'python3 -m pytest -q --noconftest -p no:cacheprovider -rs tests/test_gpu.py 2>&1 | tee "$0"; exit "${PIPESTATUS[0]}"' "$OUT/tests.txt"
 # on the GPU machine the GPU tests must run, not skip
 if [ -z "$DRY" ] && grep -q "no CUDA GPU" "$OUT/tests.txt"; then

@@ -7,7 +7,7 @@ collector decides what lives, as it would once the cycle is visible.
 
   seg   one owner per tape segment; a Value of segment W references
         owner(W); owner(W).deps = owners of the earlier segments with
-        custom data that W's nodes use (docs/custom-nodes.md's redesign)
+        custom data that W's nodes use
   node  a Value references an owner set of its own node's dependencies:
         a custom node's owner holds its rule and the join of its inputs'
         owners; an op's result joins its inputs' (a new join object only
@@ -20,7 +20,7 @@ only the last step's loss is kept.  Printed: how many owners and
 segments are still alive after gc.collect(), and whether backward from
 the kept loss finds every rule it needs.
 
-What it shows (issue 23; docs/custom-nodes.md): with one owner per
+What it shows (docs/custom-nodes.md, "Why an owner per node"): with one owner per
 segment, the step that straddles each segment boundary links the new
 segment's owner to the old one's, and the old owner holds rules of the
 previous steps (they share its segment), whose captured Values hold their

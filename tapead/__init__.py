@@ -112,3 +112,4 @@ class _Package(ModuleType):
 
 
 __import__("sys").modules[__name__].__class__ = _Package
+del ModuleType, TYPE_CHECKING, annotations   # names this module used, not its API

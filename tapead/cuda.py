@@ -23,7 +23,7 @@ Program's exception, naming the first failing row.
 X may be a numpy array (results come back as numpy) or a CuPy array
 (results stay on the GPU, as CuPy arrays).  Kernels are compiled once per
 process and kept on disk, in the kernel cache (tapead.codegen.build).  Needs CuPy (``pip install
-"tapead[cuda]"``), imported only when a GPU is asked for.
+cupy-cuda13x``, or the cupy-cudaXXx matching your CUDA), imported only when a GPU is asked for.
 """
 from __future__ import annotations
 
@@ -94,8 +94,8 @@ def _cupy() -> Any:
     try:
         import cupy
     except ImportError as e:
-        raise ImportError('device="cuda" needs CuPy: pip install "tapead[cuda]" '
-                          '(or a cupy-cudaXXx wheel matching your CUDA)') from e
+        from ._install import needs
+        raise needs("cuda", 'device="cuda"') from e
     try:
         n = cupy.cuda.runtime.getDeviceCount()
     except Exception as e:   # CUDARuntimeError: no driver, or too old a one

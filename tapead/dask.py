@@ -19,8 +19,10 @@ several failing chunks, the one Dask meets first.
 ``device="cuda"`` runs each chunk on the worker's GPU (docs/gpu.md): the
 chunk's summed gradients are then one row of sums, added in chunk order.
 
-Needs the optional extra: ``pip install "tapead[dask]"``.  ``import tapead``
-does not import Dask.
+Needs Dask: ``pip install "dask[array,distributed]"`` (in a clone of
+tapead, the extra ``pip install -e ".[dask]"``); without it, ``import
+tapead.dask`` raises an ImportError saying so.  ``import tapead`` does not
+import Dask.
 
     >>> import numpy as np, dask.array as da, tapead, tapead.dask
     >>> w = tapead.Value(2.0); x = tapead.Value(0.0)
@@ -34,8 +36,12 @@ from __future__ import annotations
 
 from typing import Any, List, Optional, Tuple
 
-import dask
-import dask.array as da
+try:
+    import dask
+    import dask.array as da
+except ImportError as _e:
+    from ._install import needs
+    raise needs("dask", "tapead.dask") from _e
 import numpy as np
 
 from .replay import Program, _vector

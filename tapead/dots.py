@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import sys
 from operator import mul
-from typing import Any, Callable, List, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, List, Sequence, Tuple, Union, overload
 
 from ._c import bulk as _bulk
 from .custom import join, join_all
@@ -231,10 +231,30 @@ def _linear_cffi(x: Sequence[Operand], W: Sequence[Sequence[Operand]]) -> List[A
     return out if out is not None else _linear(x, W)
 
 
-dot: Callable[[Sequence[Operand], Sequence[Operand]], Union[Value, float, int]]
-linear: Callable[[Sequence[Operand], Sequence[Sequence[Operand]]], List[Any]]
-if FRONT == "cpython":   # C takes the common case (csrc/python/dots.c), then the general path
+if TYPE_CHECKING:
+    # What a type checker sees: a dot with a Value on either side is a Value
+    # (every term records), one of numbers only is that number, as sum() gives.
+    @overload
+    def dot(ws: Sequence[Value], xs: Sequence[Operand]) -> Value: ...
+    @overload
+    def dot(ws: Sequence[Operand], xs: Sequence[Value]) -> Value: ...
+    @overload
+    def dot(ws: Sequence[int], xs: Sequence[int]) -> int: ...
+    @overload
+    def dot(ws: Sequence[float], xs: Sequence[float]) -> float: ...
+    @overload
+    def dot(ws: Sequence[Operand], xs: Sequence[Operand]) -> Union[Value, float, int]: ...
+    def dot(ws: Sequence[Operand], xs: Sequence[Operand]) -> Union[Value, float, int]: ...
+
+    @overload
+    def linear(x: Sequence[Value], W: Sequence[Sequence[Operand]]) -> List[Value]: ...
+    @overload
+    def linear(x: Sequence[Operand], W: Sequence[Sequence[Value]]) -> List[Value]: ...
+    @overload
+    def linear(x: Sequence[Operand], W: Sequence[Sequence[Operand]]) -> List[Union[Value, float, int]]: ...
+    def linear(x: Sequence[Operand], W: Sequence[Sequence[Operand]]) -> Sequence[Union[Value, float, int]]: ...
+elif FRONT == "cpython":  # C takes the common case (csrc/python/dots.c), then the general path
     dot, linear = sys.modules["tapead._cpython"].dots(dot=_dot, linear=_linear)
-else:                   # _c.bulk.sums_fast takes the common case, then the general path
+else:                     # _c.bulk.sums_fast takes the common case, then the general path
     _dot_cffi.__doc__, _linear_cffi.__doc__ = _dot.__doc__, _linear.__doc__
     dot, linear = _dot_cffi, _linear_cffi

@@ -5,7 +5,8 @@ operation, edges from inputs to op to output.  The rows come from the tape
 in one C call (tapead.wengert), so this needs no Python graph walk.
 
 to_dot() returns DOT source and needs nothing; draw_dot() returns a
-graphviz.Digraph (pip install "tapead[draw]", plus Graphviz's `dot` to render).
+graphviz.Digraph (pip install graphviz), which Jupyter shows as a picture
+and .render() writes to a file, both with Graphviz's `dot` program.
 """
 from __future__ import annotations
 
@@ -93,8 +94,10 @@ def draw_dot(root: Value, format: str = "svg", rankdir: str = "LR") -> Any:
     try:
         import graphviz
     except ImportError as exc:
-        raise ImportError("draw_dot needs the graphviz package: pip install \"tapead[draw]\" "
-                          "(tapead.to_dot(root) gives the DOT source without it)") from exc
+        from ._install import needs
+        raise needs("draw", "draw_dot", "to render, Graphviz's dot program too (Debian/Ubuntu: "
+                    "apt-get install graphviz; macOS: brew install graphviz); tapead.to_dot(root) "
+                    "gives the DOT source without either") from exc
     dot = graphviz.Digraph(format=format, graph_attr={"rankdir": rankdir})
     for e in _elements(root):
         if e[0] == "node":

@@ -13,7 +13,7 @@ any Value's .grad: they return their results instead of accumulating.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, List, SupportsFloat, Union
+from typing import TYPE_CHECKING, Any, Iterable, List, Literal, SupportsFloat, Union, overload
 
 if TYPE_CHECKING:
     import numpy
@@ -28,9 +28,38 @@ from .engine import Value, handles, ids_of, values_of
 from .replay import _np
 
 
+_Weights = Union[SupportsFloat, Iterable[SupportsFloat], None]
+
+
+# What a type checker sees: floats, or Values with create_graph=True; one
+# result for a single Value as inputs, else a list.
+@overload
+def grad(outputs: Union[Value, Iterable[Value]], inputs: Value, grad_outputs: _Weights = None,
+         create_graph: Literal[False] = False) -> float: ...
+@overload
+def grad(outputs: Union[Value, Iterable[Value]], inputs: Value, grad_outputs: _Weights = None, *,
+         create_graph: Literal[True]) -> Value: ...
+@overload
+def grad(outputs: Union[Value, Iterable[Value]], inputs: Value, grad_outputs: _Weights,
+         create_graph: Literal[True]) -> Value: ...
+@overload
+def grad(outputs: Union[Value, Iterable[Value]], inputs: Iterable[Value], grad_outputs: _Weights = None,
+         create_graph: Literal[False] = False) -> List[float]: ...
+@overload
+def grad(outputs: Union[Value, Iterable[Value]], inputs: Iterable[Value], grad_outputs: _Weights = None, *,
+         create_graph: Literal[True]) -> List[Value]: ...
+@overload
+def grad(outputs: Union[Value, Iterable[Value]], inputs: Iterable[Value], grad_outputs: _Weights,
+         create_graph: Literal[True]) -> List[Value]: ...
+@overload
 def grad(outputs: Union[Value, Iterable[Value]], inputs: Union[Value, Iterable[Value]],
-         grad_outputs: Union[SupportsFloat, Iterable[SupportsFloat], None] = None,
-         create_graph: bool = False) -> Any:
+         grad_outputs: _Weights = None,
+         create_graph: bool = False) -> Union[float, Value, List[float], List[Value]]: ...
+
+
+def grad(outputs: Union[Value, Iterable[Value]], inputs: Union[Value, Iterable[Value]],
+         grad_outputs: _Weights = None,
+         create_graph: bool = False) -> Union[float, Value, List[float], List[Value]]:
     """d(sum_k w_k outputs_k)/d inputs_j, w = grad_outputs (default: all 1).
 
     Returns a list of floats (one per input), or of Values recorded on the

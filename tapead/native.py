@@ -33,6 +33,12 @@ def key(source: Union[str, List[str]], argv: List[str], opt: str = "-O1") -> str
     return build.c_key(units, argv, opt, build.headers(codegen.include_dirs(), (".h", ".def")), _TAG)
 
 
+def opt_flags(s: "codegen.Shape", gcc: bool, avx2: bool) -> str:
+    """Shape s's optimisation flags (before codegen.build.flags adds the
+    rest) for a compiler that is GCC or not, on a CPU with AVX2 or not."""
+    return s.opt + (" " + s.gcc if s.gcc and gcc else "") + (" -mavx2" if s.avx2 and avx2 else "")
+
+
 def kernel(code: "codegen.Code", shape: Union[str, "codegen.Shape"],
            timeout: Optional[float] = None) -> Tuple[int, int, int]:
     """(the kernel's address, its uniform values' function's, scratch doubles)
@@ -42,7 +48,7 @@ def kernel(code: "codegen.Code", shape: Union[str, "codegen.Shape"],
     built."""
     s = codegen.shape(shape)
     source, nscratch = codegen.source(code, s, jobs())
-    opt = s.opt + (" -mavx2" if s.avx2 and avx2() else "")
+    opt = opt_flags(s, build.is_gcc(), avx2())
     include = codegen.include_dirs()
     fn, ufn = build.library(source, opt, include, ("ta_kernel", "ta_uniform"),
                             build.headers(include, (".h", ".def")), _TAG, timeout)
@@ -50,15 +56,15 @@ def kernel(code: "codegen.Code", shape: Union[str, "codegen.Shape"],
 
 
 # ------------------------------------------------------------ a Program's path
-# native=None runs the interpreter.  Generated CPU code is faster only for
-# small programs (docs/native.md: 0.53-0.8x of the interpreter under ~200
-# nodes, 1.0-1.4x above), where its compiler run (0.2-1 s) pays off only
-# past tens of millions of rows, and for networks (the rows shape: 8-20 us a
-# call saved on the demo for a 1.5-3.4 s build); native=None is never slower than the
-# interpreter, first call included.  native=True builds it (a small program
-# over many rows; checking; the CPU twin of the GPU's kernels).
-NONE_REASON = ("native=None: the interpreter, never slower; generated code pays only for "
-               "small programs over many rows (native=True), see docs/native.md")
+# native=None runs the interpreter, which is never slower, first call
+# included: generated code is faster only for some programs (small ones,
+# networks, programs of parameters: codegen.choose), and only once its build
+# (tenths of a second to seconds) is paid back over many rows or calls.
+# native=True builds it (such a program run often; checking; the CPU twin of
+# the GPU's kernels).  docs/native.md has the figures and their command.
+NONE_REASON = ("native=None: the interpreter, never slower; generated code pays only for small "
+               "programs, networks and programs of parameters over many rows or calls (native=True), "
+               "see docs/native.md")
 
 
 class NativeState:

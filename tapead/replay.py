@@ -253,8 +253,7 @@ class Program:
         wrts = values_of(wrt, "wrt")
         p = _prog.prog_new(ids_of(outs), len(outs), ids_of(ins), len(ins), ids_of(wrts), len(wrts))
         if p is None:
-            raise ValueError("compile: outputs must be non-empty; inputs and wrt must be leaf "
-                             "Values (made by Value(x), not by an operation), inputs distinct")
+            raise ValueError("compile: " + _refused(outs, ins, wrts))
         self._own(p)
         from .engine import held
         self._params = held(_prog.prog_params(self._p, self._dims[3]))  # keeps their segments alive
@@ -435,6 +434,27 @@ class Program:
         return (f"Program(nodes={self.nodes}, inputs={self.n_inputs}, outputs={self.n_outputs}, "
                 f"wrt={self.n_wrt}, params={self._dims[3]}, guards={self.guards}, "
                 f"runs={self._native.describe(self.native)})")
+
+
+def _refused(outs: List[Value], ins: List[Value], wrts: List[Value]) -> str:
+    """Which of compile's rules its arguments break (C refused them: TA_EARG),
+    the first as C checks them."""
+    from .engine import _node
+    if not outs:
+        return "outputs is empty: a Program needs at least one output Value"
+    for name, vs in (("inputs", ins), ("wrt", wrts)):
+        for j, v in enumerate(vs):
+            if _node(v)[0] != OP["LEAF"]:
+                return (f"{name}[{j}] is not a leaf Value: it was made by an operation ({v._op!r}); "
+                        f"{name} must be leaves, made by Value(x)")
+    first: Dict[int, int] = {}
+    for j, v in enumerate(ins):
+        if v._i in first:
+            return (f"inputs[{first[v._i]}] and inputs[{j}] are the same Value: each input is a "
+                    f"column of X, so inputs must be distinct")
+        first[v._i] = j
+    return ("outputs must be non-empty; inputs and wrt must be leaf Values (made by Value(x), "
+            "not by an operation), inputs distinct")
 
 
 def _native_ok(native: Any) -> bool:

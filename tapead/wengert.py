@@ -66,8 +66,8 @@ class Wengert:
         keys = list(self.rows[0]) if self.rows else []
         return {k: [r[k] for r in self.rows] for k in keys}
 
-    def format(self, digits: int = 6) -> str:
-        """The table as aligned plain text, numbers to `digits` significant digits."""
+    def _cells(self, digits: int) -> Tuple[List[str], List[List[str]]]:
+        """(the header, each row's cells), numbers to `digits` significant digits."""
         head = ["row", "label", "op", "expression", "value"]
         if self.has_tangent:
             head.append("tangent")
@@ -81,6 +81,11 @@ class Wengert:
             if self.has_adjoint:
                 line.append(_num(r["adjoint"], digits))
             body.append(line)
+        return head, body
+
+    def format(self, digits: int = 6) -> str:
+        """The table as aligned plain text, numbers to `digits` significant digits."""
+        head, body = self._cells(digits)
         width = [max(len(str(c)) for c in col) for col in zip(head, *body)]
         right = [False, False, False, False] + [True] * (len(head) - 4)
 
@@ -95,6 +100,16 @@ class Wengert:
 
     def __repr__(self) -> str:
         return f"<Wengert list: {len(self.rows)} rows>\n{self.format()}"
+
+    def _repr_html_(self) -> str:
+        """The table as HTML, which Jupyter shows for a Wengert list."""
+        from html import escape
+        head, body = self._cells(6)
+
+        def tr(cells: List[str], tag: str) -> str:
+            return "<tr>" + "".join(f"<{tag}>{escape(str(c))}</{tag}>" for c in cells) + "</tr>"
+        return ("<table>\n<thead>" + tr(head, "th") + "</thead>\n<tbody>\n"
+                + "\n".join(tr(b, "td") for b in body) + "\n</tbody>\n</table>")
 
 
 def wengert(output: Value, inputs: Optional[Iterable[Value]] = None,

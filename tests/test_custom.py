@@ -295,7 +295,7 @@ def _rule_shapes(x, y):
 
 @pytest.mark.parametrize("shape", range(9))
 def test_every_shape_of_rule_is_the_users_own_and_its_graph_is_freed(shape):
-    """Issue 23, findings 4 and 11: the rule kept is the user's own object,
+    """The rule kept is the user's own object,
     holding the user's own Values (nothing copied, nothing released), in
     any shape; its gradients are micrograd's; and once the program drops the
     graph, the collector frees it all: rule, Values and tape segments."""
@@ -817,7 +817,7 @@ def test_training_with_custom_nodes_runs_in_bounded_memory():
 
 
 def test_op_names_live_and_die_with_their_nodes():
-    """Issue 23, finding 12: a custom node's op name is kept with its node
+    """A custom node's op name is kept with its node
     (in C) and freed with it, not interned for the process.  micrograd's
     own __pow__ names its node f'**{other}', so an exponent annealed per
     step made a new name every step, all kept.  The names of nodes kept

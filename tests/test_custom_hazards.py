@@ -127,7 +127,7 @@ def test_a_value_moved_by_init_never_shows_a_dead_nodes_label():
     assert got == (True, "", 3.0)
 
 
-# ------------------------------------ the smaller items (issue 23, finding 13)
+# ------------------------------------------------------------ the smaller items
 def _in_thread(fn):
     out = []
     t = threading.Thread(target=lambda: out.append(_outcome(fn)))

@@ -1,4 +1,4 @@
-"""micrograd idioms beyond its operators (issue 15, items 4-6), written as a
+"""micrograd idioms beyond its operators, written as a
 user would, each run through micrograd itself and through tapead.
 
 numpy arrays meeting Values, graph walks that keep what the user put on
@@ -198,7 +198,7 @@ def test_user_attributes_as_on_micrograds_value():
 
 
 def test_distinct_attribute_names_do_not_grow_the_type():
-    """Issue 23, finding 12: setattr(v, f'feature{k}', ...) over many Values
+    """setattr(v, f'feature{k}', ...) over many Values
     kept one descriptor per name on the C type for the process; a name
     now leaves the type once no node has it, and the names of live nodes
     keep working across those sweeps."""
@@ -304,7 +304,7 @@ def test_import_tapead_loads_only_the_core_and_every_name_works():
 
 
 def test_an_attribute_holding_values_of_its_own_graph_is_freed():
-    """Issue 23, finding 5: a user attribute that holds Values of its own
+    """A user attribute that holds Values of its own
     graph (`b.inputs = (w, a)`, as graph-drawing code does) is a cycle the
     collector sees: the node data is carried by the Value, not held by a
     table, so once the program drops the graph all of it goes, tape

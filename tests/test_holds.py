@@ -4,7 +4,7 @@ Whatever runs between two bytecodes of a recording call (a signal handler,
 a finalizer of the cyclic collector, collect(), another thread ending), a
 Value's node is held from the C call that makes it, and every live Value
 reads exactly the number it was given (checked against a shadow copy).
-Each case of the reliability issue's repro scripts is one test here.
+Each way such code can run mid-call is one test here.
 """
 import concurrent.futures as cf
 import gc

@@ -60,3 +60,17 @@ def test_the_script_runs_and_checks(capsys):
     assert mc.main(["--paths", "60000", "--steps", "4", "--threads", "2"]) == 0
     out = capsys.readouterr().out
     assert "within 4 standard errors" in out and "Asian call (4 dates)" in out
+
+
+def test_without_cupy_one_line_and_its_own_exit_status(monkeypatch, capsys):
+    """--device cuda where CuPy is missing: one line naming what to install,
+    and exit status 2, not the 1 of a figure off (nor a traceback)."""
+    import sys
+    monkeypatch.setitem(sys.modules, "cupy", None)      # import cupy raises ImportError
+    assert mc.main(["--quick", "--device", "cuda"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    (line,) = captured.err.splitlines()
+    assert line.startswith('monte_carlo_greeks.py: device="cuda" needs CuPy: pip install cupy-cuda'), line
+    assert mc.main(["--quick", "--device", "gpu"]) == 2
+    assert "cuda:N" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""Native replay (tapead/native.py, tapead/codegen.py): a Program run by
+"""Native replay (tapead/native.py, tapead/codegen/): a Program run by
 generated C gives the interpreter's results bit for bit (every op, dots,
 guards, failures, threads, per-sample and summed gradients, seeds, params=),
 and the compiler's absence or failure, pickling and repr behave as
@@ -516,7 +516,8 @@ def test_rows_kernels_leave_the_vector_registers_clean(tmp_path):
     """A rows kernel (built for AVX2, at -O1, where GCC does not clear the
     vector registers' upper halves itself) returns with them clear: left
     dirty, code built without AVX that runs next (libm, the interpreter,
-    Python) ran 10-25x slower on this machine (docs/native.md, part 7)."""
+    Python) pays a transition penalty on every instruction (docs/native.md,
+    the rows shape)."""
     shim = _avx_shim(tmp_path)
     if shim is None:
         pytest.skip("no AVX2 or no xgetbv 1 here")

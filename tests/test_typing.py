@@ -60,10 +60,76 @@ def test_mypy_sees_every_public_name_with_its_type_and_refuses_a_misspelt_one(my
     assert len(revealed) == len(names), out.stdout
     assert [n for n, t in zip(names, revealed) if t.strip('"') == "Any"] == [], out.stdout
     grad = revealed[names.index("grad")]
-    assert grad.startswith('"def (outputs: ') and re.search(r"create_graph: (builtins\.)?bool", grad), grad
+    assert grad.startswith('"Overload(def (outputs: ') and "create_graph: Literal[True]" in grad, grad
     assert revealed[names.index("no_grad")] == '"def () -> tapead.modes.no_grad"', out.stdout
     assert sum('has no attribute "no_such_name"' in ln for ln in lines) == 1, out.stdout
     assert sum('has no attribute "no_such_method"' in ln for ln in lines) == 1, out.stdout
+
+
+USER_SCRIPT = """\
+from typing import List, Union
+
+import numpy as np
+import tapead
+from tapead import Value
+from tapead.nn import MLP
+from tapead.optim import SGD
+
+ws = [Value(1.0), Value(2.0)]
+xs: List[Union[Value, float]] = [Value(3.0), 4.0]
+y = tapead.dot(ws, xs)
+y.backward()
+model = MLP(2, [3, 1])
+opt = SGD(model.parameters(), lr=0.1)
+opt.step()
+prog = tapead.compile(y, [ws[0]], wrt=[ws[1]])
+Y, G = prog.grad(np.zeros((4, 1)), per_sample=True)
+reveal_type(y)
+reveal_type(tapead.dot([1.0, 2.0], [3.0, 4.0]))
+reveal_type(tapead.linear(xs, [ws, ws]))
+reveal_type(tapead.grad(y, ws))
+reveal_type(tapead.grad(y, ws, create_graph=True))
+reveal_type(tapead.grad(y, ws[0]))
+reveal_type(tapead.hessian(y, ws))
+reveal_type(tapead.jacobian([y], ws))
+reveal_type(y.data)
+reveal_type(y < ws[0])
+wrong: int = tapead.dot(ws, xs)
+"""
+
+
+@NEEDS_MYPY
+def test_mypy_strict_on_a_user_script_outside_the_repository(tmp_path, mypy_cache):
+    """mypy --strict on a user's script in a folder of its own finds tapead
+    as installed (a wheel, or `pip install -e`, whose .pth file mypy follows:
+    an import hook it could not) and sees what each call returns: dot and
+    linear of Values are Values, grad gives floats (Values with
+    create_graph=True), one for a single input.  Run from a source tree that
+    was never installed, the tree is put on PYTHONPATH, as for any script."""
+    import tapead
+    script = tmp_path / "user.py"
+    script.write_text(USER_SCRIPT)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    where = subprocess.run([sys.executable, "-c", "import tapead; print(tapead.__file__)"], cwd=tmp_path,
+                           env=env, capture_output=True, text=True)
+    if where.returncode != 0 or os.path.realpath(where.stdout.strip()) != os.path.realpath(tapead.__file__):
+        env["PYTHONPATH"] = os.path.dirname(os.path.dirname(os.path.abspath(tapead.__file__)))
+    out = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--cache-dir", mypy_cache,
+                          "--no-error-summary", "user.py"], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=300)
+    lines = out.stdout.splitlines()
+    revealed = [ln.split("Revealed type is ", 1)[1].strip('"') for ln in lines if "Revealed type is" in ln]
+    value = "tapead.engine.Value"
+    f64 = "numpy.ndarray[tuple[Any, ...], numpy.dtype[numpy.float64]]"
+    assert revealed[:6] == [value, "builtins.float", f"builtins.list[{value}]", "builtins.list[builtins.float]",
+                            f"builtins.list[{value}]", "builtins.float"] or \
+        revealed[:6] == [value, "float", f"list[{value}]", "list[float]", f"list[{value}]", "float"], out.stdout
+    assert revealed[6:8] == [f64, f64] or all(r.startswith("numpy.ndarray[") and ("float64" in r or "_64Bit" in r)
+                                              for r in revealed[6:8]), out.stdout   # (older numpy: floating[_64Bit])
+    assert revealed[8] in ("builtins.float", "float") and revealed[9] in ("builtins.bool", "bool"), out.stdout
+    errors = [ln for ln in lines if ": error:" in ln]
+    assert len(errors) == 1 and "wrong: int" in USER_SCRIPT.splitlines()[int(errors[0].split(":")[1]) - 1] \
+        and "Incompatible types in assignment" in errors[0], out.stdout + out.stderr
 
 
 def test_typing_files_ship():

@@ -59,9 +59,13 @@ def test_textbook_rows_by_hand():
     assert t.rows[0]["adjoint"] == 5.5 and round(t.rows[1]["adjoint"], 3) == 1.716
 
 
+EXAMPLE = os.path.join(HERE, "..", "examples", "wengert.py")
+
+
+@pytest.mark.skipif(not os.path.isfile(EXAMPLE), reason="needs the source tree (examples/)")
 def test_textbook_example_script():
-    out = subprocess.run([sys.executable, os.path.join(HERE, "..", "examples", "wengert.py")],
-                         capture_output=True, text=True, check=True, env=this_tapead()).stdout
+    out = subprocess.run([sys.executable, EXAMPLE], capture_output=True, text=True, check=True,
+                         env=this_tapead()).stdout
     assert "y       = 11.652" in out
     assert "dy/dx1  = 5.500" in out
     assert "dy/dx1 = 5.500, dy/dx2 = 1.716" in out
@@ -174,6 +178,47 @@ def test_str_is_aligned_table():
     assert repr(wengert(y)).startswith("<Wengert list: 7 rows>")
 
 
+def test_html_for_jupyter_is_the_same_table():
+    """_repr_html_ (what Jupyter shows) holds the plain-text table's header
+    and cells, escaped."""
+    from html.parser import HTMLParser
+
+    class Cells(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.rows, self.cell = [], None
+
+        def handle_starttag(self, tag, attrs):
+            if tag == "tr":
+                self.rows.append([])
+            elif tag in ("td", "th"):
+                self.cell = ""
+
+        def handle_endtag(self, tag):
+            if tag in ("td", "th"):
+                self.rows[-1].append(self.cell)
+                self.cell = None
+
+        def handle_data(self, data):
+            if self.cell is not None:
+                self.cell += data
+    x1, x2, y = textbook()
+    x1.label = "<x1 & co>"
+    t = wengert(y, [x1, x2], [1.0, 0.0])
+    html = t._repr_html_()
+    assert "<x1 &" not in html and "&lt;x1 &amp; co&gt;" in html
+    p = Cells()
+    p.feed(html)
+    text = [line.split("  ") for line in str(t).splitlines()]
+    assert p.rows[0] == ["row", "label", "op", "expression", "value", "tangent", "adjoint"]
+    assert len(p.rows) == len(t) + 1
+    for cells, r in zip(p.rows[1:], t.rows):
+        assert cells[:4] == [r["name"], r["label"], r["op"], r["expr"]]
+        assert [float(c) for c in cells[4:]] == pytest.approx([r["value"], r["tangent"], r["adjoint"]],
+                                                              rel=1e-5)
+    assert p.rows[1][1] == "<x1 & co>" and len(text) == len(p.rows) + 1
+
+
 def test_labels_follow_the_value():
     x = Value(1.0, label="x1")
     assert x.label == "x1" and tapead.get_label(x) == "x1"
@@ -189,7 +234,7 @@ def test_labels_follow_the_value():
     assert z.label == ""
     del y
     gc.collect()
-    # z still holds the leaf node: the label lives with the node (issue 15), not the Value
+    # z still holds the leaf node: the label lives with the node, not the Value
     assert wengert(z).rows[0]["label"] == "y"
     (leaf,) = z._prev
     assert leaf.label == "y"

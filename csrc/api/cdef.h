@@ -326,7 +326,7 @@ int     ta_prog_flat(ta_prog *P, ta_flat_t *f);
 int     ta_prog_load(const ta_flat_t *f, const double *params, ta_prog **out);
 
 /* A Program's execution code (code.c, replay.h: struct ta_code), for the
- * code generator (tapead/codegen.py): per node uniform / needs an adjoint /
+ * code generator (tapead/codegen/): per node uniform / needs an adjoint /
  * value slot / adjoint slot (0xFFFFFFFF: none; a uniform node's slots index
  * the uniform values and the uniform adjoints), the uniform non-leaf nodes
  * in order, the row instructions in order (result, operands, op code or 255
@@ -342,7 +342,7 @@ typedef struct {
 } ta_codeview_t;
 int     ta_prog_code(ta_prog *P, ta_codeview_t *v);
 
-/* A kernel generated from a Program's code (tapead/codegen.py): rows
+/* A kernel generated from a Program's code (tapead/codegen/): rows
  * [r0, r1) of one block of R (r1 - r0 <= TA_PS_BLOCK), with U the uniform
  * values (batch.c: ta_uniform_forward); per sample it writes R->Y and R->G,
  * summed R->Y and parts (the block's nwrt sums); scratch: the kernel's own,

@@ -119,12 +119,22 @@ void  ta_seg_free(ta_seg *s);
 ta_tape *ta_self(void);          /* this thread's tape, created on demand  */
 ta_tape *ta_self_if_any(void);   /* this thread's tape, or NULL: never creates one */
 
-/* Atomic counters (holds are dropped from any thread). */
-#if defined(_MSC_VER)
+/* Atomic counters (holds are dropped from any thread): Windows' own on
+ * Windows (MSVC has no __atomic builtins; mingw-w64 takes the same branch,
+ * so that it is compiled where it can be checked), GCC's and Clang's
+ * elsewhere. */
+#if defined(_WIN32)
 #  include <windows.h>
-#  define TA_ATOMIC_ADD32(p, d) ((uint32_t)InterlockedExchangeAdd((volatile LONG *)(p), (LONG)(d)) + (uint32_t)(d))
-#  define TA_ATOMIC_ADD64(p, d) (InterlockedExchangeAdd64((volatile LONG64 *)(p), (d)) + (d))
-#  define TA_ATOMIC_LOAD32(p) ((uint32_t)InterlockedCompareExchange((volatile LONG *)(p), 0, 0))
+/* (functions, not expressions: a counter bumped as a statement leaves no unused value) */
+static inline uint32_t ta_atomic_add32(volatile void *p, uint32_t d)
+{ return (uint32_t)InterlockedExchangeAdd((volatile LONG *)p, (LONG)d) + d; }
+static inline int64_t ta_atomic_add64(volatile void *p, int64_t d)
+{ return (int64_t)InterlockedExchangeAdd64((volatile LONG64 *)p, (LONG64)d) + d; }
+static inline uint32_t ta_atomic_load32(volatile void *p)
+{ return (uint32_t)InterlockedCompareExchange((volatile LONG *)p, 0, 0); }
+#  define TA_ATOMIC_ADD32(p, d) ta_atomic_add32((p), (uint32_t)(d))
+#  define TA_ATOMIC_ADD64(p, d) ta_atomic_add64((p), (int64_t)(d))
+#  define TA_ATOMIC_LOAD32(p) ta_atomic_load32(p)
 #else
 #  define TA_ATOMIC_ADD32(p, d) __atomic_add_fetch((p), (d), __ATOMIC_ACQ_REL)
 #  define TA_ATOMIC_ADD64(p, d) __atomic_add_fetch((p), (d), __ATOMIC_ACQ_REL)

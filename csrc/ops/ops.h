@@ -19,7 +19,7 @@
 #define UNUSED(v) (void)(v)
 
 /* x, through a barrier the optimizer cannot see through: what a constant
- * written into code (a generated kernel's, tapead/codegen.py: literal(); a
+ * written into code (a generated kernel's, tapead/codegen/: literal(); a
  * pow exponent below) passes through so that it is computed as at run time.
  * Given a constant, compilers rewrite libm calls even at -O1 without
  * fast-math: GCC makes pow(x, 2.0) x * x and pow(x, -1.0) 1.0 / x, and

@@ -29,7 +29,7 @@ void *ta_malloc(size_t n)            { return ta_should_fail() ? NULL : malloc(n
 void *ta_calloc(size_t k, size_t n)  { return ta_should_fail() ? NULL : calloc(k, n); }
 void *ta_realloc(void *p, size_t n)  { return ta_should_fail() ? NULL : realloc(p, n); }
 
-#if defined(_MSC_VER)
+#if defined(_WIN32)          /* Windows has no posix_memalign (MSVC and mingw-w64 alike) */
 #  include <malloc.h>
 ta_seg *ta_seg_alloc(void)
 { return ta_should_fail() ? NULL : (ta_seg *)_aligned_malloc(sizeof(ta_seg), TA_SEG_ALIGN); }

@@ -16,9 +16,10 @@
 
 static TA_TLS ta_tape *ta_tls = NULL;
 
-/* The thread's reference: a POSIX thread-exit destructor drops it.  (MSVC
- * builds have no such destructor: an exited thread's tape is kept.) */
-#if !defined(_MSC_VER)
+/* The thread's reference: a POSIX thread-exit destructor drops it.  (On
+ * Windows there is no such destructor for the threads Python starts: an
+ * exited thread's tape is kept.) */
+#if !defined(_WIN32)
 static pthread_key_t ta_exit_key;
 static pthread_once_t ta_exit_once = PTHREAD_ONCE_INIT;
 static int ta_exit_ok = 0;

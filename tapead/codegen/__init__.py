@@ -59,14 +59,16 @@ __all__ = ["Code", "IDOT", "KINDS", "NAMES", "NONE", "include_dirs", "literal", 
 class Shape(NamedTuple):
     """A CPU kernel shape: its name (a key of SHAPES), the optimisation flags
     its units are built with, whether it takes AVX2 where the CPU has it,
-    (split) statements a function, and the translation units it is cut into
-    (0: as many as compilers run at once).  A shape is a value: a variant is
+    (split) statements a function, the translation units it is cut into
+    (0: as many as compilers run at once), and flags it takes only from GCC
+    (others, Clang, refuse them).  A shape is a value: a variant is
     ``SHAPES["split"]._replace(part=7)``."""
     name: str
     opt: str
     avx2: bool = False
     part: int = 0
     units: int = 0
+    gcc: str = ""
 
 
 # Programs up to this many nodes get two rows' statements side by side: one
@@ -97,7 +99,7 @@ SHAPES: Dict[str, Shape] = {s.name: s for s in (
     Shape("lanes2", "-O1"),
     Shape("split", "-Og", part=SPLIT),
     # bit-CCP took 40% of the rows shape's build, for no speed measured
-    Shape("rows", "-O1 -fno-tree-bit-ccp", avx2=True),
+    Shape("rows", "-O1", avx2=True, gcc="-fno-tree-bit-ccp"),
 )}
 
 

@@ -31,7 +31,7 @@ import warnings
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 __all__ = ["CompilerError", "BuildTimeout", "cache_dir", "cache_limit", "build_timeout", "key", "headers", "compiler",
-           "flags", "avx2", "jobs", "c_key", "library", "fetch", "Entry", "Build"]
+           "is_gcc", "flags", "avx2", "jobs", "c_key", "library", "fetch", "Entry", "Build"]
 
 
 class CompilerError(RuntimeError):
@@ -686,6 +686,14 @@ def _version(argv: List[str]) -> str:
         except (OSError, subprocess.SubprocessError) as e:
             _versions[k] = repr(e)
     return _versions[k]
+
+
+def is_gcc() -> bool:
+    """Whether the C compiler (compiler()) is GCC, by its --version: Clang
+    (which also answers to gcc on macOS) refuses some of GCC's flags."""
+    argv = compiler()
+    text = _version(argv) if argv else ""
+    return "Free Software Foundation" in text and "clang" not in text.lower()
 
 
 def _suffix() -> str:

@@ -333,7 +333,7 @@ class Sweeps:
 
 # ------------------------------------------------------------ the CPU's kernels
 VISIBILITY = """\
-#if defined(__GNUC__)
+#if defined(__GNUC__) && !defined(_WIN32)   /* (Windows' PE/COFF has no symbol visibility) */
 #define TA_PART __attribute__((visibility("hidden")))
 #else
 #define TA_PART
