@@ -169,7 +169,7 @@ class Jit:
                 futures = [pool.submit(self._group, shape, X, 1, pv) for (shape, _, X), pv in zip(work, pvs)]
                 done = [f.result() for f in futures]
         out: List[Any] = [None] * len(todo)
-        total = None
+        total: Any = None                    # the summed gradients, an array once a group is done
         for (shape, idx, X), got in zip(work, done):
             if got is None:                  # some call's comparisons differ: one at a time
                 Y = np.empty((len(idx), max(1, self._outs[shape])))

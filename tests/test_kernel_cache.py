@@ -574,10 +574,11 @@ def test_a_build_past_its_time_is_stopped(tmp_path, units):
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux's /proc")
 def test_a_failing_unit_stops_the_others(tmp_path):
     """One unit fails: the others (still compiling) are stopped at once."""
-    # The failing unit spends a moment in the preprocessor first (2**19 tokens),
-    # so that the watch sees the compilers it must see stopped.
-    failing = "\n".join(["#define A0 +1"] + [f"#define A{i} A{i - 1} A{i - 1}" for i in range(1, 20)]
-                        + ["int f(void) { return 0 A19 + undeclared; }", ""])
+    # The failing unit parses 30,000 small functions before its error (about
+    # half a second under gcc or clang), so that the watch sees the compilers
+    # it must see stopped.
+    failing = "\n".join([f"double g{i}(double a) {{ return a * {i}.0 + {i % 7}.5; }}" for i in range(30000)]
+                        + ["int f(void) { return undeclared; }", ""])
     t0 = time.monotonic()
     with Watch() as w, pytest.raises(kcache.CompilerError, match="(?s)failed .exit 1. on unit 2 of 2 .*undeclared"):
         kcache.library([big_source(), failing], "-O1", INCLUDE, ("ta_kernel",), {})

@@ -583,12 +583,12 @@ class SplitPrinter(CPrinter):
 
         def statements(pr: Printer, stmts: List[Any]) -> List[Tuple[Any, str]]:
             """stmts as (key, one statement's text): a dot's reverse a statement a term."""
-            items = []
+            items: List[Tuple[Any, str]] = []
             for s in stmts:
                 ls = pr.lines(s)
                 if isinstance(s, URevSum):       # one statement on several lines
                     ls = [" ".join(x.strip() for x in ls)]
-                keys = ([("term", s.k, t) for t in s.terms] if isinstance(s, DotRev)
+                keys: List[Tuple[Any, ...]] = ([("term", s.k, t) for t in s.terms] if isinstance(s, DotRev)
                         else [(s, i) for i in range(len(ls))])
                 items += [(key, t) for key, t in zip(keys, ls) if t]
             return items
