@@ -17,7 +17,8 @@ object that records nothing.  Rows:
             path (tapead.linear + optim.Adam) and compiled (the fast path's step
             recorded by tapead.jit once per name length, before the timing:
             the steps timed are replays; examples/gpt.py --compare gives a
-            whole run's time, recordings included); and tapead.dot over 16 terms against
+            whole run's time, recordings included), and a compiled minibatch of 16
+            names (tapead.jit's batch) on every core against one thread; and tapead.dot over 16 terms against
             the generator sum it replaces (source tree only: the example is not installed)
   tiny      a whole small script (import, MLP(3, [4, 4, 1]), 20 steps on four
             samples) run end to end as a subprocess, tapead against micrograd:
@@ -41,6 +42,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 import tapead
 import tapead.nn
 from tapead import demo
+from tapead.replay import cores as _cores
 
 try:
     import micrograd.engine
@@ -386,8 +388,8 @@ def fmt_ns(x: Optional[float]) -> str:
 def gpt_rows(rounds: int) -> Optional[Tuple[List[Tuple[str, ...]], Dict[str, Any]]]:
     """The gpt rows: step medians of examples/gpt.py's four runs, interleaved
     (each round: 1 reference step, 5 of the drop-in's and the fast path's, 20
-    compiled), and dot over 16
-    terms against the generator sum; None outside a source tree."""
+    compiled, 3 of 16 names compiled on one thread and on every core), and
+    dot over 16 terms against the generator sum; None outside a source tree."""
     import importlib.util
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "gpt.py")
     if not os.path.exists(path):
@@ -396,18 +398,23 @@ def gpt_rows(rounds: int) -> Optional[Tuple[List[Tuple[str, ...]], Dict[str, Any
     gpt: Any = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(gpt)  # type: ignore[union-attr]
 
-    def stepper(mode: str) -> Callable[[], float]:
+    def stepper(mode: str, batch: int = 1, threads: int = 1) -> Callable[[], float]:
         model, docs, encode, _, _ = gpt.setup(mode)
         k = [0]
         if mode == "compiled":              # the step recorded once per name length, replayed
-            step = tapead.jit(model.loss, wrt=model.params)
+            step = tapead.jit(model.loss if batch == 1 else (lambda tokens: model.loss(tokens) * (1.0 / batch)),
+                              wrt=model.params)
             for n in sorted({len(doc) for doc in docs}):    # every length recorded first: replays are timed
                 step(encode(next(doc for doc in docs if len(doc) == n)))
             model.opt.zero_grad()
 
             def replay() -> float:
                 t0 = time.perf_counter()
-                step(encode(docs[k[0] % len(docs)]))
+                if batch == 1:
+                    step(encode(docs[k[0] % len(docs)]))
+                else:
+                    step.batch([encode(docs[(k[0] * batch + i) % len(docs)]) for i in range(batch)],
+                               threads=threads)
                 model.update(k[0] % 1000, 1000)
                 k[0] += 1
                 return time.perf_counter() - t0
@@ -421,7 +428,9 @@ def gpt_rows(rounds: int) -> Optional[Tuple[List[Tuple[str, ...]], Dict[str, Any
             return time.perf_counter() - t0
         return run
     d = demo_rounds({"reference": (stepper("reference"), 1), "dropin": (stepper("dropin"), 5),
-                     "fast": (stepper("fast"), 5), "compiled": (stepper("compiled"), 20)}, rounds)
+                     "fast": (stepper("fast"), 5), "compiled": (stepper("compiled"), 20),
+                     "batch16_1": (stepper("compiled", 16, 1), 3),
+                     "batch16_n": (stepper("compiled", 16, _cores()), 3)}, rounds)
     w = [tapead.Value(0.1 * i) for i in range(16)]
     x = [tapead.Value(1.0 - 0.05 * i) for i in range(16)]
     dot = tapead.dot
@@ -448,6 +457,9 @@ def gpt_rows(rounds: int) -> Optional[Tuple[List[Tuple[str, ...]], Dict[str, Any
              f"{ref / d['fast']:.0f}x the plain-Python Value"),
             ("GPT step, compiled (tapead.jit, its Program replayed), ms", "", f"{d['compiled'] * 1e3:.3f}", "",
              f"{ref / d['compiled']:.0f}x the plain-Python Value"),
+            (f"GPT minibatch of 16 names compiled (tapead.jit batch), {_cores()} threads, ms", "",
+             f"{d['batch16_n'] * 1e3:.3f}", "",
+             f"{d['batch16_1'] / d['batch16_n']:.2f}x one thread ({d['batch16_1'] * 1e3:.3f} ms)"),
             ("tapead.dot, 16 terms, ns", "", fmt_ns(dd["dot"] * 1e9), "",
              f"{dd['generator'] / dd['dot']:.1f}x the generator sum ({dd['generator'] * 1e9:.0f} ns)")]
     return rows, dict(step_s=d, dot16_s=dd)

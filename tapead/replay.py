@@ -289,6 +289,13 @@ class Program:
         return self._dims[4]
 
     @property
+    def _chunk(self) -> int:
+        """Rows the interpreter runs together in a call for summed gradients
+        (a call of fewer rows costs about as much: tapead.jit's batch runs
+        no more than this in one call)."""
+        return _prog.prog_size(self._p, "chunk")
+
+    @property
     def guards(self) -> int:
         return _prog.prog_size(self._p, "guards")
 
@@ -357,6 +364,15 @@ class Program:
             import tapead
             Y, G = tapead.cuda.run(self, X, seed, grad, params, device, parts=parts, row0=row0)
             return Y, G
+        a = self._run_args(X, seed, grad, params)
+        _prog.prog_run(*a, self._threads(threads, a[3]), row0)
+        Y, G, P = a[5], a[8], a[11]
+        return Y, (P if parts else G)
+
+    def _run_args(self, X: Any, seed: Optional[ArrayLike], grad: Optional[str],
+                  params: Optional[ArrayLike]) -> "_prog.RunArgs":
+        """A run's arguments for _prog.prog_run (less threads and row0), its
+        results' arrays among them: Y, G (summed or per sample) and the block sums."""
         # (a call's Python is most of a small batch's time: each step here was measured)
         np = _np()
         nin, nout, nwrt, npar, _, block = self._dims
@@ -376,9 +392,7 @@ class Program:
             else:
                 G = np.zeros(nwrt)
                 P = np.empty((-(-B // block), nwrt))
-        _prog.prog_run(self._box, self._p, X, B, nin, Y, nout, sp, G, nwrt, grad == "per_sample", P, pv, npar,
-                       self._threads(threads, B), row0)
-        return Y, (P if parts else G)
+        return (self._box, self._p, X, B, nin, Y, nout, sp, G, nwrt, grad == "per_sample", P, pv, npar)
 
     def __call__(self, X: ArrayLike, threads: Optional[int] = None,
                  params: Optional[ArrayLike] = None, device: Optional[str] = None) -> _F64Array:
@@ -434,6 +448,18 @@ class Program:
         return (f"Program(nodes={self.nodes}, inputs={self.n_inputs}, outputs={self.n_outputs}, "
                 f"wrt={self.n_wrt}, params={self._dims[3]}, guards={self.guards}, "
                 f"runs={self._native.describe(self.native)})")
+
+
+def grad_many(work: List[Tuple[Program, Any, Optional[ArrayLike], int]],
+              threads: int) -> List[Union[Tuple[_F64Array, _F64Array], Exception]]:
+    """Program.grad(X, params=params) for each (program, X, params, row0) of
+    work, run at once over at most `threads` threads in C (the GIL
+    released), each run on one thread: each result is the bits that call
+    gives alone.  A run that fails gives its exception in its place, naming
+    its row as row0 + the row of X."""
+    args = [(prog._run_args(X, None, "sum", params), row0) for prog, X, params, row0 in work]
+    failed = _prog.prog_run_many(args, threads)
+    return [e if e is not None else (a[5], a[8]) for (a, _), e in zip(args, failed)]
 
 
 def _refused(outs: List[Value], ins: List[Value], wrts: List[Value]) -> str:

@@ -35,9 +35,16 @@ __all__ = ["jit", "Jit"]
 Shape = Any        # a number: None; a list: a tuple of its items' shapes
 
 
+def _plain(arg: Any) -> bool:
+    """arg is a list or tuple of ints and floats only (the common case, taken without _real)."""
+    return all(type(a) is int or type(a) is float for a in arg)
+
+
 def _shape(arg: Any, where: str) -> Shape:
     """The shape of one argument: None for a number, a tuple for a list."""
     if isinstance(arg, (list, tuple)):
+        if _plain(arg):
+            return (None,) * len(arg)
         return tuple(_shape(a, f"{where}[{i}]") for i, a in enumerate(arg))
     if isinstance(arg, Value):
         raise TypeError(f"tapead.jit: {where} is a Value: a jitted function takes numbers (its "
@@ -52,6 +59,9 @@ def _shape(arg: Any, where: str) -> Shape:
 
 def _flatten(arg: Any, out: List[float]) -> None:
     if isinstance(arg, (list, tuple)):
+        if _plain(arg):
+            out.extend(map(float, arg))
+            return
         for a in arg:
             _flatten(a, out)
     else:
@@ -135,11 +145,12 @@ class Jit:
     def batch(self, calls: Iterable[Any], threads: Any = None) -> List[Any]:
         """The outputs of each call (a tuple of arguments, or one argument
         that is not a tuple), as __call__ gives them, run at once: the calls
-        of one shape are the rows of its Program, and the shapes' Programs
-        run side by side over `threads` threads (None: every core; one
-        shape alone spreads its rows over them).  Their gradients, summed
-        (per shape in a fixed order, whatever the threads: tapead.Program;
-        shapes in the order they first come), are added to wrt's .grad."""
+        of one shape are the rows of its Program, run in runs of as many
+        rows as its interpreter runs together, and the runs of every shape
+        run side by side over `threads` threads (None: every core).  Their
+        gradients, summed (each run's in a fixed order, tapead.Program; the
+        runs of a shape in row order, the shapes in the order they first
+        come: the same bits whatever the threads), are added to wrt's .grad."""
         import numpy as np
         from . import replay
         todo: List[Tuple[Any, ...]] = [tuple(c) if isinstance(c, tuple) else (c,) for c in calls]
@@ -157,17 +168,35 @@ class Jit:
                 rows.append(row)
             work.append((shape, idx, np.array(rows, dtype=np.float64).reshape(len(rows), -1)))
         n = replay.cores() if threads is None else threads
-        if len(work) < 2 or n == 1:
-            done = [self._group(shape, X, threads) for shape, _, X in work]
-        else:
-            from concurrent.futures import ThreadPoolExecutor
-            if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n < 1 << 31:
-                raise ValueError(f"threads must be a positive int (below 2**31) or None, not {threads!r}")
-            # the parameters' values read here, in the thread whose tape holds them
-            pvs = [self.programs[shape].params for shape, _, _ in work]
-            with ThreadPoolExecutor(max_workers=min(n, len(work))) as pool:
-                futures = [pool.submit(self._group, shape, X, 1, pv) for (shape, _, X), pv in zip(work, pvs)]
-                done = [f.result() for f in futures]
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n < 1 << 31:
+            raise ValueError(f"threads must be a positive int (below 2**31) or None, not {threads!r}")
+        # each shape's rows in runs of its Program's chunk, all run side by side
+        # in C, the costliest first; a shape's gradients are its runs' in order
+        progs = [self.programs[shape] for shape, _, _ in work]
+        runs: List[Tuple[int, int, int]] = []      # (shape's place in work, first row, end row)
+        for k, (prog, (_, idx, _)) in enumerate(zip(progs, work)):
+            c = prog._chunk
+            runs += [(k, r, min(r + c, len(idx))) for r in range(0, len(idx), c)]
+        order = sorted(range(len(runs)), key=lambda i: -progs[runs[i][0]].nodes * (runs[i][2] - runs[i][1]))
+        ran: List[Any] = [None] * len(runs)
+        for i, res in zip(order, replay.grad_many([(progs[runs[i][0]], work[runs[i][0]][2][runs[i][1]:runs[i][2]],
+                                                    None, runs[i][1]) for i in order], n)):
+            ran[i] = res
+        done: List[Any] = []
+        failed = None
+        for k in range(len(work)):
+            mine = [res for (g, _, _), res in zip(runs, ran) if g == k]
+            if any(isinstance(res, Exception) for res in mine):
+                done.append(None)            # one at a time (a comparison differs), or raised below
+                if not any(isinstance(res, GuardError) for res in mine) and failed is None:
+                    failed = next(res for res in mine if isinstance(res, Exception))
+                continue
+            G = mine[0][1]
+            for res in mine[1:]:
+                G = G + res[1]
+            done.append((np.concatenate([res[0] for res in mine]), G))
+        if failed is not None:               # a call that fails, its shape's calls agreeing with the recording
+            raise failed
         out: List[Any] = [None] * len(todo)
         total: Any = None                    # the summed gradients, an array once a group is done
         for (shape, idx, X), got in zip(work, done):
@@ -190,14 +219,6 @@ class Jit:
             self._add_grads(total)
         return out
 
-    def _group(self, shape: Shape, X: Any, threads: Any, params: Any = None) -> Any:
-        """(Y, G) of shape's Program over the rows X, or None where a guard
-        flips (the caller takes those calls one at a time: recording runs
-        in its thread)."""
-        try:
-            return self.programs[shape].grad(X, threads=threads, params=params)
-        except GuardError:
-            return None
 
 
 def jit(fn: Callable[..., Any], wrt: Iterable[Value], native: Any = None) -> Jit:

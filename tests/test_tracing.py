@@ -104,6 +104,70 @@ def test_batch_sums_the_calls_gradients_the_same_whatever_the_threads():
     assert np.allclose(grads[0], want, rtol=1e-12, atol=1e-12)
 
 
+def test_a_batch_of_several_shapes_records_again_where_a_comparison_flips():
+    """Several shapes side by side: a call whose comparison goes the other
+    way is run again on its own (recorded again) and gives the eager bits;
+    the others keep their Programs' results."""
+    w = model(4)
+
+    def fn(xs):
+        s = sum(wi * x for wi, x in zip(w, xs))
+        return s * s if s > 0 else -s * w[0]
+    step = jit(fn, wrt=w)
+    step([1.0, 2.0]), step([1.0, 2.0, 3.0])          # both shapes recorded with s > 0
+    calls = [[1.0, 2.0], [-1.0, -2.0, -3.0], [0.5, 0.25, 0.125], [-3.0, 1.0], [2.0, 1.0]]
+    for threads in (1, 2):
+        for p in w:
+            p.grad = 0.0
+        outs = step.batch(calls, threads=threads)
+        got = [p.grad for p in w]
+        want = [eager(fn, w, xs) for xs in calls]
+        assert outs == [y for y, _ in want]
+        assert np.allclose(got, np.sum([g for _, g in want], axis=0), rtol=1e-13, atol=1e-13)
+
+
+def test_a_failing_call_in_a_batch_of_several_shapes_is_named_and_adds_nothing():
+    w = model(5)
+    step = jit(lambda xs: sum((wi * x for wi, x in zip(w, xs)), w[0] * 0.0).log(), wrt=w)
+    step([1.0, 1.0]), step([1.0, 1.0, 1.0])
+    for p in w:
+        p.grad = 0.25
+    bad = [[1.0, 1.0], [1.0, 1.0, 1.0], [1.0, 1.0, 1.0], [-9.0, -9.0, -9.0]]
+    for threads in (1, 2):
+        with pytest.raises(ValueError, match="log.*at row 2"):
+            step.batch(bad, threads=threads)
+        assert [p.grad for p in w] == [0.25] * len(w)
+
+
+def test_programs_run_side_by_side_give_each_its_own_bits():
+    """replay.grad_many: each run is the bits of that Program's grad alone,
+    whatever the threads; a failing run is its exception, the others run."""
+    from tapead import replay
+    rng = np.random.default_rng(7)
+    progs, Xs = [], []
+    for n in (3, 5, 8, 2):
+        x = [Value(0.0) for _ in range(n)]
+        w = model(n, n)
+        y = sum(((wi * xi).tanh() for wi, xi in zip(w, x)), Value(0.0)) * x[0].exp()
+        progs.append(tapead.compile(y, x, wrt=w + x))
+        Xs.append(rng.normal(size=(1 + n * 100, n)))
+    Xs[2][37, 0] = 1e6                                  # exp overflows at its row 37
+    want = []
+    for p, X in zip(progs, Xs):
+        try:
+            want.append(p.grad(X, threads=1))
+        except OverflowError as e:
+            want.append(e)
+    assert isinstance(want[2], OverflowError) and not any(isinstance(v, Exception) for v in want[:2] + want[3:])
+    for threads in (1, 2, 3):
+        got = replay.grad_many([(p, X, None, 0) for p, X in zip(progs, Xs)], threads)
+        for g, v in zip(got, want):
+            if isinstance(v, Exception):
+                assert type(g) is type(v) and str(g) == str(v) and "row 37" in str(g)
+            else:
+                assert g[0].tobytes() == v[0].tobytes() and g[1].tobytes() == v[1].tobytes()
+
+
 def test_several_outputs_come_back_as_a_list_and_their_sum_is_differentiated():
     w = model(4)
     step = jit(lambda xs: [w[0] * xs[0], (w[1] * xs[1]).exp()], wrt=w)

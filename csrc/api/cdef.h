@@ -268,6 +268,7 @@ void    ta_prog_drop(ta_prog **box);
 #define TA_PS_LIVE    6     /* 1: parameters are read from the tape at each run */
 #define TA_PS_BLOCK   7     /* rows per block: gradients are summed per block, then over blocks */
 #define TA_PS_KERNEL  8     /* 1: blocks run a generated kernel (ta_prog_set_kernel) */
+#define TA_PS_CHUNK   9     /* rows the interpreter runs together in a call for summed gradients */
 int64_t ta_prog_size(ta_prog *P, int what);        /* TA_PS_*; TA_EARG for another what */
 int     ta_prog_params(ta_prog *P, int64_t *ids);  /* the tape leaves it reads (npar ids) */
 /* The parameter values a run uses by default (read from this thread's tape
@@ -304,6 +305,14 @@ typedef struct {
     int64_t  guard;  int kind, outcome;
 } ta_fail_t;
 int     ta_prog_run(ta_prog *P, const ta_run_t *R, ta_fail_t *f);
+/* n runs at once, over at most `threads` threads taking them in order:
+ * st[i] = ta_prog_run(P[i], &R[i], &f[i]) with R[i].threads taken as 1
+ * (the same bits as that call alone); a run without params gets its
+ * Program's own, read first on the calling thread.  TA_OK once every run
+ * has its status; else (TA_EARG, TA_ENOMEM, a parameter that cannot be
+ * read) none ran. */
+int     ta_prog_run_many(ta_prog *const *P, const ta_run_t *R, ta_fail_t *f, int *st,
+                         uint32_t n, int threads);
 
 /* The flat form, for pickling: sizes, then per node op, a, b, c (a leaf's
  * c: its recorded value), the node of each input / output / wrt column

@@ -17,7 +17,11 @@
  *
  * A Program with a generated kernel (cdef.h: ta_kernel_fn) runs each block
  * with it instead of the interpreter (batch.c); a block where it reports
- * a failure runs again through the interpreter, which names the row. */
+ * a failure runs again through the interpreter, which names the row.
+ *
+ * Several runs at once (ta_prog_run_many: the Programs of tapead.jit's
+ * shapes) are each one ta_prog_run on one thread; the threads take them in
+ * the order given, so each run's results are the bits it gives alone. */
 #include <stdlib.h>
 #include <string.h>
 #include "replay.h"
@@ -32,6 +36,7 @@
 #  define TA_XCHG(p, v)      __atomic_exchange_n((p), (v), __ATOMIC_ACQ_REL)
 #  define TA_CAS(p, old, v)  __atomic_compare_exchange_n((p), (old), (v), 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)
 #  define TA_LOAD(p)         __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#  define TA_FADD(p, v)      __atomic_fetch_add((p), (v), __ATOMIC_ACQ_REL)
 #else                        /* no atomics: no reuse, and one thread */
 #  undef  TA_THREADS
 #  define TA_THREADS 0
@@ -246,4 +251,70 @@ int ta_prog_run(ta_prog *P, const ta_run_t *R, ta_fail_t *f)
     for (b = 0; b < nblocks; b++)    /* block sums, in block order */
         for (j = 0; j < P->nwrt; j++) R->G[j] += R->parts[b * P->nwrt + j];
     return TA_OK;
+}
+
+/* ----------------------------------------------------------- many runs */
+
+typedef struct {
+    ta_prog *const *P;  const ta_run_t *R;  ta_fail_t *f;  int *st;
+    const double *const *pv;  /* run i's parameters where R[i] gives none */
+    uint32_t n;  uint32_t *next;
+} ta_many;
+
+static void *ta_many_run(void *arg)
+{
+    ta_many *M = (ta_many *)arg;
+    for (;;) {
+        ta_run_t r;
+#if defined(TA_FADD)
+        uint32_t i = TA_FADD(M->next, 1u);
+#else
+        uint32_t i = (*M->next)++;
+#endif
+        if (i >= M->n) break;
+        r = M->R[i];
+        r.threads = 1;
+        if (!r.params) { r.params = M->pv[i]; r.npar = M->P[i] ? M->P[i]->npar : 0; }
+        M->st[i] = ta_prog_run(M->P[i], &r, &M->f[i]);
+    }
+    return NULL;
+}
+
+int ta_prog_run_many(ta_prog *const *P, const ta_run_t *R, ta_fail_t *f, int *st,
+                     uint32_t n, int threads)
+{
+    const double **pv;
+    uint32_t i, next = 0;
+    int nt, t, res = TA_OK;
+    ta_many M;
+    if (!P || !R || !f || !st || threads < 1) return TA_EARG;
+    if (!n) return TA_OK;
+    if (!(pv = (const double **)ta_calloc(n, sizeof *pv))) return TA_ENOMEM;
+    /* parameters read from the tape here, on the thread whose tape holds them */
+    for (i = 0; i < n && res == TA_OK; i++) {
+        if (!P[i] || R[i].params || !P[i]->npar) continue;
+        if (!(pv[i] = (const double *)ta_malloc((size_t)P[i]->npar * sizeof(double)))) res = TA_ENOMEM;
+        else res = ta_prog_param_values(P[i], (double *)pv[i], P[i]->npar);
+    }
+    if (res == TA_OK) {
+        M.P = P; M.R = R; M.f = f; M.st = st; M.pv = pv; M.n = n; M.next = &next;
+        nt = threads < TA_MAXTHREADS ? threads : TA_MAXTHREADS;
+        if ((uint32_t)nt > n) nt = (int)n;
+        if (!TA_THREADS) nt = 1;
+#if TA_THREADS
+        {
+            pthread_t tid[TA_MAXTHREADS];
+            int started[TA_MAXTHREADS];
+            for (t = 1; t < nt; t++) started[t] = pthread_create(&tid[t], NULL, ta_many_run, &M) == 0;
+            ta_many_run(&M);          /* (a thread that cannot start leaves its runs to this one) */
+            for (t = 1; t < nt; t++) if (started[t]) pthread_join(tid[t], NULL);
+        }
+#else
+        (void)t;
+        ta_many_run(&M);
+#endif
+    }
+    for (i = 0; i < n; i++) free((void *)pv[i]);
+    free((void *)pv);
+    return res;
 }

@@ -63,12 +63,14 @@ def prog_new(oid: Any, nout: int, iid: Any, nin: int, wid: Any, nwrt: int) -> An
 
 _PS = {"inputs": lib.TA_PS_INPUTS, "outputs": lib.TA_PS_OUTPUTS, "wrt": lib.TA_PS_WRT,
        "params": lib.TA_PS_PARAMS, "nodes": lib.TA_PS_NODES, "guards": lib.TA_PS_GUARDS,
-       "live": lib.TA_PS_LIVE, "block": lib.TA_PS_BLOCK, "kernel": lib.TA_PS_KERNEL}
+       "live": lib.TA_PS_LIVE, "block": lib.TA_PS_BLOCK, "kernel": lib.TA_PS_KERNEL,
+       "chunk": lib.TA_PS_CHUNK}
 
 
 def prog_size(p: Any, what: str) -> int:
     """A size of program p: "inputs", "outputs", "wrt", "params", "nodes",
-    "guards", "block" (rows per gradient block), "live" (1 while it reads
+    "guards", "block" (rows per gradient block), "chunk" (rows the
+    interpreter runs together for summed gradients), "live" (1 while it reads
     its parameters' Values) or "kernel" (1 while generated code runs it)."""
     return lib.ta_prog_size(p, _PS[what])
 
@@ -116,19 +118,45 @@ def prog_run(owner: Any, p: Any, X: Any, B: int, nin: int, Y: Any, nout: int, se
         if res is not None:
             raise _run_error(res[0], _Failed(res), row0)
         return
-    # (the struct filled from a list in one call, ta_run_t's fields in order:
-    # a setattr a field took 40% longer; None is a NULL pointer)
-    fb = ffi.from_buffer
-    r: Any = ffi.new("ta_run_t *", [
-        fb("double[]", X), B, nin, fb("double[]", Y), nout,
-        ffi.NULL if seed is None else fb("double[]", seed), 0 if seed is None else seed.ndim,
-        ffi.NULL if G is None else fb("double[]", G), nwrt, 1 if per_sample else 0,
-        ffi.NULL if parts is None else fb("double[]", parts), 0 if parts is None else parts.shape[0],
-        ffi.NULL if params is None else fb("double[]", params), npar, threads])
+    # (the struct filled from a list in one call: a setattr a field took 40% longer)
+    r: Any = ffi.new("ta_run_t *", _run_struct(X, B, nin, Y, nout, seed, G, nwrt, per_sample, parts,
+                                               params, npar, threads))
     f: Any = ffi.new("ta_fail_t *")
     st = lib.ta_prog_run(p, r, f)
     if st:
         raise _run_error(st, f, row0)
+
+
+if TYPE_CHECKING:
+    # prog_run's arguments before threads: (owner, p, X, B, nin, Y, nout, seed, G, nwrt,
+    # per_sample, parts, params, npar)
+    RunArgs = Tuple[Any, Any, Any, int, int, Any, int, Any, Any, int, bool, Any, Any, int]
+
+
+def _run_struct(X: Any, B: int, nin: int, Y: Any, nout: int, seed: Any, G: Any, nwrt: int,
+                per_sample: bool, parts: Any, params: Any, npar: int, threads: int) -> List[Any]:
+    """A ta_run_t's fields in order (None: a NULL pointer), the arrays' pointers keeping them alive."""
+    fb = ffi.from_buffer
+    return [fb("double[]", X), B, nin, fb("double[]", Y), nout,
+            ffi.NULL if seed is None else fb("double[]", seed), 0 if seed is None else seed.ndim,
+            ffi.NULL if G is None else fb("double[]", G), nwrt, 1 if per_sample else 0,
+            ffi.NULL if parts is None else fb("double[]", parts), 0 if parts is None else parts.shape[0],
+            ffi.NULL if params is None else fb("double[]", params), npar, threads]
+
+
+def prog_run_many(runs: List[Tuple[RunArgs, int]], threads: int) -> List[Optional[Exception]]:
+    """Several programs' runs at once over at most `threads` threads, each
+    run as prog_run with one thread would run it (the same bits), taken in
+    the order given: runs holds (prog_run's arguments before threads, row0);
+    returns each run's failure (an exception naming its row) or None."""
+    n = len(runs)
+    keep = [_run_struct(*a[2:], 1) for a, _ in runs]
+    P: Any = ffi.new("ta_prog *[]", [a[1] for a, _ in runs])
+    R: Any = ffi.new("ta_run_t[]", keep)
+    F: Any = ffi.new("ta_fail_t[]", n)
+    st: Any = ffi.new("int[]", n)
+    check(lib.ta_prog_run_many(P, R, F, st, n, threads))
+    return [None if st[i] == 0 else _run_error(st[i], F[i], runs[i][1]) for i in range(n)]
 
 
 def _run_error(st: int, f: Any, row0: Any) -> Exception:
