@@ -234,9 +234,36 @@ static inline void *ta_attached(const ta_tape *T, const struct ta_layer *L)
  * ta_resolve looks one up, checking tag, slot and offset.  Only nodes of
  * T itself resolve; an id of T's no_grad arena gives TA_ENOGRAD. */
 #define TA_ID(T, ref) ((int64_t)(((uint64_t)(T)->tag << 32) | (uint32_t)(ref)))
-int ta_resolve(ta_tape *T, int64_t id, ta_seg **s, uint32_t *off);
+/* (inline: callers loop over many ids; access.c: ta_resolve_miss, the
+ * status of an id of no node of T) */
+int ta_resolve_miss(const ta_tape *T, int64_t id);
+static inline int ta_resolve_in(const ta_tape *T, int64_t id, ta_seg **ps, uint32_t *po)
+{
+    uint32_t ref = (uint32_t)id, k = ref >> TA_SHIFT;
+    ta_seg *s;
+    *ps = NULL; *po = 0;      /* (set on every path: the compiler sees them set) */
+    if (k >= T->nslots || !(s = T->segs[k]) || TA_OFF(ref) >= s->n) return TA_EBADID;
+    *ps = s; *po = TA_OFF(ref);
+    return TA_OK;
+}
+static inline int ta_resolve(ta_tape *T, int64_t id, ta_seg **ps, uint32_t *po)
+{
+    if (id >= 0 && ((uint64_t)id >> 32) == T->tag) return ta_resolve_in(T, id, ps, po);
+    *ps = NULL; *po = 0;
+    return ta_resolve_miss(T, id);
+}
 /* As ta_resolve, but no_grad values resolve too (*ng set to 1 for them). */
-int ta_resolve_any(ta_tape *T, int64_t id, ta_seg **s, uint32_t *off, int *ng);
+static inline int ta_resolve_any(ta_tape *T, int64_t id, ta_seg **ps, uint32_t *po, int *ng)
+{
+    *ng = 0;
+    if (id >= 0 && ((uint64_t)id >> 32) == T->tag) return ta_resolve_in(T, id, ps, po);
+    if (id >= 0 && T->ng && ((uint64_t)id >> 32) == T->ng->tag) {
+        *ng = 1;
+        return ta_resolve_in(T->ng, id, ps, po);
+    }
+    *ps = NULL; *po = 0;
+    return ta_resolve_miss(T, id);
+}
 
 /* sweep.c: ta_backward from node ro of segment rs, a node of T itself
  * (resolved, or held by the caller: the CPython front's Value). */

@@ -17,32 +17,10 @@ double ta_peek(ta_seg *s, uint32_t off, int what)
 }
 /* --------------------------------------------------------------- lookup */
 
-static int ta_resolve_in(ta_tape *T, int64_t id, ta_seg **ps, uint32_t *po)
+int ta_resolve_miss(const ta_tape *T, int64_t id)
 {
-    uint32_t ref = (uint32_t)id, k = ref >> TA_SHIFT;
-    ta_seg *s;
-    if (k >= T->nslots || !(s = T->segs[k]) || TA_OFF(ref) >= s->n) return TA_EBADID;
-    *ps = s; *po = TA_OFF(ref);
-    return TA_OK;
-}
-
-int ta_resolve(ta_tape *T, int64_t id, ta_seg **ps, uint32_t *po)
-{
-    uint64_t tag;
     if (id < 0) return TA_EBADID;
-    tag = (uint64_t)id >> 32;
-    if (tag == T->tag) return ta_resolve_in(T, id, ps, po);
-    return (T->ng && tag == T->ng->tag) ? TA_ENOGRAD : TA_ETHREAD;
-}
-
-int ta_resolve_any(ta_tape *T, int64_t id, ta_seg **ps, uint32_t *po, int *ng)
-{
-    *ng = 0;
-    if (id >= 0 && T->ng && ((uint64_t)id >> 32) == T->ng->tag) {
-        *ng = 1;
-        return ta_resolve_in(T->ng, id, ps, po);
-    }
-    return ta_resolve(T, id, ps, po);
+    return (T->ng && ((uint64_t)id >> 32) == T->ng->tag) ? TA_ENOGRAD : TA_ETHREAD;
 }
 
 int ta_check(int64_t id)
