@@ -108,6 +108,8 @@ FIGURES: List[Figure] = [
            ("gpt", "step_s", "reference"), "plain-Python Value", pages=(README, BENCH), scale=MS),
     _bench("GPT step, compiled (tapead.jit, its Program replayed), ms", ("gpt", "step_s", "compiled"),
            ("gpt", "step_s", "reference"), "plain-Python Value", pages=(), scale=MS),
+    _bench("GPT minibatch of 16 names compiled (tapead.jit batch), every core, ms", ("gpt", "step_s", "batch16_n"),
+           ("gpt", "step_s", "batch16_1"), "one thread", pages=(), scale=MS),
     _bench("tapead.dot, 16 terms, ns", ("gpt", "dot16_s", "dot"), ("gpt", "dot16_s", "generator"),
            "the generator sum", scale=NS),
     _bench("demo step, record once + recompute, ms", ("demo_step_s", "recompute"), ("demo_step_s", "micrograd"),
