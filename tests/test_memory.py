@@ -190,13 +190,26 @@ def test_a_value_never_initialised_refuses_every_use(make):
 
 @pytest.mark.skipif(tapead.FRONT != "cffi", reason="a C Value's node cannot be set from Python")
 def test_forged_handle_to_an_unused_slot_of_this_tape():
-    real = Value(1.0)
-    tag = real._i >> 32
-    for ref in ((1 << 20) - 1, (4000 << 11) | 5, 0xFFFFFFFF):
-        v = Value.__new__(Value)
-        v._i = (tag << 32) | ref
-        v._t = None
-        with pytest.raises(tapead.TapeError):
-            v.data
-        with pytest.raises(tapead.TapeError):
-            v * real
+    """Refs past the nodes of a segment in use, to a slot with no segment,
+    and past every slot, on a new thread's tape (one node): each refused.
+    (On a new tape, so what earlier tests left alive cannot fill the slots.)"""
+    import threading
+    failures = []
+
+    def probe():
+        real = Value(1.0)
+        tag, slot = real._i >> 32, (real._i & 0xFFFFFFFF) >> 11
+        for ref in ((slot << 11) | 2047, ((slot + 1) << 11) | 5, (4000 << 11) | 5, 0xFFFFFFFF):
+            v = Value.__new__(Value)
+            v._i = (tag << 32) | ref
+            v._t = None
+            for use in (lambda: v.data, lambda: v * real):
+                try:
+                    use()
+                    failures.append(f"ref {ref:#x}: not refused")
+                except tapead.TapeError:
+                    pass
+    t = threading.Thread(target=probe)
+    t.start()
+    t.join()
+    assert not failures, failures
