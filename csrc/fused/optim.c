@@ -96,14 +96,14 @@ int ta_sgd_step(const int64_t *ids, size_t n, double lr, double momentum, double
  * same number in exact arithmetic: tests/test_optim.py checks both):
  *     m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g**2
  *     p -= lr * (m / (1 - b1**t)) / ((v / (1 - b2**t))**0.5 + eps)
- * x**0.5 is libm's pow, as Python's float ** float is; g**2 is what the
+ * x**0.5 is libm's pow, as Python's float ** float is (pow_half: without
+ * the call where that is certainly sqrt(x)); g**2 is what the
  * caller's interpreter computes for it: libm's pow on CPython (pow_sq:
  * without the call where that is certainly g*g), g*g on PyPy (sq_mul).
  * L2 weight decay, when asked, is added to the gradient first (PyTorch's). */
 int ta_adam_step(const int64_t *ids, size_t n, double lr, double b1, double b2, double eps,
                  double wd, int64_t t, double *m, double *v, int sq_mul)
 {
-    const double half = ta_opaque(0.5);   /* pow(x, 0.5), not sqrt: what Python's x ** 0.5 calls */
     ta_seg **s; uint32_t *o; size_t i;
     double c1, c2;
     int st;
@@ -118,7 +118,7 @@ int ta_adam_step(const int64_t *ids, size_t n, double lr, double b1, double b2, 
         if (wd != 0.0) g += wd * *p;
         m[i] = b1 * m[i] + (1.0 - b1) * g;
         v[i] = b2 * v[i] + (1.0 - b2) * (sq_mul ? g * g : pow_sq(g));
-        *p -= lr * (m[i] / c1) / (pow(v[i] / c2, half) + eps);
+        *p -= lr * (m[i] / c1) / (pow_half(v[i] / c2) + eps);
     }
     free(s); free(o);
     return TA_OK;

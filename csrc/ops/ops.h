@@ -61,6 +61,26 @@ static inline int py_pow(double x, double y, double *r)
     if (FIN(x) && FIN(y) && isinf(*r)) return TA_ERANGE;
     return TA_OK;
 }
+/* 2^e for the e with 2^e <= |x| < 2^(e+1) (x normal and finite): x's
+ * binade, whose ulp is 2^(e-52) */
+static inline double ta_binade(double x)
+{
+    uint64_t bits;
+    double b;
+    memcpy(&bits, &x, sizeof bits);
+    bits &= 0x7ff0000000000000u;
+    memcpy(&b, &bits, sizeof b);
+    return b;
+}
+/* x * x - p exactly, p the rounded x * x (Dekker's product with Veltkamp's
+ * split, 2^27 + 1; exact for 2^-400 < |x| < 2^400; -ffp-contract=off keeps
+ * it unfused) */
+static inline double ta_square_error(double x, double p)
+{
+    double t = 134217729.0 * x;
+    double hi = t - (t - x), lo = x - hi;
+    return ((hi * hi - p) + 2.0 * hi * lo) + lo * lo;
+}
 /* pow(x, 2.0), libm's number, without the call where that number is
  * certainly x * x.  x * x is the square correctly rounded; libm's pow
  * rounds an approximation within a few hundredths of an ulp of the exact
@@ -68,27 +88,42 @@ static inline int py_pow(double x, double y, double *r)
  * the exact square lies that close to a midpoint between two doubles --
  * which happens (x with a mantissa of 27 bits or fewer can square to an
  * exact midpoint, and there glibc's pow and ties-to-even part ways).  So:
- * take the rounding error of x * x exactly (Dekker's product, exact in
- * this range; -ffp-contract=off keeps it unfused) and keep x * x only
- * where the exact square is within 3/8 of an ulp of it: far from either
- * midpoint (the one below a power of two is a quarter ulp away: there
- * within 3/16).  Elsewhere, and for x out of the range, pow decides: called
- * with an opaque 2.0, since compilers fold pow(x, 2.0) into x * x. */
+ * take the rounding error of x * x exactly (ta_square_error) and keep
+ * x * x only where the exact square is within 7/16 of an ulp of it: every
+ * other double lies over 9/16 ulp away (below a power of two the next
+ * double is half an ulp away: there within 7/32).  Elsewhere, and for x
+ * out of the range, pow decides: called with an opaque 2.0, since
+ * compilers fold pow(x, 2.0) into x * x. */
 static inline double pow_sq(double x)
 {
     const double two = ta_opaque(2.0);
-    double p = x * x, t, hi, lo, err, e2;
-    uint64_t bits;
+    double p = x * x, e2;
     if (!(fabs(x) > 0x1p-400 && fabs(x) < 0x1p+400)) return pow(x, two);
-    t = 134217729.0 * x;                 /* 2^27 + 1: Veltkamp's split */
-    hi = t - (t - x);
-    lo = x - hi;
-    err = ((hi * hi - p) + 2.0 * hi * lo) + lo * lo;   /* x * x - p, exactly */
-    memcpy(&bits, &p, sizeof bits);
-    bits &= 0x7ff0000000000000u;         /* 2^e <= p < 2^(e+1): the ulp is 2^(e-52) */
-    memcpy(&e2, &bits, sizeof e2);
-    if (fabs(err) <= (p == e2 ? 0x3p-56 : 0x3p-55) * e2) return p;
+    e2 = ta_binade(p);
+    if (fabs(ta_square_error(x, p)) <= (p == e2 ? 0x7p-57 : 0x7p-56) * e2) return p;
     return pow(x, two);
+}
+/* pow(x, 0.5), libm's number, without the call where that number is
+ * certainly sqrt(x) (Adam's step takes a root per parameter: the call was
+ * most of its time).  sqrt(x) is the root correctly rounded, libm's pow
+ * within 0.52 ulp of it (glibc, musl), so the two part only where the
+ * exact root s lies within a few hundredths of an ulp of a midpoint --
+ * which happens (x near the square of a midpoint).  r = sqrt(x) is s - (x - r*r) / (s + r), and
+ * x - r*r is exact here (x - p by Sterbenz's lemma, p the rounded r*r, less
+ * ta_square_error).  Where |s - r| <= 0.435 ulp, every double but r lies
+ * over 9/16 ulp from s: pow's number is r.  Elsewhere, for r a power of two
+ * (its lower neighbour is half an ulp away) and for x out of the range,
+ * pow decides, called with an opaque 0.5. */
+static inline double pow_half(double x)
+{
+    const double half = ta_opaque(0.5);
+    double r, p, b;
+    if (!(x > 0x1p-800 && x < 0x1p+800)) return pow(x, half);
+    r = sqrt(x);
+    p = r * r;
+    b = ta_binade(r);
+    if (r != b && fabs((x - p) - ta_square_error(r, p)) <= 0.87 * r * (b * 0x1p-52)) return r;
+    return pow(x, half);
 }
 /* d(x^y)/dx = y x^(y-1), written as micrograd does: (y * x**(y-1)).  The
  * commonest powers skip the call to pow, which took a third of the README
