@@ -68,6 +68,29 @@ def _flatten(arg: Any, out: List[float]) -> None:
         out.append(_real(arg))
 
 
+# what a run of many rows costs against a run of one (its interpreter's lanes
+# take as long for 2 rows as for 4: about 2.2 one-row runs on the GPT example);
+# the order batch starts runs in, costliest first, reads it
+_MANY = 2.2
+_FLAT: Dict[int, Shape] = {}   # n -> the shape of one argument, a list of n numbers
+
+
+def _key(args: Tuple[Any, ...]) -> Tuple[Shape, List[float]]:
+    """(the shape of args, their numbers in order as floats), in one pass for
+    the common call, one list of ints and floats."""
+    if len(args) == 1 and type(args[0]) in (list, tuple) and _plain(args[0]):
+        n = len(args[0])
+        shape = _FLAT.get(n)
+        if shape is None:
+            shape = _FLAT.setdefault(n, ((None,) * n,))
+        return shape, list(map(float, args[0]))
+    shape = tuple(_shape(a, f"argument {i}") for i, a in enumerate(args))
+    row: List[float] = []
+    for a in args:
+        _flatten(a, row)
+    return shape, row
+
+
 def _leaves(arg: Any, out: List[Value]) -> Any:
     """arg with each number a new leaf (appended to out)."""
     if isinstance(arg, (list, tuple)):
@@ -112,10 +135,11 @@ class Jit:
         self.recordings += 1
         return prog
 
-    def _program(self, args: Tuple[Any, ...]) -> Tuple[Shape, Any]:
-        shape = tuple(_shape(a, f"argument {i}") for i, a in enumerate(args))
+    def _program(self, args: Tuple[Any, ...]) -> Tuple[Shape, Any, List[float]]:
+        """(shape, its Program, recorded now if new, the row of args)"""
+        shape, row = _key(args)
         prog = self.programs.get(shape)
-        return shape, prog if prog is not None else self._record(shape, args)
+        return shape, prog if prog is not None else self._record(shape, args), row
 
     # -- running
     def _add_grads(self, G: Any) -> None:
@@ -130,10 +154,7 @@ class Jit:
         """fn(*args)'s outputs, as floats, its Program run in C; d(sum of
         outputs)/d wrt added to wrt's .grad."""
         import numpy as np
-        shape, prog = self._program(args)
-        row: List[float] = []
-        for a in args:
-            _flatten(a, row)
+        shape, prog, row = self._program(args)
         X = np.array([row], dtype=np.float64).reshape(1, len(row))
         try:
             Y, G = prog.grad(X, threads=1)
@@ -146,55 +167,58 @@ class Jit:
         """The outputs of each call (a tuple of arguments, or one argument
         that is not a tuple), as __call__ gives them, run at once: the calls
         of one shape are the rows of its Program, run in runs of as many
-        rows as its interpreter runs together, and the runs of every shape
+        rows as its interpreter runs together (rows left over, if no more
+        than half such a run, one row a run: its one-row path costs less
+        than half a run of many), and the runs of every shape
         run side by side over `threads` threads (None: every core).  Their
         gradients, summed (each run's in a fixed order, tapead.Program; the
         runs of a shape in row order, the shapes in the order they first
         come: the same bits whatever the threads), are added to wrt's .grad."""
         import numpy as np
         from . import replay
-        todo: List[Tuple[Any, ...]] = [tuple(c) if isinstance(c, tuple) else (c,) for c in calls]
-        groups: Dict[Shape, List[int]] = {}
-        for i, args in enumerate(todo):
-            shape, _ = self._program(args)
-            groups.setdefault(shape, []).append(i)
-        work: List[Tuple[Shape, List[int], Any]] = []
-        for shape, idx in groups.items():
-            rows = []
-            for i in idx:
-                row: List[float] = []
-                for a in todo[i]:
-                    _flatten(a, row)
-                rows.append(row)
-            work.append((shape, idx, np.array(rows, dtype=np.float64).reshape(len(rows), -1)))
         n = replay.cores() if threads is None else threads
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n < 1 << 31:
             raise ValueError(f"threads must be a positive int (below 2**31) or None, not {threads!r}")
+        todo: List[Tuple[Any, ...]] = [tuple(c) if isinstance(c, tuple) else (c,) for c in calls]
+        groups: Dict[Shape, Tuple[List[int], List[List[float]]]] = {}
+        for i, args in enumerate(todo):
+            shape, _, row = self._program(args)
+            idx, rows = groups.setdefault(shape, ([], []))
+            idx.append(i)
+            rows.append(row)
+        work: List[Tuple[Shape, List[int], Any]] = [
+            (shape, idx, np.array(rows, dtype=np.float64).reshape(len(rows), -1))
+            for shape, (idx, rows) in groups.items()]
         # each shape's rows in runs of its Program's chunk, all run side by side
         # in C, the costliest first; a shape's gradients are its runs' in order
         progs = [self.programs[shape] for shape, _, _ in work]
-        runs: List[Tuple[int, int, int]] = []      # (shape's place in work, first row, end row)
-        for k, (prog, (_, idx, _)) in enumerate(zip(progs, work)):
-            c = prog._chunk
-            runs += [(k, r, min(r + c, len(idx))) for r in range(0, len(idx), c)]
-        order = sorted(range(len(runs)), key=lambda i: -progs[runs[i][0]].nodes * (runs[i][2] - runs[i][1]))
+        runs: List[Tuple[Any, Any, int, float]] = []  # (Program, its rows of X, first row, -cost)
+        first: List[int] = []                         # work[k]'s runs start at runs[first[k]]
+        for prog, (_, idx, X) in zip(progs, work):
+            c, nodes, m = prog._chunk, prog.nodes, len(idx)
+            whole = m - m % c if m % c <= c // 2 else m
+            first.append(len(runs))
+            runs += [(prog, X[r:r + c], r, -_MANY * nodes) for r in range(0, whole, c)]
+            runs += [(prog, X[r:r + 1], r, -nodes) for r in range(whole, m)]
+        first.append(len(runs))
+        order = sorted(range(len(runs)), key=lambda i: runs[i][3])
         ran: List[Any] = [None] * len(runs)
-        for i, res in zip(order, replay.grad_many([(progs[runs[i][0]], work[runs[i][0]][2][runs[i][1]:runs[i][2]],
-                                                    None, runs[i][1]) for i in order], n)):
+        for i, res in zip(order, replay.grad_many([(runs[i][0], runs[i][1], None, runs[i][2]) for i in order], n)):
             ran[i] = res
         done: List[Any] = []
         failed = None
         for k in range(len(work)):
-            mine = [res for (g, _, _), res in zip(runs, ran) if g == k]
-            if any(isinstance(res, Exception) for res in mine):
+            mine = ran[first[k]:first[k + 1]]
+            bad = [res for res in mine if isinstance(res, Exception)]
+            if bad:
                 done.append(None)            # one at a time (a comparison differs), or raised below
-                if not any(isinstance(res, GuardError) for res in mine) and failed is None:
-                    failed = next(res for res in mine if isinstance(res, Exception))
+                if failed is None and not any(isinstance(res, GuardError) for res in bad):
+                    failed = bad[0]
                 continue
             G = mine[0][1]
             for res in mine[1:]:
                 G = G + res[1]
-            done.append((np.concatenate([res[0] for res in mine]), G))
+            done.append((mine[0][0] if len(mine) == 1 else np.concatenate([res[0] for res in mine]), G))
         if failed is not None:               # a call that fails, its shape's calls agreeing with the recording
             raise failed
         out: List[Any] = [None] * len(todo)
@@ -212,8 +236,12 @@ class Jit:
                     Y[r], G = y[0], G + g
             else:
                 Y, G = got
-            for r, i in enumerate(idx):
-                out[i] = self._result(shape, Y[r])
+            if self._outs[shape] == 0:       # one output, a float each
+                for i, y in zip(idx, Y[:, 0].tolist()):
+                    out[i] = y
+            else:
+                for i, y in zip(idx, Y.tolist()):
+                    out[i] = y
             total = G if total is None else total + G
         if total is not None:
             self._add_grads(total)

@@ -284,17 +284,24 @@ int ta_prog_run_many(ta_prog *const *P, const ta_run_t *R, ta_fail_t *f, int *st
                      uint32_t n, int threads)
 {
     const double **pv;
-    uint32_t i, next = 0;
+    uint32_t *read;     /* the runs whose parameters were read, one per Program */
+    uint32_t i, j, nread = 0, next = 0;
     int nt, t, res = TA_OK;
     ta_many M;
     if (!P || !R || !f || !st || threads < 1) return TA_EARG;
     if (!n) return TA_OK;
-    if (!(pv = (const double **)ta_calloc(n, sizeof *pv))) return TA_ENOMEM;
-    /* parameters read from the tape here, on the thread whose tape holds them */
+    pv = (const double **)ta_calloc(n, sizeof *pv);
+    read = (uint32_t *)ta_malloc((size_t)n * sizeof *read);
+    if (!pv || !read) { free((void *)pv); free(read); return TA_ENOMEM; }
+    /* parameters read from the tape here, on the thread whose tape holds
+     * them: once a Program (its runs in this call see the same values) */
     for (i = 0; i < n && res == TA_OK; i++) {
         if (!P[i] || R[i].params || !P[i]->npar) continue;
+        for (j = 0; j < nread && P[read[j]] != P[i]; j++) ;
+        if (j < nread) { pv[i] = pv[read[j]]; continue; }
         if (!(pv[i] = (const double *)ta_malloc((size_t)P[i]->npar * sizeof(double)))) res = TA_ENOMEM;
         else res = ta_prog_param_values(P[i], (double *)pv[i], P[i]->npar);
+        read[nread++] = i;
     }
     if (res == TA_OK) {
         M.P = P; M.R = R; M.f = f; M.st = st; M.pv = pv; M.n = n; M.next = &next;
@@ -314,7 +321,8 @@ int ta_prog_run_many(ta_prog *const *P, const ta_run_t *R, ta_fail_t *f, int *st
         ta_many_run(&M);
 #endif
     }
-    for (i = 0; i < n; i++) free((void *)pv[i]);
+    for (j = 0; j < nread; j++) free((void *)pv[read[j]]);
     free((void *)pv);
+    free(read);
     return res;
 }
