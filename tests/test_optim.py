@@ -147,20 +147,10 @@ class MicrogptAdam:
             self.x[i] -= lr_t * m_hat / (v_hat ** 0.5 + self.eps)
 
 
-# gradients, including squares that lie near a midpoint (few mantissa bits:
-# pow(g, 2.0) and g * g can part there) and tiny and huge ones
-GRADS = st.floats(-1e6, 1e6, allow_nan=False) | st.integers(-2 ** 27, 2 ** 27).map(lambda k: k * 2.0 ** -20) \
-    | st.sampled_from([0.0, -0.0, 1e-200, -3e-310, 1e150, 134217729.0, 1.0000000149011612])
-
-
-@given(st.lists(st.lists(GRADS, min_size=4, max_size=4), min_size=1, max_size=8))
-# squares where libm's pow and g*g part (CPython's g**2 is the one, PyPy's the other)
-@example([[0.0] * 4, [0.0] * 4, [0.0, 0.0, 0.0, 103.6988172531128]])
-@example([[-127.51853245733109, 1.0, 2.0, 3.0], [-127.51853245733109] * 4])
-def test_adam_is_microgpt_update_bit_for_bit(grads_per_step):
+def adam_against_microgpt(start, grads_per_step):
     """tapead.optim.Adam with microgpt's betas and eps and its linear
-    learning-rate decay set through opt.lr: the same parameters to the bit."""
-    start = [0.5, -1.25, 2.0, 0.0]
+    learning-rate decay set through opt.lr, step by step beside microgpt's
+    loop: the same parameters to the bit, the gradients zeroed."""
     ps = [Value(x) for x in start]
     ref = MicrogptAdam(start)
     opt = Adam(ps, lr=0.01, betas=(0.85, 0.99), eps=1e-8)
@@ -174,7 +164,21 @@ def test_adam_is_microgpt_update_bit_for_bit(grads_per_step):
         opt.zero_grad()
         ref.step(step, lr_t, grads)
         assert [p.data for p in ps] == ref.x, f"step {step}"
-        assert [p.grad for p in ps] == [0.0] * 4
+        assert [p.grad for p in ps] == [0.0] * len(ps)
+
+
+# gradients, including squares that lie near a midpoint (few mantissa bits:
+# pow(g, 2.0) and g * g can part there) and tiny and huge ones
+GRADS = st.floats(-1e6, 1e6, allow_nan=False) | st.integers(-2 ** 27, 2 ** 27).map(lambda k: k * 2.0 ** -20) \
+    | st.sampled_from([0.0, -0.0, 1e-200, -3e-310, 1e150, 134217729.0, 1.0000000149011612])
+
+
+@given(st.lists(st.lists(GRADS, min_size=4, max_size=4), min_size=1, max_size=8))
+# squares where libm's pow and g*g part (CPython's g**2 is the one, PyPy's the other)
+@example([[0.0] * 4, [0.0] * 4, [0.0, 0.0, 0.0, 103.6988172531128]])
+@example([[-127.51853245733109, 1.0, 2.0, 3.0], [-127.51853245733109] * 4])
+def test_adam_is_microgpt_update_bit_for_bit(grads_per_step):
+    adam_against_microgpt([0.5, -1.25, 2.0, 0.0], grads_per_step)
 
 
 def test_adam_roots_where_pow_and_sqrt_part_are_microgpts():
@@ -193,20 +197,8 @@ def test_adam_roots_where_pow_and_sqrt_part_are_microgpts():
         if math.pow(v_hat, 0.5) != math.sqrt(v_hat):
             hard.append(g)
     grads = hard + [rng.uniform(-3, 3) * 2.0 ** rng.randrange(-30, 30) for _ in range(200)]
-    start = [rng.uniform(-1, 1) for _ in grads]
-    ps = [Value(x) for x in start]
-    ref = MicrogptAdam(start)
-    opt = Adam(ps, lr=0.01, betas=(0.85, 0.99), eps=1e-8)
-    for step in range(3):
-        lr_t = 0.01 * (1 - step / 3)
-        gs = [g * (1.5 ** step) for g in grads]
-        for p, g in zip(ps, gs):
-            p.grad = g
-        opt.lr = lr_t
-        opt.step()
-        opt.zero_grad()
-        ref.step(step, lr_t, gs)
-        assert [p.data for p in ps] == ref.x, f"step {step}"
+    adam_against_microgpt([rng.uniform(-1, 1) for _ in grads],
+                          [[g * 1.5 ** step for g in grads] for step in range(3)])
 
 
 def test_adam_first_step_moves_each_parameter_by_about_lr():

@@ -252,6 +252,12 @@ static inline int ta_resolve(ta_tape *T, int64_t id, ta_seg **ps, uint32_t *po)
     *ps = NULL; *po = 0;
     return ta_resolve_miss(T, id);
 }
+/* As ta_resolve, on this thread's tape (*T): TA_ENOMEM where there is none. */
+static inline int ta_resolve_here(int64_t id, ta_tape **T, ta_seg **ps, uint32_t *po)
+{
+    if (!(*T = ta_self())) { *ps = NULL; *po = 0; return TA_ENOMEM; }
+    return ta_resolve(*T, id, ps, po);
+}
 /* As ta_resolve, but no_grad values resolve too (*ng set to 1 for them). */
 static inline int ta_resolve_any(ta_tape *T, int64_t id, ta_seg **ps, uint32_t *po, int *ng)
 {

@@ -212,12 +212,11 @@ int ta_custom_info(int64_t id, uint32_t *n, int64_t *ins, uint32_t cap, char *na
 
 int64_t ta_custom_key(int64_t id)
 {
-    ta_tape *T = ta_self();
+    ta_tape *T;
     ta_seg *s;
     uint32_t o;
     int st;
-    if (!T) return TA_ENOMEM;
-    if ((st = ta_resolve(T, id, &s, &o)) != TA_OK) return st;
+    if ((st = ta_resolve_here(id, &T, &s, &o)) != TA_OK) return st;
     if ((s->op[o] & TA_OPMASK) != TA_CUSTOM) return TA_ENOTCUSTOM;
     return ta_cnode_of(T, s, o)->key;
 }

@@ -197,12 +197,11 @@ static int ta_sweep_anomaly(ta_seg *const *segs, ta_seg *s, uint32_t *at, uint64
 
 int ta_backward(int64_t root)
 {
-    ta_tape *T = ta_self();
+    ta_tape *T;
     ta_seg *rs;
     uint32_t ro;
     int st;
-    if (!T) return TA_ENOMEM;
-    if ((st = ta_resolve(T, root, &rs, &ro)) != TA_OK) return st;
+    if ((st = ta_resolve_here(root, &T, &rs, &ro)) != TA_OK) return st;
     return ta_backward_at(T, rs, ro);
 }
 

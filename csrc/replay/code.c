@@ -34,6 +34,17 @@ static uint32_t ta_chunk_rows(uint64_t rows)
     return ch;
 }
 
+/* DO(node) for each node instruction I reads, in this order: x, then a
+ * dot's terms (p, q each), a take's candidates, or a binary op's y */
+#define TA_EACH_OPERAND(P, C, I, t, DO) do {                                    \
+        DO((I)->x);                                                              \
+        if ((I)->op == TA_IDOT)                                                  \
+            for (t = (I)->t0; t < (I)->t0 + (I)->nt; t++) { DO((C)->tp[t]); DO((C)->tq[t]); } \
+        else if ((I)->op == TA_TAKE)                                             \
+            for (t = 1; t <= (P)->lst[(I)->y]; t++) DO((P)->lst[(I)->y + t]);    \
+        else if (ta_kinds[(I)->op] == TA_K_BIN) DO((I)->y);                      \
+    } while (0)
+
 /* Adjoint row slots for the row nodes, reused: the reverse sweep needs a
  * node's adjoint from the first write into it (its last reader, the sweep
  * going newest first) to its own instruction, which reads it; then its row
@@ -64,12 +75,7 @@ static int ta_adjoint_slots(const ta_prog *P, ta_code *C)
         I->rel = 0;
         if (C->dloc[I->k] == TA_NONE) continue;                  /* batch.c skips it */
         TA_SLOT(I->k);
-        TA_SLOT(I->x);
-        if (I->op == TA_IDOT)
-            for (t = I->t0; t < I->t0 + I->nt; t++) { TA_SLOT(C->tp[t]); TA_SLOT(C->tq[t]); }
-        else if (I->op == TA_TAKE)
-            for (t = 1; t <= P->lst[I->y]; t++) TA_SLOT(P->lst[I->y + t]);
-        else if (ta_kinds[I->op] == TA_K_BIN) TA_SLOT(I->y);
+        TA_EACH_OPERAND(P, C, I, t, TA_SLOT);
         if (!keep[I->k]) { I->rel = 1; stack[nfree++] = C->dslot[I->k]; }
     }
 #undef TA_SLOT
@@ -100,12 +106,9 @@ static int ta_value_slots(const ta_prog *P, ta_code *C, const uint8_t *pin)
     for (i = 0; i < C->nins; i++) {
         ta_ins *I = &C->ins[i];
         int bin = I->op != TA_IDOT && ta_kinds[I->op] == TA_K_BIN;
-        last[I->x] = i;
-        if (bin) last[I->y] = i;
-        if (I->op == TA_IDOT)
-            for (t = I->t0; t < I->t0 + I->nt; t++) { last[C->tp[t]] = last[C->tq[t]] = i; }
-        if (I->op == TA_TAKE)
-            for (t = 1; t <= P->lst[I->y]; t++) last[P->lst[I->y + t]] = i;
+#define TA_LAST(o) (last[o] = i)
+        TA_EACH_OPERAND(P, C, I, t, TA_LAST);
+#undef TA_LAST
         I->rd = 0;
         if (C->dloc[I->k] == TA_NONE) continue;              /* no reverse step */
         if (I->op == TA_IDOT) {
@@ -133,12 +136,7 @@ static int ta_value_slots(const ta_prog *P, ta_code *C, const uint8_t *pin)
     for (i = 0; i < C->nins; i++) {
         const ta_ins *I = &C->ins[i];
         C->loc[I->k] = keep[I->k] || !nfree ? C->nv++ : stack[--nfree];
-        TA_FREE(I->x);
-        if (I->op == TA_IDOT)
-            for (t = I->t0; t < I->t0 + I->nt; t++) { TA_FREE(C->tp[t]); TA_FREE(C->tq[t]); }
-        else if (I->op == TA_TAKE)
-            for (t = 1; t <= P->lst[I->y]; t++) TA_FREE(P->lst[I->y + t]);
-        else if (ta_kinds[I->op] == TA_K_BIN) TA_FREE(I->y);
+        TA_EACH_OPERAND(P, C, I, t, TA_FREE);
         if (!keep[I->k] && last[I->k] == TA_NONE) stack[nfree++] = C->loc[I->k];   /* unread */
     }
 #undef TA_FREE
