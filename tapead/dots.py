@@ -47,22 +47,21 @@ __all__ = ["dot", "linear"]
 _EXACT = 2 ** 53      # ints up to this size are doubles exactly
 
 
-def _seq(s: Any, fn: str, name: str) -> Sequence[Any]:
+def _seq(s: Any, fn: str, name: str, items: str = "Values and numbers") -> Sequence[Any]:
     """s's items, as a tuple s itself or a new list (a list is copied in one
     step, list(): what is read from here on cannot change, even if a
-    finalizer changes s, and it keeps the Values in it alive)."""
+    finalizer changes s, and it keeps the Values in it alive); a TypeError
+    naming tapead.fn's argument name and what its items must be otherwise."""
     if type(s) is tuple:
         return s
     if isinstance(s, (list, tuple)):
         return list(s)
-    if isinstance(s, (Value, str, bytes, int, float)):
-        raise TypeError(f"tapead.{fn}: {name} must be a sequence of Values and numbers, "
-                        f"not {type(s).__name__}")
-    try:
-        return list(s)
-    except TypeError:
-        raise TypeError(f"tapead.{fn}: {name} must be a sequence of Values and numbers, "
-                        f"not {type(s).__name__}") from None
+    if not isinstance(s, (Value, str, bytes, int, float)):
+        try:
+            return list(s)
+        except TypeError:
+            pass
+    raise TypeError(f"tapead.{fn}: {name} must be a sequence of {items}, not {type(s).__name__}")
 
 
 def _operands(seq: Sequence[Any], fn: str, name: str) -> Tuple[List[Any], List[Any]]:

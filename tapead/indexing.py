@@ -23,21 +23,15 @@ from typing import Any, List, Sequence, Union
 from ._c import bulk as _bulk
 from ._c.graph import node as _node
 from .custom import join_all
+from .dots import _seq
 from .engine import Value, _real, handles
 
 __all__ = ["take"]
 
 
-def _items(seq: Any) -> List[Any]:
+def _items(seq: Any) -> Sequence[Any]:
     """seq's items, copied once (what is read from here on cannot change)."""
-    if isinstance(seq, (Value, str, bytes, int, float)):
-        raise TypeError(f"tapead.take: seq must be a sequence of Values (or of rows of them), "
-                        f"not {type(seq).__name__}")
-    try:
-        return list(seq)
-    except TypeError:
-        raise TypeError(f"tapead.take: seq must be a sequence of Values (or of rows of them), "
-                        f"not {type(seq).__name__}") from None
+    return _seq(seq, "take", "seq", "Values (or of rows of them)")
 
 
 def _cell(x: Any, where: str) -> Value:
@@ -78,7 +72,7 @@ def take(seq: Sequence[Any], index: Union[int, Value]) -> Any:
         raise IndexError("tapead.take: seq is empty: there is nothing to take")
     rows = isinstance(items[0], (list, tuple))
     if rows:
-        got: List[List[Any]] = []
+        got: List[Sequence[Any]] = []
         for k, r in enumerate(items):
             if not isinstance(r, (list, tuple)):
                 raise TypeError(f"tapead.take: seq[0] is a row but seq[{k}] is "
