@@ -27,7 +27,7 @@ pytestmark = pytest.mark.skipif(native.compiler() is None, reason="no C compiler
 
 @pytest.fixture(autouse=True)
 def _cache(tmp_path_factory, monkeypatch):
-    """Kernels go to one folder per test session (never the user's cache)."""
+    """Kernels go to one folder per pytest run (never the user's cache)."""
     monkeypatch.setenv("TAPEAD_CACHE", str(tmp_path_factory.getbasetemp() / "kernels"))
 
 
