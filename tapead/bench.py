@@ -385,11 +385,8 @@ def fmt_ns(x: Optional[float]) -> str:
     return "-" if x is None else (f"{x:,.0f}" if x >= 100 else f"{x:.1f}")
 
 
-def gpt_rows(rounds: int) -> Optional[Tuple[List[Tuple[str, ...]], Dict[str, Any]]]:
-    """The gpt rows: step medians of examples/gpt.py's four runs, interleaved
-    (each round: the same 5 documents a step on each of the four, then 3
-    steps of 16 names compiled on one thread and on every core), and
-    dot over 16 terms against the generator sum; None outside a source tree."""
+def gpt_example() -> Any:
+    """examples/gpt.py as a module; None outside a source tree."""
     import importlib.util
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "gpt.py")
     if not os.path.exists(path):
@@ -397,6 +394,17 @@ def gpt_rows(rounds: int) -> Optional[Tuple[List[Tuple[str, ...]], Dict[str, Any
     spec = importlib.util.spec_from_file_location("tapead_gpt_example", path)
     gpt: Any = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(gpt)  # type: ignore[union-attr]
+    return gpt
+
+
+def gpt_rows(rounds: int) -> Optional[Tuple[List[Tuple[str, ...]], Dict[str, Any]]]:
+    """The gpt rows: step medians of examples/gpt.py's four runs, interleaved
+    (each round: the same 5 documents a step on each of the four, then 3
+    steps of 16 names compiled on one thread and on every core), and
+    dot over 16 terms against the generator sum; None outside a source tree."""
+    gpt = gpt_example()
+    if gpt is None:
+        return None
 
     def stepper(mode: str, batch: int = 1, threads: int = 1) -> Callable[[], float]:
         model, docs, encode, _, _ = gpt.setup(mode)
