@@ -81,53 +81,45 @@ static inline double ta_square_error(double x, double p)
     double hi = t - (t - x), lo = x - hi;
     return ((hi * hi - p) + 2.0 * hi * lo) + lo * lo;
 }
-/* pow(x, 2.0), libm's number, without the call where that number is
- * certainly x * x.  x * x is the square correctly rounded; libm's pow
- * rounds an approximation within a few hundredths of an ulp of the exact
- * power (glibc's and musl's pow: exp's 0.011 ulp plus |y ln x| times log's
- * relative 1.5 * 2^-68, under 0.04 ulp in the ranges taken here and
- * below; 0.54 ulp in all over every x and y), so the two differ only where
- * the exact square lies that close to a midpoint between two doubles --
- * which happens (x with a mantissa of 27 bits or fewer can square to an
- * exact midpoint, and there glibc's pow and ties-to-even part ways).  So:
- * take the rounding error of x * x exactly (ta_square_error) and keep
- * x * x only where the exact square is within 7/16 of an ulp of it: pow's
- * approximation then lies within 0.48 ulp of x * x, so rounds to it (below
- * a power of two the next double is half an ulp away: there within 7/32).
- * Elsewhere, and for x out of the range, pow decides: called with an
- * opaque 2.0, since compilers fold pow(x, 2.0) into x * x. */
+/* pow(x, 2.0) and pow(x, 0.5), libm's numbers, without the call where that
+ * number is certainly x * x, or sqrt(x) (Adam's step takes both per
+ * parameter: the calls were most of its time).  Those are the power
+ * correctly rounded; libm's pow rounds an approximation of it, within
+ * 0.011 ulp plus |ln(result)| times log's relative error 1.5 * 2^-68
+ * (glibc's and musl's pow, FMA or not: 0.54 ulp in all over every x and
+ * y), so under 0.016 ulp for results between 2^-128 and 2^128, the range
+ * taken here.  The two part only where the exact power s lies that close
+ * to a midpoint between doubles -- which happens (x with a mantissa of 27
+ * bits or fewer squares to an exact midpoint, and there glibc's pow and
+ * ties-to-even part ways).  So the rounded power is kept where s is within
+ * 0.47 ulp of it, pow's approximation then within 0.486 ulp: it rounds to
+ * the same double (where that is a power of two, the next double below is
+ * half an ulp away: there within 0.235).  Elsewhere, and out of the range,
+ * pow decides, called with an opaque constant (compilers fold pow(x, 2.0)
+ * into x * x).  s - p is exact: for the square, ta_square_error; for the
+ * root r, (x - r*r) / (s + r), where x - r*r is exact (x - p by Sterbenz's
+ * lemma, p the rounded r*r, less ta_square_error).  A parameter that
+ * nothing reaches has g = v = 0: +0 both, no call. */
 static inline double pow_sq(double x)
 {
     const double two = ta_opaque(2.0);
     double p = x * x, e2;
     if (x == 0.0) return 0.0;            /* pow(±0, 2.0) is +0 (C99 F.9.4.4) */
-    if (!(fabs(x) > 0x1p-400 && fabs(x) < 0x1p+400)) return pow(x, two);
-    e2 = ta_binade(p);
-    if (fabs(ta_square_error(x, p)) <= (p == e2 ? 0x7p-57 : 0x7p-56) * e2) return p;
+    if (!(fabs(x) > 0x1p-64 && fabs(x) < 0x1p+64)) return pow(x, two);
+    e2 = ta_binade(p);                   /* p's ulp: e2 * 2^-52 */
+    if (fabs(ta_square_error(x, p)) <= (p == e2 ? 0.235 : 0.47) * 0x1p-52 * e2) return p;
     return pow(x, two);
 }
-/* pow(x, 0.5), libm's number, without the call where that number is
- * certainly sqrt(x) (Adam's step takes a root per parameter: the call was
- * most of its time).  sqrt(x) is the root correctly rounded, libm's pow
- * rounds an approximation within 0.04 ulp of it (as for pow_sq), so the
- * two part only where the exact root s lies that close to a midpoint --
- * which happens (x near the square of a midpoint).  r = sqrt(x) is
- * s - (x - r*r) / (s + r), and x - r*r is exact here (x - p by Sterbenz's lemma, p the rounded r*r, less
- * ta_square_error).  Where |s - r| <= 0.435 ulp, pow's approximation lies
- * within 0.48 ulp of r: its number is r.  (A parameter that nothing
- * reaches has v = 0: its root, +0, takes no call either.)  Elsewhere, for
- * r a power of two (its lower neighbour is half an ulp away) and for x out
- * of the range, pow decides, called with an opaque 0.5. */
 static inline double pow_half(double x)
 {
     const double half = ta_opaque(0.5);
     double r, p, b;
     if (x == 0.0) return 0.0;            /* pow(±0, 0.5) is +0 (C99 F.9.4.4) */
-    if (!(x > 0x1p-800 && x < 0x1p+800)) return pow(x, half);
+    if (!(x > 0x1p-128 && x < 0x1p+128)) return pow(x, half);
     r = sqrt(x);
     p = r * r;
-    b = ta_binade(r);
-    if (r != b && fabs((x - p) - ta_square_error(r, p)) <= 0.87 * r * (b * 0x1p-52)) return r;
+    b = ta_binade(r);                    /* r's ulp: b * 2^-52; |s - r| = |x - r*r| / (s + r) */
+    if (r != b && fabs((x - p) - ta_square_error(r, p)) <= 0.94 * r * (b * 0x1p-52)) return r;
     return pow(x, half);
 }
 /* d(x^y)/dx = y x^(y-1), written as micrograd does: (y * x**(y-1)).  The
