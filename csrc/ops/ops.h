@@ -85,10 +85,10 @@ static inline double ta_square_error(double x, double p)
  * number is certainly x * x, or sqrt(x) (Adam's step takes both per
  * parameter: the calls were most of its time).  Those are the power
  * correctly rounded; libm's pow rounds an approximation of it, within
- * 0.011 ulp plus |ln(result)| times log's relative error 1.5 * 2^-68
- * (glibc's and musl's pow, FMA or not: 0.54 ulp in all over every x and
- * y), so under 0.016 ulp for results between 2^-128 and 2^128, the range
- * taken here.  The two part only where the exact power s lies that close
+ * 0.011 ulp plus |ln(result)| * 1.5 * 2^-15 ulp (exp's error, and log's
+ * relative 1.5 * 2^-68 carried through it: glibc's and musl's pow, FMA or
+ * not; 0.54 ulp in all over every x and y), so under 0.016 ulp for
+ * results between 2^-128 and 2^128, the range taken here.  The two part only where the exact power s lies that close
  * to a midpoint between doubles -- which happens (x with a mantissa of 27
  * bits or fewer squares to an exact midpoint, and there glibc's pow and
  * ties-to-even part ways).  So the rounded power is kept where s is within
