@@ -243,10 +243,20 @@ static int ta_fw_rows1(const ta_prog *P, ta_ws *W)
             const double *U = W->U, *V = W->V;
             const uint32_t ch = W->ch;
             r = C->uni[I->x] ? U[C->loc[I->x]] : V[(size_t)C->loc[I->x] * ch];
-            for (t = 0; t < I->nt; t++, tv += 4) {
+            for (t = 0; t < I->nt;) {
                 double m;
+                if (t + 4u <= I->nt && (C->tf[I->t0 + t] & TA_UR4)) {   /* (uniform p, row q) x 4 */
+                    uint32_t j;
+                    for (j = 0; j < 16u; j += 4u) {
+                        fwd_MUL(U[tv[j] & ~TA_UNI], V[(size_t)tv[j + 1u] * ch], &m);
+                        fwd_ADD(r, m, &r);
+                    }
+                    t += 4u; tv += 16;
+                    continue;
+                }
                 fwd_MUL(TA_U1(tv[0]), TA_U1(tv[1]), &m);
                 fwd_ADD(r, m, &r);
+                t++; tv += 4;
             }
         } else if (I->op == TA_TAKE) {
             const uint32_t *l = P->lst + I->y;
@@ -571,16 +581,33 @@ static void ta_rv_dot1(const ta_code *C, ta_ws *W, const ta_ins *I, double g, in
     const double *U = W->U, *V = W->V;
     const uint32_t ch = W->ch;
     uint32_t t;
-    for (t = I->nt; t-- > 0;) {
-        tv -= 4;
-        if (t == 0 && TA_ADJ_ROW(C, I->x) != TA_NONE) {
-            double dx, dy;
-            d_ADD(0.0, 0.0, 0.0, &dx, &dy);
-            ta_give1(W, C, TA_ADJ_ROW(C, I->x), dx * g, ps);
+    if (!I->nt) return;
+    for (t = I->nt; t-- > 1;) {
+        if (!ps && t >= 4u && (C->tf[I->t0 + t - 3u] & TA_RV4)) {
+            /* terms t .. t-3: (uniform p, its adjoint in A; row q, its adjoint
+             * a row or none for all four), in the same order */
+            double *A = W->A, *D = W->D;
+            uint32_t j;
+            for (j = 0; j < 4u; j++) {
+                tv -= 4;
+                A[tv[2] & ~TA_UNI] += V[(size_t)tv[1] * ch] * g;
+                if (tv[3] != TA_NONE) D[(size_t)tv[3] * ch] += U[tv[0] & ~TA_UNI] * g;
+            }
+            t -= 3u;
+            continue;
         }
+        tv -= 4;
         if (tv[2] != TA_NONE) ta_give1(W, C, tv[2], TA_U1(tv[1]) * g, ps);
         if (tv[3] != TA_NONE) ta_give1(W, C, tv[3], TA_U1(tv[0]) * g, ps);
     }
+    tv -= 4;                         /* the start, then term 0 */
+    if (TA_ADJ_ROW(C, I->x) != TA_NONE) {
+        double dx, dy;
+        d_ADD(0.0, 0.0, 0.0, &dx, &dy);
+        ta_give1(W, C, TA_ADJ_ROW(C, I->x), dx * g, ps);
+    }
+    if (tv[2] != TA_NONE) ta_give1(W, C, tv[2], TA_U1(tv[1]) * g, ps);
+    if (tv[3] != TA_NONE) ta_give1(W, C, tv[3], TA_U1(tv[0]) * g, ps);
 }
 
 static void ta_rv_dot(const ta_prog *P, ta_ws *W, const ta_ins *I, uint32_t cb, int ps)
