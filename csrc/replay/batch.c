@@ -53,6 +53,9 @@ static double ta_lanedot(const double *a, const double *b, uint32_t n)
 }
 
 #define ROW(base, slot, ch) ((base) + (size_t)(slot) * (ch))
+/* a row instruction's constant (0.0 if its op has none: code.c); not for
+ * a binary op (its vy is y's row) or a dot */
+#define TA_CST(P, I) ((P)->code->ic[(I)->vy])
 
 /* A value row as ta_ins.vx names it: a row slot, or TA_UNI | a broadcast row. */
 static const double *ta_vrow(const ta_ws *W, uint32_t v)
@@ -123,7 +126,8 @@ static int ta_fw_op(const ta_prog *P, ta_ws *W, const ta_ins *I, uint32_t off, u
 {
     const double *xv = ta_vrow(W, I->vx) + off;
     const double *yv = ta_kinds[I->op] == TA_K_BIN ? ta_vrow(W, I->vy) + off : xv;
-    double *rv = ROW(W->V, I->vk, W->ch) + off, c = P->c[I->k];
+    double *rv = ROW(W->V, I->vk, W->ch) + off;
+    double c = ta_kinds[I->op] == TA_K_BIN ? 0.0 : TA_CST(P, I);
     uint32_t s;
     int bad = 0;
     UNUSED(yv); UNUSED(c);
@@ -226,7 +230,7 @@ static int ta_fw_rows(const ta_prog *P, ta_ws *W, uint32_t off, uint32_t cb, con
 #define F1_LEAF(N) break;
 #define F1_NARY(N) break;        /* (TAKE: above; CUSTOM: never in a Program) */
 #define F1_UN(N)  bad = fwd_##N(TA_V1(I->vx), 0.0, &r); break;
-#define F1_CST(N) bad = fwd_##N(TA_V1(I->vx), P->c[I->k], &r); break;
+#define F1_CST(N) bad = fwd_##N(TA_V1(I->vx), TA_CST(P, I), &r); break;
 #define F1_BIN(N) bad = fwd_##N(TA_V1(I->vx), TA_V1(I->vy), &r); break;
 
 /* Every row instruction on the chunk's one row; nonzero if one failed. */
@@ -242,7 +246,7 @@ static int ta_fw_rows1(const ta_prog *P, ta_ws *W)
             const uint32_t *tv = C->tv + (size_t)4 * I->t0;
             const double *U = W->U, *V = W->V;
             const uint32_t ch = W->ch;
-            r = C->uni[I->x] ? U[C->loc[I->x]] : V[(size_t)C->loc[I->x] * ch];
+            r = TA_U1(I->vx);
             for (t = 0; t < I->nt;) {
                 double m;
                 if (t + 4u <= I->nt && (C->tf[I->t0 + t] & TA_UR4)) {   /* (uniform p, row q) x 4 */
@@ -315,9 +319,9 @@ static int ta_first_failure(const ta_prog *P, ta_ws *W, uint32_t cb, uint64_t b0
                 return TA_EINDEX;
             }
             st = ta_forward(op, ta_val_at(C, W, I->x, s),
-                                ta_kinds[op] == TA_K_BIN ? ta_val_at(C, W, I->y, s) : P->c[I->k], &x);
+                                ta_kinds[op] == TA_K_BIN ? ta_val_at(C, W, I->y, s) : TA_CST(P, I), &x);
             f->row = b0 + s; f->op = op; f->x = ta_val_at(C, W, I->x, s);
-            f->y = ta_kinds[op] == TA_K_BIN ? ta_val_at(C, W, I->y, s) : P->c[I->k];
+            f->y = ta_kinds[op] == TA_K_BIN ? ta_val_at(C, W, I->y, s) : TA_CST(P, I);
             return st != TA_OK ? st : TA_EDOMAIN;
         }
         if ((gj = ta_guards_at(P, W, s, &x, &y)) >= 0) {
@@ -378,7 +382,7 @@ static void ta_rv_op(const ta_prog *P, ta_ws *W, const ta_ins *I, uint32_t cb, i
     const double *rv = ROW(W->V, I->vk, W->ch), *g = ROW(W->D, I->gk, W->ch);
     double *ax = ta_dest(C, W, I->ax, ps, W->T1, cb);
     double *ay = bin ? ta_dest(C, W, I->ay, ps, W->T2, cb) : NULL;
-    double c = P->c[I->k];
+    double c = bin ? 0.0 : TA_CST(P, I);
     uint32_t s;
     UNUSED(yv); UNUSED(c);
     switch (I->op) {
@@ -437,7 +441,7 @@ static void ta_give1(ta_ws *W, const ta_code *C, uint32_t a, double v, int ps)
 #define R1_LEAF(N) break;
 #define R1_NARY(N) break;        /* (TAKE: above) */
 #define R1_UN(N)  d_##N(R1_X(N), 0.0, R1_R(N), &dx, &dy); break;
-#define R1_CST(N) d_##N(R1_X(N), P->c[I->k], R1_R(N), &dx, &dy); break;
+#define R1_CST(N) d_##N(R1_X(N), TA_CST(P, I), R1_R(N), &dx, &dy); break;
 #define R1_BIN(N) d_##N(R1_X(N), R1_Y(N), R1_R(N), &dx, &dy); break;
 
 /* One instruction's reverse step on the chunk's one row (not a dot). */
@@ -601,10 +605,10 @@ static void ta_rv_dot1(const ta_code *C, ta_ws *W, const ta_ins *I, double g, in
         if (tv[3] != TA_NONE) ta_give1(W, C, tv[3], TA_U1(tv[0]) * g, ps);
     }
     tv -= 4;                         /* the start, then term 0 */
-    if (TA_ADJ_ROW(C, I->x) != TA_NONE) {
+    if (I->ax != TA_NONE) {
         double dx, dy;
         d_ADD(0.0, 0.0, 0.0, &dx, &dy);
-        ta_give1(W, C, TA_ADJ_ROW(C, I->x), dx * g, ps);
+        ta_give1(W, C, I->ax, dx * g, ps);
     }
     if (tv[2] != TA_NONE) ta_give1(W, C, tv[2], TA_U1(tv[1]) * g, ps);
     if (tv[3] != TA_NONE) ta_give1(W, C, tv[3], TA_U1(tv[0]) * g, ps);

@@ -22,7 +22,7 @@ void ta_code_free(ta_code *C)
     if (!C) return;
     free(C->uni); free(C->need); free(C->loc); free(C->bloc); free(C->dloc);
     free(C->uops); free(C->ins); free(C->tp); free(C->tq); free(C->tf); free(C->bnode);
-    free(C->tv);
+    free(C->tv); free(C->ic);
     free(C->dslot); free(C);
 }
 
@@ -146,10 +146,14 @@ static int ta_value_slots(const ta_prog *P, ta_code *C, const uint8_t *pin)
 
 /* Each instruction's rows, looked up once here rather than per chunk
  * (batch.c reads them: ta_fw_op, ta_rv_op) */
-static int ta_ins_rows(ta_code *C, uint32_t nt)
+static int ta_ins_rows(const ta_prog *P, ta_code *C, uint32_t nt)
 {
-    uint32_t i, t;
+    uint32_t i, t, nc = 0, k = 0;
+#define TA_HAS_CST(I) ((I)->op != TA_IDOT && ta_kinds[(I)->op] == TA_K_CST)
+    for (i = 0; i < C->nins; i++) nc += TA_HAS_CST(&C->ins[i]);
     if (!(C->tv = (uint32_t *)ta_malloc(((size_t)nt + 1) * 16))) return TA_ENOMEM;
+    if (!(C->ic = (double *)ta_malloc(((size_t)nc + 1) * sizeof(double)))) return TA_ENOMEM;
+    C->ic[nc] = 0.0;
     for (t = 0; t < nt; t++) {
         uint32_t p = C->tp[t], q = C->tq[t], *v = C->tv + (size_t)4 * t;
         v[0] = C->uni[p] ? TA_UNI | C->loc[p] : C->loc[p];
@@ -163,11 +167,20 @@ static int ta_ins_rows(ta_code *C, uint32_t nt)
         I->vk = C->loc[I->k];
         I->gk = C->dloc[I->k] == TA_NONE ? TA_NONE : C->dslot[I->k];
         I->vx = I->vy = 0; I->ax = I->ay = TA_NONE;
-        if (I->op == TA_IDOT) continue;
+        if (!bin) {                  /* its constant (0.0 if it has none) */
+            I->vy = TA_HAS_CST(I) ? k : nc;
+            if (TA_HAS_CST(I)) C->ic[k++] = P->c[I->k];
+        }
+        if (I->op == TA_IDOT) {      /* its start, as a term's operand (tv) and its adjoint */
+            I->vx = C->uni[I->x] ? TA_UNI | C->loc[I->x] : C->loc[I->x];
+            I->ax = TA_ADJ_ROW(C, I->x);
+            continue;
+        }
         I->vx = TA_VAL_ROW(C, I->x);
         I->ax = I->op == TA_TAKE ? TA_NONE : TA_ADJ_ROW(C, I->x);   /* (an index gets nothing) */
         if (bin) { I->vy = TA_VAL_ROW(C, I->y); I->ay = TA_ADJ_ROW(C, I->y); }
     }
+#undef TA_HAS_CST
     return TA_OK;
 }
 
@@ -309,7 +322,7 @@ int ta_code_new(ta_prog *P)
      * node, as before the rows were reused: it sets their sums' order) */
     C->ch = ta_chunk_rows((uint64_t)C->nv + C->nb + C->ndr + C->ndu + 3u);
     if ((st = ta_value_slots(P, C, pin)) != TA_OK) goto out;
-    if ((st = ta_ins_rows(C, nt)) != TA_OK) goto out;
+    if ((st = ta_ins_rows(P, C, nt)) != TA_OK) goto out;
     C->wch = ta_wide_rows((uint64_t)C->nv + C->nb + C->nds + C->ndu + 3u);
 out:
     free(pin); free(uses); free(dotadd); free(gone);

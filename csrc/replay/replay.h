@@ -97,12 +97,14 @@ typedef struct {
     uint8_t  rel;                   /* after it, k's adjoint row is zeroed, its slot reused */
     uint8_t  rd;                    /* the value rows its reverse step reads: TA_RD_X (x; a
                                        dot: its row factors), TA_RD_Y, TA_RD_R (ops.h) */
-    /* (not a dot) its rows, looked up once (code.c: ta_ins_rows): */
+    /* its rows, looked up once (code.c: ta_ins_rows): */
     uint32_t vk, vx, vy;            /* value rows of k, x, y: a row slot, or TA_UNI | the
-                                       broadcast row of a uniform operand */
+                                       broadcast row of a uniform operand (a dot: vx its
+                                       start as ta_code.tv gives a term's operand; not
+                                       binary: vy its constant's place in ta_code.ic) */
     uint32_t gk, ax, ay;            /* adjoint of k (its row slot, TA_NONE: none); where x's
                                        and y's go: a row slot, TA_UNI | the uniform
-                                       adjoint's index, or TA_NONE */
+                                       adjoint's index, or TA_NONE (a dot: ax its start's) */
 } ta_ins;
 #define TA_UNI 0x80000000u
 
@@ -133,6 +135,9 @@ struct ta_code {
                                        (a row slot, or TA_UNI | the index in U) and where
                                        their adjoints go (TA_ADJ_ROW), 4 words a term */
     uint8_t  *tf;                   /* per term t: TA_UR4 | TA_RV4 for terms t..t+3 */
+    double   *ic;                   /* the row instructions' constants in their order, then
+                                       0.0: ta_ins.vy of an instruction that is not binary
+                                       indexes it (batch.c: TA_CST) */
     uint32_t *bnode;                /* the node of each broadcast row          */
     uint32_t *dslot, nds;           /* row nodes' adjoint rows, reused (code.c:
                                        ta_adjoint_slots), and how many      */
