@@ -35,9 +35,12 @@ __all__ = ["jit", "Jit"]
 Shape = Any        # a number: None; a list: a tuple of its items' shapes
 
 
+_NUMBERS = frozenset((int, float))
+
+
 def _plain(arg: Any) -> bool:
     """arg is a list or tuple of ints and floats only (the common case, taken without _real)."""
-    return all(type(a) is int or type(a) is float for a in arg)
+    return _NUMBERS.issuperset(map(type, arg))
 
 
 def _shape(arg: Any, where: str) -> Shape:
@@ -112,6 +115,7 @@ class Jit:
         self.recordings = 0                 # how many times fn was recorded (shapes, and flipped guards)
         self._ids = HeldIds(self.wrt)
         self._outs: Dict[Shape, int] = {}   # shape -> how many outputs fn gave (1 and not a list: a float)
+        self._sizes: Dict[Shape, Tuple[int, int]] = {}   # shape -> its Program's chunk and nodes (batch)
 
     def __repr__(self) -> str:
         name = getattr(self.fn, "__qualname__", repr(self.fn))
@@ -131,6 +135,7 @@ class Jit:
                             f"a non-empty list of Values, not {type(out).__name__}")
         prog = replay.compile(outs, leaves, wrt=self.wrt, native=self.native)
         self.programs[shape] = prog
+        self._sizes[shape] = (prog._chunk, prog.nodes)
         self._outs[shape] = 0 if single else len(outs)
         self.recordings += 1
         return prog
@@ -194,8 +199,8 @@ class Jit:
         progs = [self.programs[shape] for shape, _, _ in work]
         runs: List[Tuple[Any, Any, int, float]] = []  # (Program, its rows of X, first row, -cost)
         first: List[int] = []                         # work[k]'s runs start at runs[first[k]]
-        for prog, (_, idx, X) in zip(progs, work):
-            c, nodes, m = prog._chunk, prog.nodes, len(idx)
+        for prog, (shape, idx, X) in zip(progs, work):
+            (c, nodes), m = self._sizes[shape], len(idx)
             whole = m - m % c if m % c <= c // 2 else m
             first.append(len(runs))
             runs += [(prog, X[r:r + c], r, -_MANY * nodes) for r in range(0, whole, c)]
