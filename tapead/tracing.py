@@ -15,9 +15,10 @@ What fn may do with its arguments is what a Program can replay: arithmetic
 on them, and indexing by them through tapead.take (not Python's ``[]``,
 which would freeze the index recorded).  A comparison of Values is a
 guard: where it goes the other way on new arguments, the shape is
-recorded again with them.  jit clears the thread's guards before it records
-(a comparison made earlier cannot bind its Programs).  fn must not read
-``.data`` into its arithmetic where the value depends on the arguments
+recorded again with them.  jit records with the thread's guards put aside
+(a comparison made earlier cannot bind its Programs) and puts them back
+after, as they were (fn's own comparisons bind its Programs only).  fn must
+not read ``.data`` into its arithmetic where the value depends on the arguments
 (recorded as a constant, it would not follow them): tapead.detach is the
 value without its gradient.
 """
@@ -26,6 +27,7 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, Iterable, List, Sequence, Tuple
 
 from ._c import bulk as _bulk
+from ._c import program as _prog
 from ._c.holds import HeldIds
 from .engine import Value, _real, values_of
 from .errors import GuardError
@@ -124,16 +126,19 @@ class Jit:
     # -- recording
     def _record(self, shape: Shape, args: Tuple[Any, ...]) -> Any:
         from . import replay
-        replay.clear_guards()
-        leaves: List[Value] = []
-        vals = [_leaves(a, leaves) for a in args]
-        out = self.fn(*vals)
-        single = isinstance(out, Value)
-        outs = [out] if single else list(out) if isinstance(out, (list, tuple)) else []
-        if not outs or not all(isinstance(v, Value) for v in outs):
-            raise TypeError(f"tapead.jit: {getattr(self.fn, '__qualname__', 'fn')} must return a Value or "
-                            f"a non-empty list of Values, not {type(out).__name__}")
-        prog = replay.compile(outs, leaves, wrt=self.wrt, native=self.native)
+        _prog.guard_apart()              # fn's comparisons, and only those, bind its Program
+        try:
+            leaves: List[Value] = []
+            vals = [_leaves(a, leaves) for a in args]
+            out = self.fn(*vals)
+            single = isinstance(out, Value)
+            outs = [out] if single else list(out) if isinstance(out, (list, tuple)) else []
+            if not outs or not all(isinstance(v, Value) for v in outs):
+                raise TypeError(f"tapead.jit: {getattr(self.fn, '__qualname__', 'fn')} must return a Value "
+                                f"or a non-empty list of Values, not {type(out).__name__}")
+            prog = replay.compile(outs, leaves, wrt=self.wrt, native=self.native)
+        finally:
+            _prog.guard_rejoin()         # the thread's guards as they were
         self.programs[shape] = prog
         self._sizes[shape] = (prog._chunk, prog.nodes)
         self._outs[shape] = 0 if single else len(outs)

@@ -203,3 +203,48 @@ def test_bad_arguments_and_results_are_named():
     with pytest.raises(TypeError, match="fn must be callable"):
         jit(3, wrt=w)
     assert "1 shapes recorded" in repr(step) or "0 shapes recorded" in repr(step)
+
+
+def test_a_recording_puts_the_threads_guards_back_as_they_were():
+    """jit records with the thread's guards put aside and puts them back:
+    the user's comparison made before still binds the user's recompute (a
+    flip is refused, not replayed on the recorded branch), fn's own
+    comparisons do not stay on the thread, and once the recordings' Values
+    are freed a compile reading wrt is not refused for them."""
+    import gc
+    from tapead.errors import GuardError
+    tapead.clear_guards()
+    a = Value(2.0)
+    y = a * 3.0 if a > 1.0 else a * -1.0
+    assert tapead.guard_count() == 1
+    w = model(6, 2)
+
+    def fn(xs):
+        s = sum(wi * x for wi, x in zip(w, xs))
+        return s * s if s > 0 else -s * w[0]
+    step = jit(fn, wrt=w)
+    step([1.0, 2.0]), step([-1.0, -2.0])             # two recordings, a comparison each
+    assert step.recordings == 2 and tapead.guard_count() == 1
+    gc.collect()
+    a.data = 0.5                                     # the user's comparison flips
+    with pytest.raises(GuardError):
+        y.recompute()
+    assert y.data == 6.0
+    x = Value(1.5)
+    prog = tapead.compile(w[0] * x + w[1], [x], wrt=w)
+    assert prog.guards == 0 and prog.grad(np.array([[2.0]]))[1].tolist() == [2.0, 1.0]
+
+
+def test_a_recording_that_raises_puts_the_guards_back():
+    tapead.clear_guards()
+    a = Value(1.0)
+    assert a > 0.5
+
+    def fn(xs):
+        if xs[0] * a > 0.0:
+            raise RuntimeError("fn fails")
+        return xs[0] * a
+    step = jit(fn, wrt=[a])
+    with pytest.raises(RuntimeError, match="fn fails"):
+        step([1.0])
+    assert tapead.guard_count() == 1 and not step.programs

@@ -233,6 +233,11 @@ int     ta_cmp2(int kind, int64_t x, int64_t y);   /* 0/1 outcome, records a gua
 int     ta_cmpc(int kind, int64_t x, double c);
 int64_t ta_guard_count(void);
 int     ta_guard_clear(void);
+/* Put this thread's guards aside under a new empty set / drop that set and
+ * put them back (TA_EARG: none aside): what ta_guard_apart has put aside,
+ * ta_guard_rejoin restores as it was, collections in between included. */
+int     ta_guard_apart(void);
+int     ta_guard_rejoin(void);
 /* Describe guard number g (from the last TA_EGUARD): its comparison, the
  * recorded outcome, and the values that flipped it. */
 int     ta_guard_info(int64_t g, int *kind, int *outcome, double *xv, double *yv);

@@ -223,6 +223,13 @@ static inline void *ta_attached(const ta_tape *T, const struct ta_layer *L)
         if (T->layers[k].layer == L) return T->layers[k].state;
     return NULL;
 }
+/* Layer L's state on T replaced by state (L attached already). */
+static inline void ta_reattach(ta_tape *T, const struct ta_layer *L, void *state)
+{
+    uint32_t k;
+    for (k = 0; k < T->nlayers; k++)
+        if (T->layers[k].layer == L) T->layers[k].state = state;
+}
 
 /* ref <-> segment/offset; refs come from the tape itself, so unchecked. */
 #define TA_SEGOF(T, ref) ((T)->segs[(ref) >> TA_SHIFT])

@@ -10,7 +10,10 @@
  * Values that existed already (max(a, b)); a comparison of other Values
  * cannot flip when the replay's inputs change (subtape.c: ta_bind_guards,
  * with the cases).
- * tapead.clear_guards() drops them all.  A guard whose nodes the
+ * tapead.clear_guards() drops them all.  ta_guard_apart puts the set aside
+ * under a new empty one, which ta_guard_rejoin drops, putting the set back
+ * (tapead.jit records with the thread's guards apart: its Programs bind the
+ * comparisons its function makes, and only those).  A guard whose nodes the
  * collector frees can no longer be checked, but it binds what it bound
  * before: ta_guards_gc drops it, counts it as lost and keeps what it read
  * that lives on (the reach), so a replay it would have bound refuses
@@ -57,8 +60,12 @@ static void ta_guards_free(ta_tape *T, void *state)
 {
     struct ta_guards *G = (struct ta_guards *)state;
     (void)T;
-    ta_hash_drop(G);
-    free(G->g); free(G->reach); free(G);
+    while (G) {
+        struct ta_guards *under = G->apart;
+        ta_hash_drop(G);
+        free(G->g); free(G->reach); free(G);
+        G = under;
+    }
 }
 
 /* ------------------------------------------------------- lost guards
@@ -156,9 +163,15 @@ static void ta_lost_walk(ta_tape *T, struct ta_guards *G, uint32_t hip, uint64_t
 /* In every collection, once it has decided what dies (ta_layer.dying):
  * drop the guards naming a dying node, counting them lost, and bring the
  * reach up to date. */
+static void ta_guards_gc_one(ta_tape *T, struct ta_guards *G);
 static void ta_guards_gc(ta_tape *T, void *state)
 {
-    struct ta_guards *G = (struct ta_guards *)state;
+    struct ta_guards *G;
+    for (G = (struct ta_guards *)state; G; G = G->apart) ta_guards_gc_one(T, G);   /* the set aside too */
+}
+
+static void ta_guards_gc_one(ta_tape *T, struct ta_guards *G)
+{
     uint32_t i, w = 0, n, hip = 0;
     uint64_t pending = 0;
     n = G->nreach; G->nreach = 0;           /* the reach again: what lives stays (in place) */
@@ -305,6 +318,31 @@ int ta_guard_clear(void)
         G->lost = 0; G->nreach = 0; G->reach_all = 0;
         ta_hash_drop(G);
     }
+    return TA_OK;
+}
+
+int ta_guard_apart(void)
+{
+    ta_tape *T = ta_self();
+    struct ta_guards *G, *N;
+    if (!T) return TA_ENOMEM;
+    if (!(G = ta_guards_of(T))) return TA_ENOMEM;
+    if (!(N = (struct ta_guards *)ta_calloc(1, sizeof *N))) return TA_ENOMEM;
+    N->failed = -1;
+    N->apart = G;
+    ta_reattach(T, &ta_guard_layer, N);
+    return TA_OK;
+}
+
+int ta_guard_rejoin(void)
+{
+    ta_tape *T = ta_self();
+    struct ta_guards *N;
+    if (!T) return TA_ENOMEM;
+    if (!(N = ta_guards_if_any(T)) || !N->apart) return TA_EARG;
+    ta_reattach(T, &ta_guard_layer, N->apart);
+    N->apart = NULL;
+    ta_guards_free(T, N);
     return TA_OK;
 }
 

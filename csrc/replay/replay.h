@@ -31,6 +31,7 @@ struct ta_guards {
     uint64_t  lost;                 /* how many                                */
     uint32_t *reach; uint32_t nreach, capreach;   /* the live nodes they read  */
     int       reach_all;            /* the reach is every node (it could not grow) */
+    struct ta_guards *apart;        /* the set ta_guard_apart put aside, under this one */
 };
 
 /* A guard's comparison: kind 0 <, 1 <=, 2 >, 3 >= (cdef.h: ta_cmp2). */

@@ -16,6 +16,16 @@ def guard_clear() -> None:
     check(lib.ta_guard_clear())
 
 
+def guard_apart() -> None:
+    """This thread's guards put aside under a new empty set (guard_rejoin puts them back)."""
+    check(lib.ta_guard_apart())
+
+
+def guard_rejoin() -> None:
+    """The set guard_apart made dropped, the guards put aside back as they were."""
+    check(lib.ta_guard_rejoin())
+
+
 def guard_count() -> int:
     return lib.ta_guard_count()
 
