@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, SupportsFloat, Tuple
 
 from . import _c
-from ._c import OP, OP_KINDS, OP_NAMES
+from ._c import KIND_LEAF, OP, OP_KINDS, OP_NAMES
 from ._c import custom as _cc
 from ._c import holds as _holds
 from ._c.status import error, on_refusal
@@ -438,7 +438,7 @@ def set_backward(v: Any, fn: Any) -> None:
         op = _engine._node(v)[0]
         if not callable(fn):
             raise TypeError(f"_backward must be callable, not {type(fn).__name__}")
-        if OP_KINDS[op] == 0:
+        if OP_KINDS[op] == KIND_LEAF:
             return   # a leaf (or a no_grad value): no inputs to propagate to
         raise AttributeError(f"the _backward of a built-in op ({OP_NAMES[op]!r}) is tapead's "
                              f"own (C) rule and cannot be replaced; to define a new op, make its "

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
                         Union)
 
 from . import _c, custom as _custom, nodedata as _nd
-from ._c import OP, OP_KINDS, OP_NAMES
+from ._c import KIND_CST, KIND_LEAF, KIND_NARY, OP, OP_KINDS, OP_NAMES
 from ._c import holds as _holds, program as _cprog
 from ._c.status import error
 from .errors import TapeadError
@@ -441,9 +441,9 @@ class Value:
         if op == _CUSTOM:
             got = _custom.info(self)
             return got[1] if got else ""
-        if OP_KINDS[op] == 0:
+        if OP_KINDS[op] == KIND_LEAF:
             return ""
-        return op_text(OP_NAMES[op], c if OP_KINDS[op] == 3 else None)
+        return op_text(OP_NAMES[op], c if OP_KINDS[op] == KIND_CST else None)
 
     @property
     def _children(self) -> Tuple[Value, ...]:
@@ -532,7 +532,7 @@ def _inputs(v: Value) -> List[Value]:
     Value that stands for each node: _prev's rule)."""
     op, x, y, _ = _node(v)
     _nd.know(v)
-    got = _custom.info(v) if OP_KINDS[op] == 4 else None     # (kind NARY: a custom or take node)
+    got = _custom.info(v) if OP_KINDS[op] == KIND_NARY else None     # (a custom or take node)
     ids = got[0] if got else tuple(i for i in (x, y) if i >= 0)
     by: Dict[int, Value] = {}
     fresh = []
@@ -562,7 +562,7 @@ def _node(v: Value) -> Tuple[int, int, int, float]:
 
 # micrograd's name of an op with a constant: its form without the input ('**{c:g}', '{c:g}/')
 _WITH_C = {OP_NAMES[i]: FORMS[i].replace("{x}", "").replace(" ", "").replace("{c}", "{c:g}")
-           for i in range(len(OP_NAMES)) if OP_KINDS[i] == 3}
+           for i in range(len(OP_NAMES)) if OP_KINDS[i] == KIND_CST}
 
 
 def op_text(sym: str, c: Optional[float]) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, SupportsFloat, Tuple
 
-from ._c import OP_NAMES, OP_KINDS
+from ._c import KIND_BIN, KIND_CST, KIND_LEAF, OP_KINDS, OP_NAMES
 from ._c.graph import trace
 from ._opsurface import SHOW
 from .engine import Value
@@ -144,10 +144,10 @@ def _table(out: Dict[str, List[Any]]) -> Wengert:
     vals, ids = out["val"], out["id"]
     tans, adjs = out.get("tan"), out.get("adj")
     has_tan, has_adj = tans is not None, adjs is not None
-    nleaf = sum(1 for o in ops if OP_KINDS[o] == 0)
+    nleaf = sum(1 for o in ops if OP_KINDS[o] == KIND_LEAF)
     names, leaf_k, op_k = [], 1 - nleaf, 1
     for o in ops:
-        if OP_KINDS[o] == 0:
+        if OP_KINDS[o] == KIND_LEAF:
             names.append(f"v{leaf_k}"); leaf_k += 1
         else:
             names.append(f"v{op_k}"); op_k += 1
@@ -156,13 +156,13 @@ def _table(out: Dict[str, List[Any]]) -> Wengert:
     for k in range(n):
         o, kind, sym = ops[k], OP_KINDS[ops[k]], OP_NAMES[ops[k]]
         label = label_of_id(ids[k])
-        const = cs[k] if kind == 3 else None
-        if kind == 0:
+        const = cs[k] if kind == KIND_CST else None
+        if kind == KIND_LEAF:
             args, expr = (), label or "input"
         else:   # as the op table shows the op (csrc/api/ops.def: FORM)
-            args = (xs[k], ys[k]) if kind == 2 else (xs[k],)
-            expr = SHOW[o](names[xs[k]], names[ys[k]] if kind == 2 else "",
-                           repr(const) if kind == 3 else "")
+            args = (xs[k], ys[k]) if kind == KIND_BIN else (xs[k],)
+            expr = SHOW[o](names[xs[k]], names[ys[k]] if kind == KIND_BIN else "",
+                           repr(const) if kind == KIND_CST else "")
         row = {"index": k, "name": names[k], "label": label, "op": sym, "args": args,
                "const": const, "expr": expr, "value": vals[k]}
         if has_tan:

@@ -91,7 +91,7 @@ def test_numpy_scalars_and_0d_arrays_still_give_a_value():
 
 
 def test_summing_array_times_value_as_in_a_notebook():
-    """The pattern from the issue: features as an array, weights as Values."""
+    """A notebook's pattern: features as an array, weights as Values."""
     x = np.array([0.5, -1.0, 2.0])
     w, mw = [Value(v) for v in (0.1, 0.2, 0.3)], [MGValue(v) for v in (0.1, 0.2, 0.3)]
     b, mb = Value(0.5), MGValue(0.5)
@@ -198,10 +198,9 @@ def test_user_attributes_as_on_micrograds_value():
 
 
 def test_distinct_attribute_names_do_not_grow_the_type():
-    """setattr(v, f'feature{k}', ...) over many Values
-    kept one descriptor per name on the C type for the process; a name
-    now leaves the type once no node has it, and the names of live nodes
-    keep working across those sweeps."""
+    """setattr(v, f'feature{k}', ...) over many Values: a name leaves the
+    C type once no node has it, and the names of live nodes keep working
+    across those sweeps."""
     keep = []
     tp = type(Value(0.0))
     t0 = len(tp.__dict__)

@@ -204,20 +204,26 @@ def test_forged_handle_to_an_unused_slot_of_this_tape():
     import threading
     failures = []
 
+    done = []
+
     def probe():
-        real = Value(1.0)
-        tag, slot = real._i >> 32, (real._i & 0xFFFFFFFF) >> 11
-        for ref in ((slot << 11) | 2047, ((slot + 1) << 11) | 5, (4000 << 11) | 5, 0xFFFFFFFF):
-            v = Value.__new__(Value)
-            v._i = (tag << 32) | ref
-            v._t = None
-            for use in (lambda: v.data, lambda: v * real):
-                try:
-                    use()
-                    failures.append(f"ref {ref:#x}: not refused")
-                except tapead.TapeError:
-                    pass
+        try:
+            real = Value(1.0)
+            tag, slot = real._i >> 32, (real._i & 0xFFFFFFFF) >> 11
+            for ref in ((slot << 11) | 2047, ((slot + 1) << 11) | 5, (4000 << 11) | 5, 0xFFFFFFFF):
+                v = Value.__new__(Value)
+                v._i = (tag << 32) | ref
+                v._t = None
+                for use in (lambda: v.data, lambda: v * real):
+                    try:
+                        use()
+                        failures.append(f"ref {ref:#x}: not refused")
+                    except tapead.TapeError:
+                        pass
+            done.append(True)
+        except BaseException as e:            # anything else fails the test, not just the thread
+            failures.append(repr(e))
     t = threading.Thread(target=probe)
     t.start()
     t.join()
-    assert not failures, failures
+    assert done and not failures, failures

@@ -191,11 +191,15 @@ def test_adam_roots_where_pow_and_sqrt_part_are_microgpts():
     rng = random.Random(11)
     c2 = 1 - 0.99 ** 1
     hard = []
-    while len(hard) < 40:
+    for _ in range(400_000):
         g = rng.uniform(-3, 3) * 2.0 ** rng.randrange(-30, 30)
         v_hat = (1 - 0.99) * g ** 2 / c2         # microgpt's first step, as it computes it
         if math.pow(v_hat, 0.5) != math.sqrt(v_hat):
             hard.append(g)
+            if len(hard) == 40:
+                break
+    if not hard:
+        pytest.skip("this libm's pow(x, 0.5) is sqrt(x) wherever tried: no root where they part")
     grads = hard + [rng.uniform(-3, 3) * 2.0 ** rng.randrange(-30, 30) for _ in range(200)]
     adam_against_microgpt([rng.uniform(-1, 1) for _ in grads],
                           [[g * 1.5 ** step for g in grads] for step in range(3)])

@@ -37,7 +37,7 @@ int         ta_status_row(int k, int *st, const char **name, const char **exc, c
 int         ta_nops(void);
 const char *ta_op_name(int op);        /* symbol, e.g. "+" */
 const char *ta_op_ident(int op);       /* enum name, e.g. "ADD" */
-int         ta_op_kind(int op);        /* 0 leaf, 1 unary, 2 binary, 3 const */
+int         ta_op_kind(int op);        /* 0 leaf, 1 unary, 2 binary, 3 const, 4 n-ary */
 
 int64_t ta_leaf(double x, int64_t key);
 int64_t ta_op1(int op, int64_t x, int64_t key);

@@ -56,8 +56,8 @@ static uint32_t ta_mark_down(ta_tape *T, uint32_t hip, uint64_t pending, uint8_t
             if (!(b & bit)) continue;
             --pending; ++cnt;
             kind = kinds[b & TA_OPMASK];
-            if (kind == TA_K_NARY) {      /* a custom node (a bound guard's: ta_sub_take
-                                             refuses it): x[i] is no ref, its inputs are */
+            if (kind == TA_K_NARY) {      /* a custom or take node: x[i] is no ref, its
+                                             inputs are (the layer's entry) */
                 const ta_cnode *e = ta_cnode_of(T, s, i);
                 uint32_t k;
                 for (k = 0; k < e->n; k++) {

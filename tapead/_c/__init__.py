@@ -124,6 +124,8 @@ def _find(tag: int) -> Tape:
 # ---------------------------------------------------------------- op table
 OP_NAMES = tuple(ffi.string(lib.ta_op_name(i)).decode() for i in range(lib.ta_nops()))
 OP_KINDS = tuple(lib.ta_op_kind(i) for i in range(lib.ta_nops()))
+# an op's kind, as OP_KINDS gives it (cdef.h: ta_op_kind)
+KIND_LEAF, KIND_UN, KIND_BIN, KIND_CST, KIND_NARY = range(5)
 
 
 # Python's Op codes come from the C table, the single source (csrc/api/ops.def);

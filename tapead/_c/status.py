@@ -12,7 +12,7 @@ TYPE_CHECKING = False                  # typing is not imported at run time: `im
 if TYPE_CHECKING:
     from typing import Any, Callable, Dict, Tuple
 
-from . import OP_KINDS, OP_NAMES, ffi, lib
+from . import KIND_CST, KIND_NARY, KIND_UN, OP_KINDS, OP_NAMES, ffi, lib
 from ..errors import AnomalyError, GuardError, TapeadError, TapeError
 from .._opsurface import FORMS, POW_LIKE
 
@@ -29,7 +29,7 @@ def guard_error(kind: int, outcome: int, xv: float, yv: float, where: str = "") 
 
 def lost_error(n: int) -> GuardError:
     """The GuardError for a replay that comparisons lost with their freed Values (n of them
-    since clear_guards()) may bind (csrc/guard.c: the reach)."""
+    since clear_guards()) may bind (csrc/replay/guard.c: the reach)."""
     one = n == 1
     return GuardError(
         f"guards lost: {n} comparison{'' if one else 's'} recorded on this thread since the last "
@@ -78,9 +78,9 @@ def index_error(x: float, m: int) -> IndexError:
 def _inputs(op: int, x: float, y: float) -> str:
     """An op's inputs as an error message shows them: one, two, or one and its constant."""
     kind = OP_KINDS[op]
-    if kind == 1:
+    if kind == KIND_UN:
         return f"input {x!r}"
-    if kind == 3:
+    if kind == KIND_CST:
         return f"input {x!r} and constant {y!r}"
     return f"inputs ({x!r}, {y!r})"
 
@@ -120,7 +120,7 @@ def error(st: int, sweep: str = "") -> Exception:
     if st == lib.TA_EANOMALY:
         opn, x, y = ffi.new("int *"), ffi.new("double *"), ffi.new("double *")
         lib.ta_last_error(opn, x, y)
-        if OP_KINDS[opn[0]] == 4:              # a custom node (kind NARY): its name is tapead.custom's
+        if OP_KINDS[opn[0]] == KIND_NARY:      # a custom node: its name is tapead.custom's
             return _refusal("anomaly")
         at = f"op {OP_NAMES[opn[0]]!r} with {_inputs(opn[0], x[0], y[0])}"
         if sweep:
