@@ -25,24 +25,20 @@ import subprocess
 import sys
 import time
 
-from tapead.bench import gpt_example, gpt_rows
+from tapead.bench import compiled_step, gpt_example, gpt_rows
 
 
 def parts(rounds):
     import numpy as np
-    import tapead
     gpt = gpt_example()
     if gpt is None:
         sys.exit("examples/gpt.py is not in this tree")
     model, docs, encode, _, _ = gpt.setup("compiled")
-    step = tapead.jit(model.loss, wrt=model.params)
-    for n in sorted({len(doc) for doc in docs}):       # every length recorded first
-        step(encode(next(doc for doc in docs if len(doc) == n)))
-    model.opt.zero_grad()
+    step = compiled_step(model, docs, encode)
     t = {"program": [], "jit": [], "adam": [], "zero_grad": [], "step": []}
     for k in range(rounds * 100):
         tokens = encode(docs[k % len(docs)])
-        prog = step.programs[((None,) * len(tokens),)]
+        prog = step._program((tokens,))[1]
         X = np.array([tokens], dtype=np.float64)
         t0 = time.perf_counter()
         prog.grad(X, threads=1)

@@ -397,6 +397,18 @@ def gpt_example() -> Any:
     return gpt
 
 
+def compiled_step(model: Any, docs: List[str], encode: Callable[[str], List[int]], batch: int = 1) -> Any:
+    """examples/gpt.py's training step (the mean over `batch` names) as
+    tapead.jit records it, every name length recorded already (so what is
+    timed is replays), the gradients zeroed."""
+    step = tapead.jit(model.loss if batch == 1 else (lambda tokens: model.loss(tokens) * (1.0 / batch)),
+                      wrt=model.params)
+    for n in sorted({len(doc) for doc in docs}):
+        step(encode(next(doc for doc in docs if len(doc) == n)))
+    model.opt.zero_grad()
+    return step
+
+
 def gpt_rows(rounds: int) -> Optional[Tuple[List[Tuple[str, ...]], Dict[str, Any]]]:
     """The gpt rows: step medians of examples/gpt.py's four runs, interleaved
     (each round: the same 5 documents a step on each of the four, then 3
@@ -410,11 +422,7 @@ def gpt_rows(rounds: int) -> Optional[Tuple[List[Tuple[str, ...]], Dict[str, Any
         model, docs, encode, _, _ = gpt.setup(mode)
         k = [0]
         if mode == "compiled":              # the step recorded once per name length, replayed
-            step = tapead.jit(model.loss if batch == 1 else (lambda tokens: model.loss(tokens) * (1.0 / batch)),
-                              wrt=model.params)
-            for n in sorted({len(doc) for doc in docs}):    # every length recorded first: replays are timed
-                step(encode(next(doc for doc in docs if len(doc) == n)))
-            model.opt.zero_grad()
+            step = compiled_step(model, docs, encode, batch)
 
             def replay() -> float:
                 t0 = time.perf_counter()

@@ -133,6 +133,17 @@ def _vector(a: Any, n: int, what: str) -> Any:
     return a
 
 
+def threads_arg(threads: Any) -> int:
+    """A threads= argument that is not None, as an int; a ValueError naming it otherwise."""
+    try:
+        n = operator.index(threads)
+    except TypeError:
+        n = 0
+    if isinstance(threads, bool) or not 1 <= n < 1 << 31:
+        raise ValueError(f"threads must be a positive int (below 2**31) or None, not {threads!r}")
+    return n
+
+
 def cores() -> int:
     """The cores this process may run on (its CPU affinity), what threads=None uses.
 
@@ -342,13 +353,7 @@ class Program:
     def _threads(self, threads: Optional[int], B: int) -> int:
         if threads is None:
             return max(1, min(cores(), B * max(self._dims[4], 1) // _WORK_PER_THREAD))
-        try:
-            n = operator.index(threads)
-        except TypeError:
-            n = 0
-        if isinstance(threads, bool) or not 1 <= n < 1 << 31:
-            raise ValueError(f"threads must be a positive int (below 2**31) or None, not {threads!r}")
-        return n
+        return threads_arg(threads)
 
     def _run(self, X: Any, seed: Optional[ArrayLike], grad: Optional[str],
              threads: Optional[int], params: Optional[ArrayLike],
@@ -458,7 +463,7 @@ def grad_many(work: List[Tuple[Program, Any, Optional[ArrayLike], int]],
     gives alone.  A run that fails gives its exception in its place, naming
     its row as row0 + the row of X."""
     args = [(prog._run_args(X, None, "sum", params), row0) for prog, X, params, row0 in work]
-    failed = _prog.prog_run_many(args, threads)
+    failed = _prog.prog_run_many(args, threads_arg(threads))
     return [e if e is not None else (a[5], a[8]) for (a, _), e in zip(args, failed)]
 
 

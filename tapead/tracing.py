@@ -157,6 +157,14 @@ class Jit:
         if len(self.wrt):
             _bulk.add_grads(self._ids.current(), len(self.wrt), G)
 
+    def _one(self, shape: Shape, args: Tuple[Any, ...], X: Any) -> Any:
+        """(outputs, gradients) of one call, its row X: its shape's Program,
+        recorded again with args where a comparison goes the other way."""
+        try:
+            return self.programs[shape].grad(X, threads=1)
+        except GuardError:
+            return self._record(shape, args).grad(X, threads=1)
+
     def _result(self, shape: Shape, y: Sequence[float]) -> Any:
         return float(y[0]) if self._outs[shape] == 0 else [float(v) for v in y]
 
@@ -164,12 +172,8 @@ class Jit:
         """fn(*args)'s outputs, as floats, its Program run in C; d(sum of
         outputs)/d wrt added to wrt's .grad."""
         import numpy as np
-        shape, prog, row = self._program(args)
-        X = np.array([row], dtype=np.float64).reshape(1, len(row))
-        try:
-            Y, G = prog.grad(X, threads=1)
-        except GuardError:                   # a comparison goes the other way: record these arguments
-            Y, G = self._record(shape, args).grad(X, threads=1)
+        shape, _, row = self._program(args)
+        Y, G = self._one(shape, args, np.array([row], dtype=np.float64).reshape(1, len(row)))
         self._add_grads(G)
         return self._result(shape, Y[0])
 
@@ -186,9 +190,7 @@ class Jit:
         come: the same bits whatever the threads), are added to wrt's .grad."""
         import numpy as np
         from . import replay
-        n = replay.cores() if threads is None else threads
-        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n < 1 << 31:
-            raise ValueError(f"threads must be a positive int (below 2**31) or None, not {threads!r}")
+        n = replay.cores() if threads is None else replay.threads_arg(threads)
         todo: List[Tuple[Any, ...]] = [tuple(c) if isinstance(c, tuple) else (c,) for c in calls]
         groups: Dict[Shape, Tuple[List[int], List[List[float]]]] = {}
         for i, args in enumerate(todo):
@@ -238,11 +240,7 @@ class Jit:
                 Y = np.empty((len(idx), max(1, self._outs[shape])))
                 G = np.zeros(len(self.wrt))
                 for r, i in enumerate(idx):
-                    prog = self.programs[shape]
-                    try:
-                        y, g = prog.grad(X[r:r + 1], threads=1)
-                    except GuardError:
-                        y, g = self._record(shape, todo[i]).grad(X[r:r + 1], threads=1)
+                    y, g = self._one(shape, todo[i], X[r:r + 1])
                     Y[r], G = y[0], G + g
             else:
                 Y, G = got

@@ -137,7 +137,7 @@ static void *ta_job_run(void *arg)
     uint32_t j, s;
     /* summed gradients with uniform adjoints run chunks of ch: their sums'
      * order (batch.c sums wrt inputs per ch rows within a wider chunk) */
-    J->W->ch = J->R->seedmode && !J->R->per_sample && C->ndu ? C->ch : C->wch;
+    J->W->ch = ta_run_chunk(C, J->R->seedmode && !J->R->per_sample);
     for (j = 0; j < C->nb; j++) {   /* this thread's broadcast rows */
         double u = J->W->U[C->loc[C->bnode[j]]], *r = J->W->Bc + (size_t)j * J->W->ch;
         for (s = 0; s < J->W->ch; s++) r[s] = u;

@@ -173,7 +173,7 @@ int64_t ta_prog_size(ta_prog *P, int what)
     case TA_PS_LIVE:    return P->live;
     case TA_PS_BLOCK:   return TA_BLOCK;
     case TA_PS_KERNEL:  return P->kernel != NULL;
-    case TA_PS_CHUNK:   return !P->code ? 1 : P->code->ndu ? P->code->ch : P->code->wch;  /* (parallel.c: ta_job_run) */
+    case TA_PS_CHUNK:   return !P->code ? 1 : ta_run_chunk(P->code, 1);   /* a summed gradient's run */
     }
     return TA_EARG;
 }

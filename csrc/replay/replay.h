@@ -147,6 +147,13 @@ struct ta_code {
 #define TA_RV4 2u   /* ... and every p needs its adjoint, the q are distinct, and
                        all or none of the q need one: one pass back, summed     */
 
+/* The rows a run's chunks take: ch where gradients summed over rows meet
+ * uniform adjoints (ch sets their sums' order), wch otherwise. */
+static inline uint32_t ta_run_chunk(const ta_code *C, int summed)
+{
+    return summed && C->ndu ? C->ch : C->wch;
+}
+
 /* code.c: derive / drop P->code.  TA_OK or TA_ENOMEM. */
 int  ta_code_new(ta_prog *P);
 void ta_code_free(ta_code *C);
