@@ -73,12 +73,15 @@ def test_a_comparison_that_flips_records_again():
         s = sum(wi * x for wi, x in zip(w, xs))
         return s * s if s > 0 else -s * w[0]
     step = jit(fn, wrt=w)
-    for xs in ([1.0, 2.0], [-1.0, -2.0], [1.0, 2.0], [0.5, 0.1]):
+    calls = ([1.0, 2.0], [-1.0, -2.0], [1.0, 2.0], [0.5, 0.1])
+    for xs in calls:
         want_y, want_g = eager(fn, w, xs)
         for p in w:
             p.grad = 0.0
         assert step(xs) == want_y and [p.grad for p in w] == want_g
-    assert step.recordings >= 2 and len(step.programs) == 1
+    signs = [sum(wi.data * x for wi, x in zip(w, xs)) > 0 for xs in calls]
+    assert step.recordings == 1 + sum(a != b for a, b in zip(signs, signs[1:])) >= 3
+    assert len(step.programs) == 1
 
 
 def test_batch_sums_the_calls_gradients_the_same_whatever_the_threads():
@@ -202,7 +205,7 @@ def test_bad_arguments_and_results_are_named():
         jit(lambda xs: 3.0, wrt=w)([1.0])
     with pytest.raises(TypeError, match="fn must be callable"):
         jit(3, wrt=w)
-    assert "1 shapes recorded" in repr(step) or "0 shapes recorded" in repr(step)
+    assert "0 shapes recorded" in repr(step) and step.recordings == 0
 
 
 def test_a_recording_puts_the_threads_guards_back_as_they_were():
