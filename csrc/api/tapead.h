@@ -32,6 +32,12 @@
 #define TA_LIVE   0x40u          /* set by the collector's liveness pass   */
 #define TA_MARK   0x80u          /* set on nodes reached by a reverse sweep */
 #define TA_MAXSLOTS (1u << (32 - TA_SHIFT))
+/* a variable of each thread's own (the thread's tape: thread.c) */
+#if defined(_MSC_VER)
+#  define TA_TLS __declspec(thread)
+#elif defined(__GNUC__) || defined(__clang__)
+#  define TA_TLS __thread
+#endif
 #define TA_NLAYERS 4u            /* most layers attached to one tape (ta_attach) */
 
 enum ta_kind { TA_K_LEAF, TA_K_UN, TA_K_BIN, TA_K_CST, TA_K_NARY };   /* (sweep.c relies on this order) */

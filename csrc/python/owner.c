@@ -14,9 +14,10 @@
 
 /* An exception from a rule that could not be kept with the thread (no
  * memory; va_rule): kept here until backward() raises it (va_fail_in).
- * One for all threads: from here to there the aborted sweep runs on in C
- * only, holding the GIL. */
-static PyObject *va_rule_exc = NULL;
+ * One a thread: the sweep that calls the rule and the backward() that
+ * raises what it kept run on the same thread (a sweep through cffi runs
+ * without the GIL, so another thread's rule can fail meanwhile). */
+static TA_TLS PyObject *va_rule_exc = NULL;
 
 /* ------------------------------------------------------ owners */
 

@@ -4,14 +4,11 @@
  * destructor; the tape itself lives on while any hold on it remains
  * (tape.c: lifetime). */
 #include "tapead.h"
-
-#if defined(_MSC_VER)
-#  define TA_TLS __declspec(thread)
-#elif defined(__GNUC__) || defined(__clang__)
-#  include <pthread.h>
-#  define TA_TLS __thread
-#else
+#if !defined(TA_TLS)
 #  error "tapead needs thread-local storage for this compiler"
+#endif
+#if !defined(_MSC_VER)
+#  include <pthread.h>
 #endif
 
 static TA_TLS ta_tape *ta_tls = NULL;
