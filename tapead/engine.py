@@ -371,7 +371,7 @@ class Value:
         return _rec1(LOG1P, self)
 
     def detach(self) -> Value:
-        """x's value, through which no gradient flows (JAX's stop_gradient, PyTorch's detach); a replay computes it again."""
+        """x's value, through which no gradient flows (JAX's stop_gradient); a replay computes it again from x, whose graph it keeps alive (for a number, x.data)."""
         return _rec1(DETACH, self)
 
     # </ops.def>

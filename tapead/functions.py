@@ -124,7 +124,7 @@ def log1p(x: Operand) -> Value:
 
 
 def detach(x: Operand) -> Value:
-    """x's value, through which no gradient flows (JAX's stop_gradient, PyTorch's detach); a replay computes it again.
+    """x's value, through which no gradient flows (JAX's stop_gradient); a replay computes it again from x, whose graph it keeps alive (for a number, x.data).
 
     >>> import tapead
     >>> x = tapead.Value(2.0); y = tapead.detach(x)

@@ -8,12 +8,13 @@
  * failing block stops the threads that run later blocks; the earliest
  * failure (the first failing row) is the one reported.
  *
- * Workspaces (the chunk's rows of values and adjoints) are allocated by
- * the calling thread only, before any thread starts (so an injected
+ * A run's workspaces (the chunk's rows of values and adjoints) are taken
+ * by its calling thread, before any of its threads starts (so an injected
  * allocation failure is deterministic), and kept on the Program for the
  * next call; two calls at once (Dask runs tasks in threads) each take
- * their own.  Without POSIX threads everything runs on the calling
- * thread.
+ * their own.  (ta_prog_run_many's runs are each such a call, on the
+ * thread that runs it.)  Without POSIX threads everything runs on the
+ * calling thread.
  *
  * A Program with a generated kernel (cdef.h: ta_kernel_fn) runs each block
  * with it instead of the interpreter (batch.c); a block where it reports
