@@ -24,7 +24,7 @@ value without its gradient.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterable, List, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Tuple
 
 from ._c import bulk as _bulk
 from ._c import program as _prog
@@ -77,18 +77,13 @@ def _flatten(arg: Any, out: List[float]) -> None:
 # take as long for 2 rows as for 4: about 2.2 one-row runs on the GPT example);
 # the order batch starts runs in, costliest first, reads it
 _MANY = 2.2
-_FLAT: Dict[int, Shape] = {}   # n -> the shape of one argument, a list of n numbers
 
 
 def _key(args: Tuple[Any, ...]) -> Tuple[Shape, List[float]]:
     """(the shape of args, their numbers in order as floats), in one pass for
     the common call, one list of ints and floats."""
     if len(args) == 1 and type(args[0]) in (list, tuple) and _plain(args[0]):
-        n = len(args[0])
-        shape = _FLAT.get(n)
-        if shape is None:
-            shape = _FLAT.setdefault(n, ((None,) * n,))
-        return shape, list(map(float, args[0]))
+        return ((None,) * len(args[0]),), list(map(float, args[0]))
     shape = tuple(_shape(a, f"argument {i}") for i, a in enumerate(args))
     row: List[float] = []
     for a in args:
@@ -117,7 +112,6 @@ class Jit:
         self.recordings = 0                 # how many times fn was recorded (shapes, and flipped guards)
         self._ids = HeldIds(self.wrt)
         self._outs: Dict[Shape, int] = {}   # shape -> how many outputs fn gave (1 and not a list: a float)
-        self._sizes: Dict[Shape, Tuple[int, int]] = {}   # shape -> its Program's chunk and nodes (batch)
 
     def __repr__(self) -> str:
         name = getattr(self.fn, "__qualname__", repr(self.fn))
@@ -140,7 +134,6 @@ class Jit:
         finally:
             _prog.guard_rejoin()         # the thread's guards as they were
         self.programs[shape] = prog
-        self._sizes[shape] = (prog._chunk, prog.nodes)
         self._outs[shape] = 0 if single else len(outs)
         self.recordings += 1
         return prog
@@ -165,8 +158,10 @@ class Jit:
         except GuardError:
             return self._record(shape, args).grad(X, threads=1)
 
-    def _result(self, shape: Shape, y: Sequence[float]) -> Any:
-        return float(y[0]) if self._outs[shape] == 0 else [float(v) for v in y]
+    def _results(self, shape: Shape, Y: Any) -> List[Any]:
+        """Each row of Y as a call returns it: a float (fn gave one Value) or a list."""
+        rows: List[Any] = Y[:, 0].tolist() if self._outs[shape] == 0 else Y.tolist()
+        return rows
 
     def __call__(self, *args: Any) -> Any:
         """fn(*args)'s outputs, as floats, its Program run in C; d(sum of
@@ -175,7 +170,7 @@ class Jit:
         shape, _, row = self._program(args)
         Y, G = self._one(shape, args, np.array([row], dtype=np.float64).reshape(1, len(row)))
         self._add_grads(G)
-        return self._result(shape, Y[0])
+        return self._results(shape, Y)[0]
 
     def batch(self, calls: Iterable[Any], threads: Any = None) -> List[Any]:
         """The outputs of each call (a tuple of arguments, or one argument
@@ -206,8 +201,8 @@ class Jit:
         progs = [self.programs[shape] for shape, _, _ in work]
         runs: List[Tuple[Any, Any, int, float]] = []  # (Program, its rows of X, first row, -cost)
         first: List[int] = []                         # work[k]'s runs start at runs[first[k]]
-        for prog, (shape, idx, X) in zip(progs, work):
-            (c, nodes), m = self._sizes[shape], len(idx)
+        for prog, (_, idx, X) in zip(progs, work):
+            c, nodes, m = prog._chunk, prog.nodes, len(idx)
             whole = m - m % c if m % c <= c // 2 else m
             first.append(len(runs))
             runs += [(prog, X[r:r + c], r, -_MANY * nodes) for r in range(0, whole, c)]
@@ -244,12 +239,8 @@ class Jit:
                     Y[r], G = y[0], G + g
             else:
                 Y, G = got
-            if self._outs[shape] == 0:       # one output, a float each
-                for i, y in zip(idx, Y[:, 0].tolist()):
-                    out[i] = y
-            else:
-                for i, y in zip(idx, Y.tolist()):
-                    out[i] = y
+            for i, y in zip(idx, self._results(shape, Y)):
+                out[i] = y
             total = G if total is None else total + G
         if total is not None:
             self._add_grads(total)

@@ -408,11 +408,11 @@ def _tidy(dfd: int, path: str, keep: str, limit: int) -> None:
 # failure, timeout, an exception such as KeyboardInterrupt) kills the groups
 # still running.  For this process's death, however it dies (SIGKILL too),
 # a watchdog (/bin/sh, started with the build under setsid, out of reach of
-# signals to this process's group) reads a pipe from this process: "+PGID" when a compiler starts, "-PGID"
-# once it is reaped, "end" when the build is over.  The pipe ends without
-# "end" only when this process is gone (the kernel closes it, however it
-# died): the watchdog then kills the groups still listed and removes the
-# build folder.
+# signals to this process's group) reads a pipe from this process: "+PGID"
+# when a compiler starts, "-PGID" once it is reaped, "end" when the build is
+# over.  The pipe ends without "end" only when this process is gone (the
+# kernel closes it, however it died): the watchdog then kills the groups
+# still listed and removes the build folder.
 
 _WATCHDOG = r"""
 on=" " off=" "
